@@ -1,0 +1,29 @@
+// Package e2e tests strata the way its users meet it: the real binary as a
+// subprocess on loopback ports, driven with clientv3, raw gRPC and etcdctl,
+// and compared answer by answer with the real etcd started with the same
+// flags.
+//
+// TestMain builds strata (from the repository root) and etcd plus etcdctl
+// (from tools/) once into a temp dir; the process harness lives in
+// internal/testutil. The suites:
+//
+//   - conformance: one ordered table of KV, Txn, Lease and Compact requests
+//     run against a fresh strata and a fresh etcd; responses are compared
+//     field by field with cluster_id, member_id and raft_term normalised,
+//     errors by gRPC code and message.
+//   - etcdctl: the commands a user types, with the output they see.
+//   - crash: concurrent writers while the server is SIGKILLed from outside
+//     or by a failpoint inside; every acknowledged put must be readable at
+//     the revision it was acknowledged with, and the revision never goes
+//     backwards.
+//   - bad input: refused requests and refused start-ups, each with a clear
+//     error and nothing stored lost.
+//   - log damage: a torn tail is truncated at start; a flipped byte in the
+//     middle of the log stops start-up with the file and offset named.
+//
+// Tests that only make sense against etcd's behaviour run against both
+// binaries, so that a failure on etcd means the test is wrong, and a
+// failure on strata alone means strata is.
+//
+//	go test ./e2e/ -run TestConformance -v
+package e2e

@@ -1,0 +1,443 @@
+package testutil
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Options describe one single-member server process.
+type Options struct {
+	// Binary is the path of the strata or etcd executable.
+	Binary string
+	// Name is the member name; "m1" if empty.
+	Name string
+	// DataDir is the data directory; a fresh temp dir if empty.
+	DataDir string
+	// Flags are appended after the standard flags, so they can override
+	// them (both etcd and strata take the last value of a repeated flag).
+	Flags []string
+	// Env is added to the inherited environment, e.g.
+	// "STRATA_FAILPOINTS=raftlog/before-sync=20".
+	Env []string
+	// ReadyTimeout bounds the wait for the first successful Get; 30 s if 0.
+	ReadyTimeout time.Duration
+}
+
+// Process is one server subprocess and its data dir, kept across restarts.
+//
+// Concurrency: Endpoint, Output and Exited are safe from any goroutine;
+// Start, Kill, Stop and Restart are called by the test goroutine.
+type Process struct {
+	t    testing.TB
+	opts Options
+
+	clientURL, peerURL string
+	out                *syncBuffer
+
+	mu struct {
+		sync.Mutex
+		cmd      *exec.Cmd
+		done     chan struct{} // closed when the current incarnation has exited
+		waitErr  error         // cmd.Wait's result, valid once done is closed
+		startOff int           // offset in out where the current incarnation began
+	}
+}
+
+// StartProcess starts a server, waits until it serves a Get, and registers
+// a cleanup that kills it and, if the test failed, prints its output.
+func StartProcess(t testing.TB, opts Options) *Process {
+	t.Helper()
+	p := NewProcess(t, opts)
+	p.Start()
+	return p
+}
+
+// NewProcess prepares a server (ports, data dir, cleanup) without starting
+// it; call Start or Launch.
+func NewProcess(t testing.TB, opts Options) *Process {
+	t.Helper()
+	if opts.Name == "" {
+		opts.Name = "m1"
+	}
+	if opts.DataDir == "" {
+		opts.DataDir = filepath.Join(t.TempDir(), opts.Name+".data")
+	}
+	if opts.ReadyTimeout == 0 {
+		opts.ReadyTimeout = 30 * time.Second
+	}
+	ports := FreePorts(t, 2)
+	p := &Process{
+		t:         t,
+		opts:      opts,
+		clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
+		peerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+		out:       &syncBuffer{},
+	}
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("output of %s (%s):\n%s", opts.Name, filepath.Base(opts.Binary), p.Output())
+		}
+	})
+	return p
+}
+
+// Args are the command-line flags the process is started with.
+func (p *Process) Args() []string {
+	args := []string{
+		"--name=" + p.opts.Name,
+		"--data-dir=" + p.opts.DataDir,
+		"--listen-client-urls=" + p.clientURL,
+		"--advertise-client-urls=" + p.clientURL,
+		"--listen-peer-urls=" + p.peerURL,
+		"--initial-advertise-peer-urls=" + p.peerURL,
+		"--initial-cluster=" + p.opts.Name + "=" + p.peerURL,
+		"--initial-cluster-state=new",
+		"--initial-cluster-token=e2e-" + p.opts.Name,
+		// Short timeouts make the single member elect itself quickly;
+		// loopback has no latency worth a longer heartbeat.
+		"--heartbeat-interval=25",
+		"--election-timeout=250",
+	}
+	return append(args, p.opts.Flags...)
+}
+
+// Start launches the process and waits until it is ready; it fails the
+// test if the process exits or does not become ready in time.
+func (p *Process) Start() {
+	p.t.Helper()
+	p.Launch()
+	if err := p.WaitReady(p.opts.ReadyTimeout); err != nil {
+		p.t.Fatalf("start %s: %v", p.opts.Name, err)
+	}
+}
+
+// Restart starts the process again on the same data dir and ports after it
+// has exited (Kill, Stop, or a failpoint) and waits until it is ready.
+func (p *Process) Restart() {
+	p.t.Helper()
+	select {
+	case <-p.Exited():
+	default:
+		p.t.Fatalf("restart %s: the previous incarnation is still running", p.opts.Name)
+	}
+	p.Start()
+}
+
+// SetEnv replaces the extra environment used by the next Start or Restart,
+// e.g. to restart without the failpoints a crash test armed.
+func (p *Process) SetEnv(env ...string) { p.opts.Env = env }
+
+// Launch starts the process without waiting for it to become ready.
+func (p *Process) Launch() {
+	p.t.Helper()
+	cmd := exec.Command(p.opts.Binary, p.Args()...)
+	cmd.Env = append(os.Environ(), p.opts.Env...)
+	cmd.Stdout = p.out
+	cmd.Stderr = p.out
+	// If the test binary dies, the kernel kills the server too: no orphans
+	// holding ports and data dirs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	fmt.Fprintf(p.out, "==== start %s %s\n", p.opts.Binary, strings.Join(p.Args(), " "))
+	start := p.out.Len()
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("start %s: %v", p.opts.Binary, err)
+	}
+	track(cmd.Process)
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.mu.cmd, p.mu.done, p.mu.waitErr, p.mu.startOff = cmd, done, nil, start
+	p.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		untrack(cmd.Process)
+		p.mu.Lock()
+		p.mu.waitErr = err
+		p.mu.Unlock()
+		fmt.Fprintf(p.out, "==== exit: %v\n", err)
+		close(done)
+	}()
+}
+
+// WaitReady polls with a clientv3 Get until it succeeds, the process exits,
+// or timeout passes.
+func (p *Process) WaitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{p.clientURL},
+		DialTimeout: time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return fmt.Errorf("client for %s: %w", p.clientURL, err)
+	}
+	defer cli.Close()
+	var lastErr error
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.Exited():
+			return fmt.Errorf("process exited before ready: %v", p.ExitErr())
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		_, lastErr = cli.Get(ctx, "e2e-ready-probe")
+		cancel()
+		if lastErr == nil {
+			return nil
+		}
+		select {
+		case <-p.Exited():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("not ready after %v: last Get error: %v", timeout, lastErr)
+}
+
+// Kill sends SIGKILL and waits for the exit. It is a no-op if the process
+// has already exited.
+func (p *Process) Kill() {
+	p.t.Helper()
+	if err := p.signalAndWait(syscall.SIGKILL, 10*time.Second); err != nil {
+		p.t.Fatalf("kill %s: %v", p.opts.Name, err)
+	}
+}
+
+// Stop sends SIGTERM and waits up to 10 s for a clean exit, then fails the
+// test (after a SIGKILL, so nothing is left running).
+func (p *Process) Stop() {
+	p.t.Helper()
+	if err := p.signalAndWait(syscall.SIGTERM, 10*time.Second); err != nil {
+		p.kill()
+		p.t.Fatalf("stop %s: %v", p.opts.Name, err)
+	}
+}
+
+// WaitExit waits up to timeout for the process to exit on its own (a
+// failpoint, a fatal start-up error) and returns Wait's error.
+func (p *Process) WaitExit(timeout time.Duration) (exitErr error, ok bool) {
+	select {
+	case <-p.Exited():
+		return p.ExitErr(), true
+	case <-time.After(timeout):
+		return nil, false
+	}
+}
+
+// kill is Kill without a test failure, for cleanups.
+func (p *Process) kill() { _ = p.signalAndWait(syscall.SIGKILL, 10*time.Second) }
+
+func (p *Process) signalAndWait(sig syscall.Signal, timeout time.Duration) error {
+	p.mu.Lock()
+	cmd, done := p.mu.cmd, p.mu.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("signal %v to pid %d: %w", sig, cmd.Process.Pid, err)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("pid %d still running %v after %v", cmd.Process.Pid, sig, timeout)
+	}
+}
+
+// Exited returns a channel closed when the current incarnation exits; for
+// a process never started it is already closed.
+func (p *Process) Exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.done == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return p.mu.done
+}
+
+// ExitErr is the current incarnation's exit status (nil for exit code 0);
+// meaningful once Exited is closed.
+func (p *Process) ExitErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.waitErr
+}
+
+// Endpoint is the client URL, e.g. "http://127.0.0.1:40123".
+func (p *Process) Endpoint() string { return p.clientURL }
+
+// PeerURL is the peer URL the member advertises.
+func (p *Process) PeerURL() string { return p.peerURL }
+
+// DataDir is the member's data directory.
+func (p *Process) DataDir() string { return p.opts.DataDir }
+
+// Name is the member name.
+func (p *Process) Name() string { return p.opts.Name }
+
+// Output is everything every incarnation wrote to stdout and stderr.
+func (p *Process) Output() string { return p.out.String() }
+
+// CurrentOutput is what the current (or last) incarnation wrote.
+func (p *Process) CurrentOutput() string {
+	p.mu.Lock()
+	off := p.mu.startOff
+	p.mu.Unlock()
+	s := p.out.String()
+	if off > len(s) {
+		return ""
+	}
+	return s[off:]
+}
+
+// Client returns a clientv3 client for the process, closed at cleanup.
+func (p *Process) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{p.clientURL},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatalf("client for %s: %v", p.clientURL, err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// RunToExit runs binary with args until it exits or timeout passes (then it
+// is killed) and returns its exit code and combined output. It is for
+// commands expected to end by themselves: etcdctl, or a server that must
+// refuse to start.
+func RunToExit(t testing.TB, timeout time.Duration, stdin string, env []string, binary string, args ...string) (code int, output string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v: still running after %v (killed); output:\n%s", filepath.Base(binary), args, timeout, out.String())
+	}
+	var exitErr *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, out.String()
+	case errors.As(err, &exitErr):
+		return exitErr.ExitCode(), out.String()
+	default:
+		t.Fatalf("run %s %v: %v", binary, args, err)
+		return -1, ""
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the two copy goroutines of
+// exec.Cmd and the test reading it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *syncBuffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Len()
+}
+
+// usedPorts remembers ports handed out in this test binary, so that two
+// parallel tests never get the same one even though each listener is closed
+// before the server binds it.
+var usedPorts = struct {
+	sync.Mutex
+	m map[int]bool
+}{m: map[int]bool{}}
+
+// FreePorts returns n distinct loopback ports that were free a moment ago
+// and were not handed out before in this process.
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		usedPorts.Lock()
+		fresh := !usedPorts.m[port]
+		usedPorts.m[port] = true
+		usedPorts.Unlock()
+		if fresh {
+			ports = append(ports, port)
+		}
+	}
+	return ports
+}
+
+// live tracks every process the harness started and has not yet reaped, by
+// *os.Process (so by PID), for KillAll.
+var live = struct {
+	sync.Mutex
+	m map[*os.Process]bool
+}{m: map[*os.Process]bool{}}
+
+func track(p *os.Process) {
+	live.Lock()
+	live.m[p] = true
+	live.Unlock()
+}
+
+func untrack(p *os.Process) {
+	live.Lock()
+	delete(live.m, p)
+	live.Unlock()
+}
+
+// KillAll sends SIGKILL to every process this harness started that is still
+// running. TestMain calls it last, as a safety net behind t.Cleanup.
+func KillAll() {
+	live.Lock()
+	defer live.Unlock()
+	for p := range live.m {
+		_ = p.Kill()
+	}
+}
