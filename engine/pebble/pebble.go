@@ -1,0 +1,383 @@
+// Package pebble implements engine.Engine on Pebble, the pure-Go LSM tree.
+//
+// # Single logging
+//
+// By default the engine runs with Pebble's write-ahead log disabled: the raft
+// log is the only log (DESIGN.md, seed 002). Every Commit writes the batch
+// and the raft index it applies, under the reserved key AppliedIndexKey, in
+// one atomic Pebble batch, without a sync. Pebble flushes whole memtables in
+// commit order, so after a power cut the files hold a prefix of the committed
+// batches and the applied index read back on Open says exactly which prefix.
+//
+// Options.EnableWAL turns Pebble's WAL back on and syncs every Commit: the
+// "double logging" baseline that etcd-like designs pay for.
+//
+// # Durable index
+//
+// DurableIndex returns D such that every batch with applied index <= D is in
+// durable files. D rises in three ways:
+//
+//  1. On Open it is the applied index read back (all that survived is durable).
+//  2. Flush reads the applied index A before asking Pebble to flush and, once
+//     the flush returns, raises D to A.
+//  3. After one of Pebble's own automatic flushes (observed through the
+//     EventListener's FlushEnd), the next DurableIndex call reads the applied
+//     index from the flushed files only (IterOptions.OnlyReadGuaranteedDurable
+//     ignores memtables), so D never counts a batch that is still only in a
+//     memtable. Guessing which batches a flush covered would risk
+//     over-estimating D, which would let the raft log drop entries the engine
+//     would lose in a crash.
+//
+// With EnableWAL every commit is synced, so D equals the applied index.
+//
+// # Reserved keys
+//
+// Keys beginning with the byte 0x00 0x00 are reserved for the engine; the
+// state machine's key spaces must not use them.
+//
+// Concurrency: as engine.Engine says: batches are committed by one goroutine;
+// reads, snapshots, Flush, DurableIndex and Checkpoint are safe from any.
+package pebble
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+
+	"github.com/strata-kv/strata/engine"
+	"github.com/strata-kv/strata/internal/failpoint"
+)
+
+// AppliedIndexKey is the reserved key under which every Commit stores the
+// applied raft index, as an 8-byte big-endian integer (a wire format: do not
+// change it).
+var AppliedIndexKey = []byte("\x00\x00engine/applied-index")
+
+// Options configure Open.
+type Options struct {
+	// FS is the file system; nil means the operating system's (vfs.Default).
+	FS vfs.FS
+	// EnableWAL turns Pebble's write-ahead log on and syncs every Commit
+	// (the double-logging baseline). Off by default.
+	EnableWAL bool
+	// Logger receives Pebble's log lines; nil means zap.NewNop().
+	Logger *zap.Logger
+
+	// memTableSize overrides Pebble's memtable size; tests set it small to
+	// provoke automatic flushes.
+	memTableSize uint64
+}
+
+// Engine is engine.Engine on a Pebble DB.
+//
+// Invariants:
+//  1. durable <= applied at all times.
+//  2. applied never decreases: Commit refuses a lower index.
+type Engine struct {
+	db   *pebble.DB
+	fs   vfs.FS
+	dir  string
+	wal  bool
+	opts Options
+
+	applied atomic.Uint64 // applied index of the last committed batch
+	durable atomic.Uint64 // D
+	// flushed is set by Pebble's FlushEnd event; the next DurableIndex call
+	// clears it and re-reads the durable applied index.
+	flushed atomic.Bool
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// Open opens (creating if needed) the engine in dir.
+func Open(dir string, opts Options) (*Engine, error) {
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	e := &Engine{fs: opts.FS, dir: dir, wal: opts.EnableWAL, opts: opts}
+	po := &pebble.Options{
+		FS:         opts.FS,
+		DisableWAL: !opts.EnableWAL,
+		Logger:     zapLogger{opts.Logger.Sugar()},
+	}
+	if opts.memTableSize > 0 {
+		po.MemTableSize = opts.memTableSize
+	}
+	po.EventListener = &pebble.EventListener{
+		FlushEnd: func(info pebble.FlushInfo) {
+			if info.Err == nil {
+				e.flushed.Store(true)
+			}
+		},
+	}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("open pebble engine in %s: %w", dir, err)
+	}
+	e.db = db
+	idx, err := readIndex(db, nil)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open pebble engine in %s: %w", dir, err)
+	}
+	e.applied.Store(idx)
+	e.durable.Store(idx)
+	return e, nil
+}
+
+// readIndex reads the applied index through iterator options o (nil: all
+// committed data).
+func readIndex(r pebble.Reader, o *pebble.IterOptions) (uint64, error) {
+	if o == nil {
+		o = &pebble.IterOptions{}
+	}
+	o.LowerBound = AppliedIndexKey
+	o.UpperBound = append(append([]byte(nil), AppliedIndexKey...), 0)
+	it, err := r.NewIter(o)
+	if err != nil {
+		return 0, fmt.Errorf("read applied index: %w", err)
+	}
+	var idx uint64
+	if it.First() {
+		v := it.Value()
+		if len(v) != 8 {
+			_ = it.Close()
+			return 0, fmt.Errorf("read applied index: value has %d bytes, want 8", len(v))
+		}
+		idx = binary.BigEndian.Uint64(v)
+	}
+	if err := it.Close(); err != nil {
+		return 0, fmt.Errorf("read applied index: %w", err)
+	}
+	return idx, nil
+}
+
+// Get implements engine.Reader.
+func (e *Engine) Get(key []byte) ([]byte, error) { return get(e.db, key) }
+
+// NewIter implements engine.Reader.
+func (e *Engine) NewIter(lower, upper []byte) engine.Iterator { return newIter(e.db, lower, upper) }
+
+// NewBatch returns an indexed batch: reads through it see its own writes.
+func (e *Engine) NewBatch() engine.Batch {
+	return &batch{e: e, b: e.db.NewIndexedBatch()}
+}
+
+// NewSnapshot implements engine.Engine.
+func (e *Engine) NewSnapshot() engine.Snapshot { return &snapshot{s: e.db.NewSnapshot()} }
+
+// AppliedIndex implements engine.Engine.
+func (e *Engine) AppliedIndex() uint64 { return e.applied.Load() }
+
+// DurableIndex implements engine.Engine. After an automatic flush it reads
+// the applied index from flushed files only; see the package comment.
+func (e *Engine) DurableIndex() uint64 {
+	if e.wal {
+		return e.applied.Load()
+	}
+	if e.flushed.Swap(false) {
+		idx, err := readIndex(e.db, &pebble.IterOptions{OnlyReadGuaranteedDurable: true})
+		if err != nil {
+			// Under-estimating D is safe; try again after the next flush.
+			e.opts.Logger.Warn("read durable applied index", zap.Error(err))
+		} else {
+			e.raiseDurable(idx)
+		}
+	}
+	return e.durable.Load()
+}
+
+func (e *Engine) raiseDurable(idx uint64) {
+	for {
+		d := e.durable.Load()
+		if idx <= d || e.durable.CompareAndSwap(d, idx) {
+			return
+		}
+	}
+}
+
+// Flush implements engine.Engine.
+func (e *Engine) Flush() error {
+	a := e.applied.Load()
+	failpoint.Hit("engine/before-flush")
+	if err := e.db.Flush(); err != nil {
+		return fmt.Errorf("flush pebble engine in %s: %w", e.dir, err)
+	}
+	failpoint.Hit("engine/after-flush")
+	e.raiseDurable(a)
+	return nil
+}
+
+// Checkpoint implements engine.Engine. It flushes first, because with the
+// WAL off a checkpoint holds only flushed data, then reads the applied index
+// back from the copy itself, so the answer is exact even if batches were
+// committed between the flush and the checkpoint.
+func (e *Engine) Checkpoint(dir string) (uint64, error) {
+	if err := e.Flush(); err != nil {
+		return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
+	}
+	if err := e.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+		return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
+	}
+	cp, err := pebble.Open(dir, &pebble.Options{FS: e.fs, ReadOnly: true, Logger: zapLogger{e.opts.Logger.Sugar()}})
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint to %s: reopen copy: %w", dir, err)
+	}
+	idx, err := readIndex(cp, nil)
+	if cerr := cp.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
+	}
+	return idx, nil
+}
+
+// CompactAll implements engine.Engine: it compacts the whole key space.
+func (e *Engine) CompactAll() error {
+	it, err := e.db.NewIter(nil)
+	if err != nil {
+		return fmt.Errorf("compact all: %w", err)
+	}
+	var first, last []byte
+	if it.First() {
+		first = append([]byte(nil), it.Key()...)
+		if it.Last() {
+			last = append(append([]byte(nil), it.Key()...), 0)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("compact all: %w", err)
+	}
+	if first == nil || last == nil {
+		return nil
+	}
+	if err := e.db.Compact(context.Background(), first, last, true); err != nil {
+		return fmt.Errorf("compact all: %w", err)
+	}
+	return nil
+}
+
+// DiskSize implements engine.Engine.
+func (e *Engine) DiskSize() int64 { return int64(e.db.Metrics().DiskSpaceUsage()) }
+
+// Close flushes (so that a clean restart has nothing to replay) and closes
+// the DB.
+func (e *Engine) Close() error {
+	var ferr error
+	if !e.wal {
+		ferr = e.Flush()
+	}
+	if err := e.db.Close(); err != nil {
+		return fmt.Errorf("close pebble engine in %s: %w", e.dir, err)
+	}
+	return ferr
+}
+
+func get(r pebble.Reader, key []byte) ([]byte, error) {
+	v, closer, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, engine.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %q: %w", key, err)
+	}
+	out := append([]byte(nil), v...)
+	if err := closer.Close(); err != nil {
+		return nil, fmt.Errorf("get %q: %w", key, err)
+	}
+	return out, nil
+}
+
+type batch struct {
+	e    *Engine
+	b    *pebble.Batch
+	done bool
+}
+
+func (b *batch) Get(key []byte) ([]byte, error)              { return get(b.b, key) }
+func (b *batch) NewIter(lower, upper []byte) engine.Iterator { return newIter(b.b, lower, upper) }
+func (b *batch) Set(key, value []byte) error                 { return b.b.Set(key, value, nil) }
+func (b *batch) Delete(key []byte) error                     { return b.b.Delete(key, nil) }
+func (b *batch) DeleteRange(start, end []byte) error         { return b.b.DeleteRange(start, end, nil) }
+func (b *batch) Empty() bool                                 { return b.b.Empty() }
+
+func (b *batch) Commit(appliedIndex uint64) error {
+	if b.done {
+		return errors.New("commit batch: already committed or closed")
+	}
+	if cur := b.e.applied.Load(); appliedIndex < cur {
+		return fmt.Errorf("commit batch: applied index %d below the engine's %d", appliedIndex, cur)
+	}
+	var buf [8]byte
+	binary.BigEndian.PutUint64(buf[:], appliedIndex)
+	if err := b.b.Set(AppliedIndexKey, buf[:], nil); err != nil {
+		return fmt.Errorf("commit batch at index %d: %w", appliedIndex, err)
+	}
+	wo := pebble.NoSync
+	if b.e.wal {
+		wo = pebble.Sync
+	}
+	if err := b.b.Commit(wo); err != nil {
+		return fmt.Errorf("commit batch at index %d: %w", appliedIndex, err)
+	}
+	b.e.applied.Store(appliedIndex)
+	b.done = true
+	return b.b.Close()
+}
+
+func (b *batch) Close() error {
+	if b.done {
+		return nil
+	}
+	b.done = true
+	return b.b.Close()
+}
+
+type snapshot struct{ s *pebble.Snapshot }
+
+func (s *snapshot) Get(key []byte) ([]byte, error)              { return get(s.s, key) }
+func (s *snapshot) NewIter(lower, upper []byte) engine.Iterator { return newIter(s.s, lower, upper) }
+func (s *snapshot) Close() error                                { return s.s.Close() }
+
+type iter struct {
+	*pebble.Iterator
+}
+
+func newIter(r pebble.Reader, lower, upper []byte) engine.Iterator {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return errIter{fmt.Errorf("new iterator: %w", err)}
+	}
+	return iter{it}
+}
+
+// errIter is the iterator returned when one cannot be created: it is never
+// valid and reports the error on Close.
+type errIter struct{ err error }
+
+func (errIter) First() bool        { return false }
+func (errIter) Last() bool         { return false }
+func (errIter) SeekGE([]byte) bool { return false }
+func (errIter) SeekLT([]byte) bool { return false }
+func (errIter) Next() bool         { return false }
+func (errIter) Prev() bool         { return false }
+func (errIter) Valid() bool        { return false }
+func (errIter) Key() []byte        { return nil }
+func (errIter) Value() []byte      { return nil }
+func (it errIter) Close() error    { return it.err }
+
+type zapLogger struct{ s *zap.SugaredLogger }
+
+func (l zapLogger) Infof(format string, args ...interface{})  { l.s.Infof(format, args...) }
+func (l zapLogger) Errorf(format string, args ...interface{}) { l.s.Errorf(format, args...) }
+func (l zapLogger) Fatalf(format string, args ...interface{}) { l.s.Fatalf(format, args...) }
