@@ -1,0 +1,662 @@
+// Package node owns strata's raft state machine: one goroutine drives a
+// go.etcd.io/raft/v3 RawNode and performs, for every Ready, the steps the raft
+// library asks of its caller, in the order it requires:
+//
+//  1. persist the Ready's entries and HardState to the raft log, with one
+//     fsync (group commit: every proposal that arrived since the last Ready
+//     shares that sync);
+//  2. send the Ready's messages to peers (a single member has none);
+//  3. answer ReadIndex requests whose read state arrived;
+//  4. apply membership changes to raft, then hand the committed entries to
+//     the applier, which applies them to the state machine on its own
+//     goroutine so that applying batch N overlaps with syncing batch N+1;
+//  5. Advance.
+//
+// The node also keeps the log short (DESIGN.md rule 4): once enough entries
+// have been applied it asks the engine to flush, and when the flush reports a
+// durable index D it compacts the log up to D (less a catch-up margin kept
+// for slow followers).
+//
+// Concurrency: New starts nothing; Run is the node goroutine, the only one
+// that touches the RawNode and writes the log. Propose, ReadIndex, Status and
+// the accessors are safe from any goroutine.
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+)
+
+// Errors returned to callers of Propose and ReadIndex.
+var (
+	// ErrStopped means the node has stopped.
+	ErrStopped = errors.New("node: stopped")
+	// ErrNoLeader means raft has no leader to take the request.
+	ErrNoLeader = errors.New("node: no leader")
+)
+
+// Log is what the node needs from the raft log: raft's read interface plus
+// the two writes the node goroutine performs.
+type Log interface {
+	raft.Storage
+	// Append durably writes entries and the HardState with one sync.
+	Append(entries []*raftpb.Entry, hs *raftpb.HardState) error
+	// Compact drops entries <= index, recording cs as the conf state there.
+	Compact(index uint64, cs *raftpb.ConfState) error
+}
+
+// Committed is a batch of committed entries handed to the applier, in log
+// order. ConfStates holds, for each membership-change entry in the batch,
+// the conf state raft reached by applying it.
+type Committed struct {
+	Entries    []*raftpb.Entry
+	ConfStates map[uint64]*raftpb.ConfState
+}
+
+// Engine is what the node needs from the state machine's storage to keep the
+// log short: a way to make applied state durable, and what is durable now.
+type Engine interface {
+	Flush() error
+	DurableIndex() uint64
+}
+
+// Config configures a Node.
+type Config struct {
+	// ID is this member's raft ID.
+	ID uint64
+	// Peers, if not empty, bootstraps a new cluster with these members; it
+	// is ignored when the log already holds state (the data dir wins).
+	Peers []raft.Peer
+	// Log is the raft log, already opened and recovered.
+	Log Log
+	// Engine is flushed to let the log be compacted.
+	Engine Engine
+	// Applied is the index the state machine has applied (read back from
+	// the engine at start-up); raft redelivers committed entries after it.
+	Applied uint64
+	// ConfState is the membership the state machine holds at Applied.
+	ConfState *raftpb.ConfState
+	// TickInterval is the heartbeat interval; ElectionTicks and
+	// HeartbeatTicks count in it.
+	TickInterval   time.Duration
+	ElectionTicks  int
+	HeartbeatTicks int
+	// SnapshotCount is how many applied entries trigger an engine flush and
+	// a log compaction (etcd's --snapshot-count).
+	SnapshotCount uint64
+	// CatchUpEntries are kept in the log below the durable index so that a
+	// slightly slow follower catches up from the log, not a snapshot.
+	CatchUpEntries uint64
+	// MaxSizePerMsg and MaxInflightMsgs bound replication traffic.
+	MaxSizePerMsg   uint64
+	MaxInflightMsgs int
+	Logger          *zap.Logger
+}
+
+// Node drives raft. See the package comment.
+type Node struct {
+	cfg    Config
+	logger *zap.Logger
+	rn     *raft.RawNode // owned by the Run goroutine
+
+	propc    chan proposal
+	readc    chan chan readResult
+	appliedc chan uint64 // applied index reports from the applier
+	flushc   chan uint64 // durable index reached by a background flush
+	committc chan Committed
+	done     chan struct{}
+	stopOnce sync.Once
+
+	// Published by the Run goroutine for readers on other goroutines.
+	term     atomic.Uint64
+	leader   atomic.Uint64
+	commit   atomic.Uint64
+	lastIdx  atomic.Uint64
+	firstIdx atomic.Uint64
+	leaderCh atomic.Pointer[chan struct{}] // closed when a leader is known
+	stopErr  atomic.Pointer[error]
+
+	// State of the Run goroutine only.
+	readSeq       uint64
+	readPending   []chan readResult            // waiting for the next ReadIndex round
+	readInFlight  map[uint64][]chan readResult // round context -> waiters
+	readIssuedAt  map[uint64]int               // round context -> tick it was issued at
+	ticks         int
+	applied       uint64 // highest index the applier reported
+	compactedTo   uint64 // log compacted up to here
+	flushing      bool
+	confHistory   []confAt // conf states by index, for log compaction points
+	lastConfState *raftpb.ConfState
+}
+
+type confAt struct {
+	index uint64
+	cs    *raftpb.ConfState
+}
+
+type proposal struct {
+	data []byte
+	cc   *raftpb.ConfChangeV2
+	errc chan error
+}
+
+type readResult struct {
+	index uint64
+	err   error
+}
+
+// New creates a node over an opened log. It starts no goroutine.
+func New(cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.SnapshotCount == 0 {
+		cfg.SnapshotCount = 10000
+	}
+	if cfg.MaxSizePerMsg == 0 {
+		cfg.MaxSizePerMsg = 1 << 20
+	}
+	if cfg.MaxInflightMsgs == 0 {
+		cfg.MaxInflightMsgs = 256
+	}
+	storage := &restartStorage{Log: cfg.Log, applied: cfg.Applied, confState: cfg.ConfState}
+	rc := &raft.Config{
+		ID:                        cfg.ID,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   storage,
+		Applied:                   cfg.Applied,
+		MaxSizePerMsg:             cfg.MaxSizePerMsg,
+		MaxInflightMsgs:           cfg.MaxInflightMsgs,
+		MaxUncommittedEntriesSize: 1 << 30,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		Logger:                    &raftLogger{cfg.Logger.Sugar()},
+	}
+	last, err := cfg.Log.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("read last log index: %w", err)
+	}
+	if cfg.Applied > last {
+		return nil, fmt.Errorf("engine applied index %d is past the log's last index %d: the log lost synced entries", cfg.Applied, last)
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		return nil, fmt.Errorf("create raft node: %w", err)
+	}
+	fresh := last == 0
+	if fresh {
+		if len(cfg.Peers) == 0 {
+			return nil, errors.New("empty log and no peers to bootstrap")
+		}
+		if err := rn.Bootstrap(cfg.Peers); err != nil {
+			return nil, fmt.Errorf("bootstrap raft: %w", err)
+		}
+	}
+	first, _ := cfg.Log.FirstIndex()
+	n := &Node{
+		cfg:           cfg,
+		logger:        cfg.Logger,
+		rn:            rn,
+		propc:         make(chan proposal, 1024),
+		readc:         make(chan chan readResult, 1024),
+		appliedc:      make(chan uint64, 16),
+		flushc:        make(chan uint64, 1),
+		committc:      make(chan Committed, 64),
+		done:          make(chan struct{}),
+		readInFlight:  map[uint64][]chan readResult{},
+		readIssuedAt:  map[uint64]int{},
+		applied:       cfg.Applied,
+		compactedTo:   first - 1,
+		lastConfState: cfg.ConfState,
+	}
+	if cfg.ConfState != nil {
+		n.confHistory = []confAt{{index: cfg.Applied, cs: cfg.ConfState}}
+	}
+	ch := make(chan struct{})
+	n.leaderCh.Store(&ch)
+	n.lastIdx.Store(last)
+	n.firstIdx.Store(first)
+	return n, nil
+}
+
+// restartStorage adjusts what raft reads at start-up. The HardState's commit
+// index is persisted lazily (a commit-only change is not synced, as in
+// etcd), so after a crash it may trail what the engine applied; entries the
+// engine applied were committed, so commit is raised to the applied index.
+// The conf state is the state machine's, which matches Config.Applied.
+type restartStorage struct {
+	Log
+	applied   uint64
+	confState *raftpb.ConfState
+}
+
+func (s *restartStorage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
+	hs, cs, err := s.Log.InitialState()
+	if err != nil {
+		return nil, nil, err
+	}
+	if hs.GetCommit() < s.applied {
+		hs = proto.CloneOf(hs)
+		hs.Commit = proto.Uint64(s.applied)
+	}
+	if s.confState != nil {
+		cs = s.confState
+	}
+	return hs, cs, nil
+}
+
+// Committed returns the channel of committed entry batches. The applier
+// must drain it and report progress with Applied.
+func (n *Node) Committed() <-chan Committed { return n.committc }
+
+// Applied reports that the state machine has applied (and committed to the
+// engine) every entry up to index.
+func (n *Node) Applied(index uint64) {
+	select {
+	case n.appliedc <- index:
+	case <-n.done:
+	default:
+		// The channel holds reports the node has not read yet; replace
+		// one with this higher report rather than block the applier.
+		select {
+		case <-n.appliedc:
+		default:
+		}
+		select {
+		case n.appliedc <- index:
+		default:
+		}
+	}
+}
+
+// Propose replicates data. It returns once raft accepted the proposal into
+// its log (not once it committed: callers wait for the applier's answer).
+func (n *Node) Propose(ctx context.Context, data []byte) error {
+	return n.propose(ctx, proposal{data: data, errc: make(chan error, 1)})
+}
+
+// ProposeConfChange replicates a membership change.
+func (n *Node) ProposeConfChange(ctx context.Context, cc *raftpb.ConfChangeV2) error {
+	return n.propose(ctx, proposal{cc: cc, errc: make(chan error, 1)})
+}
+
+func (n *Node) propose(ctx context.Context, p proposal) error {
+	select {
+	case n.propc <- p:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.done:
+		return n.err()
+	}
+	select {
+	case err := <-p.errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.done:
+		return n.err()
+	}
+}
+
+// ReadIndex returns a commit index that a linearizable read must wait to
+// see applied. Concurrent callers share one raft ReadIndex round.
+func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
+	c := make(chan readResult, 1)
+	select {
+	case n.readc <- c:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-n.done:
+		return 0, n.err()
+	}
+	select {
+	case r := <-c:
+		return r.index, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-n.done:
+		return 0, n.err()
+	}
+}
+
+// WaitLeader blocks until a leader is known or ctx ends.
+func (n *Node) WaitLeader(ctx context.Context) error {
+	select {
+	case <-*n.leaderCh.Load():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.done:
+		return n.err()
+	}
+}
+
+// Term returns the current raft term.
+func (n *Node) Term() uint64 { return n.term.Load() }
+
+// Leader returns the current leader's ID, or 0 if none is known.
+func (n *Node) Leader() uint64 { return n.leader.Load() }
+
+// CommitIndex returns raft's commit index.
+func (n *Node) CommitIndex() uint64 { return n.commit.Load() }
+
+// ID returns this member's raft ID.
+func (n *Node) ID() uint64 { return n.cfg.ID }
+
+// Done is closed when Run returns.
+func (n *Node) Done() <-chan struct{} { return n.done }
+
+func (n *Node) err() error {
+	if p := n.stopErr.Load(); p != nil {
+		return *p
+	}
+	return ErrStopped
+}
+
+// Run drives raft until ctx ends or a storage error stops it; a storage
+// error (a failed fsync above all) is returned and is fatal: the process
+// must not go on as if the write had happened.
+func (n *Node) Run(ctx context.Context) error {
+	err := n.run(ctx)
+	if err == nil {
+		err = ErrStopped
+	}
+	n.stopErr.Store(&err)
+	n.stopOnce.Do(func() { close(n.done) })
+	if errors.Is(err, ErrStopped) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func (n *Node) run(ctx context.Context) error {
+	ticker := time.NewTicker(n.cfg.TickInterval)
+	defer ticker.Stop()
+	// A cluster of one need not wait out an election timeout.
+	if st := n.rn.BasicStatus(); len(n.cfg.Peers) <= 1 && isSoleVoter(n.lastConfState, n.cfg.ID) && st.RaftState != raft.StateLeader {
+		_ = n.rn.Campaign()
+	}
+	for {
+		if n.rn.HasReady() {
+			if err := n.handleReady(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C:
+			n.rn.Tick()
+			n.ticks++
+			n.retryStaleReads()
+		case p := <-n.propc:
+			n.handleProposal(p)
+			// Drain what queued up so that one Ready (one fsync) carries it.
+			for i := 0; i < 1024; i++ {
+				select {
+				case p := <-n.propc:
+					n.handleProposal(p)
+					continue
+				default:
+				}
+				break
+			}
+		case c := <-n.readc:
+			n.readPending = append(n.readPending, c)
+			n.issueReadIndex()
+		case idx := <-n.appliedc:
+			n.handleApplied(idx)
+		case d := <-n.flushc:
+			n.flushing = false
+			if err := n.compactLog(d); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func isSoleVoter(cs *raftpb.ConfState, id uint64) bool {
+	if cs == nil {
+		return true // bootstrapping
+	}
+	return len(cs.GetVoters()) == 1 && cs.GetVoters()[0] == id
+}
+
+func (n *Node) handleProposal(p proposal) {
+	var err error
+	if p.cc != nil {
+		err = n.rn.ProposeConfChange(p.cc)
+	} else {
+		err = n.rn.Propose(p.data)
+	}
+	if errors.Is(err, raft.ErrProposalDropped) && n.leader.Load() == 0 {
+		err = ErrNoLeader
+	}
+	p.errc <- err
+}
+
+func (n *Node) handleReady(ctx context.Context) error {
+	rd := n.rn.Ready()
+	if rd.SoftState != nil {
+		n.leader.Store(rd.SoftState.Lead)
+		if rd.SoftState.Lead != raft.None {
+			ch := n.leaderCh.Load()
+			select {
+			case <-*ch:
+			default:
+				close(*ch)
+			}
+		} else {
+			ch := make(chan struct{})
+			n.leaderCh.Store(&ch)
+		}
+	}
+	// Step 1: persist. A commit-only HardState change need not be synced
+	// (rd.MustSync is false): the commit index is recovered at start-up.
+	var hs *raftpb.HardState
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+		n.term.Store(rd.HardState.GetTerm())
+		n.commit.Store(rd.HardState.GetCommit())
+		if rd.MustSync {
+			hs = rd.HardState
+		}
+	}
+	if len(rd.Entries) > 0 || hs != nil {
+		if err := n.cfg.Log.Append(rd.Entries, hs); err != nil {
+			return fmt.Errorf("append to raft log: %w", err)
+		}
+		if len(rd.Entries) > 0 {
+			n.lastIdx.Store(rd.Entries[len(rd.Entries)-1].GetIndex())
+		}
+	}
+	// Step 2: messages. A single member sends none; the transport of a
+	// replicated cluster plugs in here.
+	// Step 3: linearizable reads.
+	for _, rs := range rd.ReadStates {
+		n.answerReads(rs)
+	}
+	// Step 4: membership, then the applier.
+	if len(rd.CommittedEntries) > 0 {
+		c := Committed{Entries: rd.CommittedEntries}
+		for _, e := range rd.CommittedEntries {
+			var cc raftpb.ConfChangeI
+			switch e.GetType() {
+			case raftpb.EntryConfChange:
+				var v1 raftpb.ConfChange
+				if err := proto.Unmarshal(e.GetData(), &v1); err != nil {
+					return fmt.Errorf("decode conf change at index %d: %w", e.GetIndex(), err)
+				}
+				cc = &v1
+			case raftpb.EntryConfChangeV2:
+				var v2 raftpb.ConfChangeV2
+				if err := proto.Unmarshal(e.GetData(), &v2); err != nil {
+					return fmt.Errorf("decode conf change at index %d: %w", e.GetIndex(), err)
+				}
+				cc = &v2
+			default:
+				continue
+			}
+			cs := n.rn.ApplyConfChange(cc)
+			if c.ConfStates == nil {
+				c.ConfStates = map[uint64]*raftpb.ConfState{}
+			}
+			c.ConfStates[e.GetIndex()] = cs
+			n.confHistory = append(n.confHistory, confAt{index: e.GetIndex(), cs: cs})
+			n.lastConfState = cs
+		}
+		if err := n.handOff(ctx, c); err != nil {
+			return err
+		}
+	}
+	// Step 5.
+	n.rn.Advance(rd)
+	return nil
+}
+
+// handOff gives committed entries to the applier. While the applier is
+// busy it keeps taking its progress reports, so the two never wait on each
+// other.
+func (n *Node) handOff(ctx context.Context, c Committed) error {
+	for {
+		select {
+		case n.committc <- c:
+			return nil
+		case idx := <-n.appliedc:
+			n.handleApplied(idx)
+		case d := <-n.flushc:
+			n.flushing = false
+			if err := n.compactLog(d); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// issueReadIndex starts a ReadIndex round for the pending readers unless
+// one is already in flight; readers that arrive meanwhile wait for the next
+// round, so a round costs one heartbeat however many reads it serves.
+func (n *Node) issueReadIndex() {
+	if len(n.readInFlight) > 0 || len(n.readPending) == 0 {
+		return
+	}
+	n.readSeq++
+	var rctx [8]byte
+	binary.BigEndian.PutUint64(rctx[:], n.readSeq)
+	n.readInFlight[n.readSeq] = n.readPending
+	n.readIssuedAt[n.readSeq] = n.ticks
+	n.readPending = nil
+	n.rn.ReadIndex(rctx[:])
+}
+
+func (n *Node) answerReads(rs raft.ReadState) {
+	if len(rs.RequestCtx) != 8 {
+		return
+	}
+	seq := binary.BigEndian.Uint64(rs.RequestCtx)
+	for _, c := range n.readInFlight[seq] {
+		c <- readResult{index: rs.Index}
+	}
+	delete(n.readInFlight, seq)
+	delete(n.readIssuedAt, seq)
+	n.issueReadIndex()
+}
+
+// retryStaleReads reissues a ReadIndex round that raft dropped (a leader
+// change loses them silently) after an election timeout.
+func (n *Node) retryStaleReads() {
+	for seq, at := range n.readIssuedAt {
+		if n.ticks-at < n.cfg.ElectionTicks {
+			continue
+		}
+		n.readPending = append(n.readInFlight[seq], n.readPending...)
+		delete(n.readInFlight, seq)
+		delete(n.readIssuedAt, seq)
+	}
+	n.issueReadIndex()
+}
+
+func (n *Node) handleApplied(idx uint64) {
+	if idx > n.applied {
+		n.applied = idx
+	}
+	if n.flushing || n.cfg.Engine == nil || n.applied-n.compactedTo < n.cfg.SnapshotCount+n.cfg.CatchUpEntries {
+		return
+	}
+	n.flushing = true
+	go func() {
+		// Flushing may take a while; it runs off the node goroutine and
+		// reports the durable index it reached.
+		if err := n.cfg.Engine.Flush(); err != nil {
+			n.logger.Error("engine flush failed; log not compacted", zap.Error(err))
+			select {
+			case n.flushc <- 0:
+			case <-n.done:
+			}
+			return
+		}
+		select {
+		case n.flushc <- n.cfg.Engine.DurableIndex():
+		case <-n.done:
+		}
+	}()
+}
+
+// compactLog drops log entries that the engine holds durably, keeping
+// CatchUpEntries below the durable index for followers.
+func (n *Node) compactLog(durable uint64) error {
+	if durable <= n.cfg.CatchUpEntries {
+		return nil
+	}
+	to := durable - n.cfg.CatchUpEntries
+	if to <= n.compactedTo {
+		return nil
+	}
+	cs := n.confStateAt(to)
+	if cs == nil {
+		return nil
+	}
+	if err := n.cfg.Log.Compact(to, cs); err != nil {
+		return fmt.Errorf("compact raft log to %d: %w", to, err)
+	}
+	n.compactedTo = to
+	n.firstIdx.Store(to + 1)
+	n.logger.Debug("compacted raft log", zap.Uint64("to", to), zap.Uint64("durable", durable))
+	return nil
+}
+
+// confStateAt returns the membership in force at index, and forgets the
+// history before it that no later compaction will need.
+func (n *Node) confStateAt(index uint64) *raftpb.ConfState {
+	var cs *raftpb.ConfState
+	keep := 0
+	for i, c := range n.confHistory {
+		if c.index <= index {
+			cs, keep = c.cs, i
+		}
+	}
+	n.confHistory = n.confHistory[keep:]
+	if cs == nil {
+		return n.lastConfState
+	}
+	return cs
+}
+
+// raftLogger adapts zap to raft's Logger.
+type raftLogger struct{ *zap.SugaredLogger }
+
+func (l *raftLogger) Warning(v ...interface{})                 { l.Warn(v...) }
+func (l *raftLogger) Warningf(format string, v ...interface{}) { l.Warnf(format, v...) }
