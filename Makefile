@@ -1,0 +1,26 @@
+# The targets a newcomer and CI use. `make test` is the test command.
+
+GO ?= go
+STATICCHECK_VERSION ?= v0.8.2
+
+.PHONY: test lint unit race bench-smoke build
+
+build:
+	$(GO) build -o bin/strata ./cmd/strata
+
+lint:
+	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# Packages whose state is shared between goroutines run under the race detector.
+race:
+	$(GO) test -race -count=1 ./node/... ./apply/... ./raftlog/... ./engine/... ./mvcc/... ./member/...
+
+unit:
+	$(GO) test -count=1 ./...
+
+bench-smoke:
+	cd bench && $(GO) test -count=1 ./...
+
+test: lint unit race bench-smoke
