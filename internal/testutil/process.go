@@ -326,35 +326,42 @@ func (p *Process) Client(t testing.TB) *clientv3.Client {
 	return cli
 }
 
+// Result is how a command that ran to its end finished.
+type Result struct {
+	Code           int // exit code; 0 for success
+	Stdout, Stderr string
+}
+
 // RunToExit runs binary with args until it exits or timeout passes (then it
-// is killed) and returns its exit code and combined output. It is for
-// commands expected to end by themselves: etcdctl, or a server that must
-// refuse to start.
-func RunToExit(t testing.TB, timeout time.Duration, stdin string, env []string, binary string, args ...string) (code int, output string) {
+// is killed and the test fails) and returns its exit code and output. It is
+// for commands expected to end by themselves: etcdctl, `strata inspect`, or
+// a server that must refuse to start.
+func RunToExit(t testing.TB, timeout time.Duration, stdin string, env []string, binary string, args ...string) Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		t.Fatalf("%s %v: still running after %v (killed); output:\n%s", filepath.Base(binary), args, timeout, out.String())
+		t.Fatalf("%s %v: still running after %v (killed); stdout:\n%s\nstderr:\n%s",
+			filepath.Base(binary), args, timeout, stdout.String(), stderr.String())
 	}
+	res := Result{Stdout: stdout.String(), Stderr: stderr.String()}
 	var exitErr *exec.ExitError
 	switch {
 	case err == nil:
-		return 0, out.String()
 	case errors.As(err, &exitErr):
-		return exitErr.ExitCode(), out.String()
+		res.Code = exitErr.ExitCode()
 	default:
 		t.Fatalf("run %s %v: %v", binary, args, err)
-		return -1, ""
 	}
+	return res
 }
 
 // syncBuffer is a bytes.Buffer safe for the two copy goroutines of
