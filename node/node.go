@@ -459,8 +459,14 @@ func (n *Node) handleReady(ctx context.Context) error {
 				close(*ch)
 			}
 		} else {
-			ch := make(chan struct{})
-			n.leaderCh.Store(&ch)
+			// Waiters hold the current channel: replace it only once it
+			// was closed, that is when a known leader was lost.
+			select {
+			case <-*n.leaderCh.Load():
+				ch := make(chan struct{})
+				n.leaderCh.Store(&ch)
+			default:
+			}
 		}
 	}
 	// Step 1: persist. A commit-only HardState change need not be synced
