@@ -1,0 +1,48 @@
+// Package raftlog is strata's raft log and its only write-ahead log: the
+// engine runs without a WAL of its own (DESIGN.md, durability rules 1-7).
+//
+// # What it stores
+//
+// The log holds raft entries after the snapshot point, the HardState, and
+// the snapshot point itself (index, term, ConfState): everything raft needs
+// from raft.Storage at restart. *Log implements raft.Storage for raft's
+// reads; the node goroutine writes through Append, Compact and
+// ApplySnapshot.
+//
+// # Segments and frames
+//
+// The log is a sequence of preallocated, zero-filled segment files. Each
+// Append becomes one checksummed, 8-byte-aligned batch frame written with
+// one write and made durable with one fdatasync (group commit is the
+// caller's: one Append per raft Ready). The byte layout, the checksums and
+// the recovery procedure are specified in FORMAT.md, in this directory.
+//
+// # Recovery
+//
+// Open replays every segment. A torn or garbage tail of the last segment
+// (an Append whose sync never returned) is truncated and logged; any other
+// damage, a bad frame followed by a good one or any damage in a sealed
+// segment, is an error wrapping ErrCorrupt that names the file and offset.
+// Nothing is ever skipped silently.
+//
+// # Memory
+//
+// Terms and on-disk positions of all live entries are kept in memory (24
+// bytes per entry); the newest entries (up to 8 MiB) are kept whole, older
+// ones are read back from their frame on demand. Log compaction (Compact,
+// once the engine holds entries durably) bounds both.
+//
+// # Concurrency
+//
+// Reads (the raft.Storage methods, Stats) are safe from any goroutine and
+// never wait for the disk. Writes come from one goroutine. No lock is held
+// across a write or sync; a write becomes visible to readers only once it
+// is durable.
+//
+// # Failure
+//
+// A failed write or fdatasync is returned and the Log refuses every later
+// write (ErrFailed): after a failed fsync the state of the file is unknown,
+// and retrying could acknowledge data that is lost. The process restarts
+// and recovers from disk.
+package raftlog
