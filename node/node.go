@@ -400,6 +400,12 @@ func (n *Node) run(ctx context.Context) error {
 		case <-ticker.C:
 			n.rn.Tick()
 			n.ticks++
+			if n.leader.Load() == raft.None && n.ticks <= 3 && isSoleVoter(n.lastConfState, n.cfg.ID) {
+				// A fresh cluster of one can campaign as soon as its
+				// bootstrap membership is applied, not an election
+				// timeout later.
+				_ = n.rn.Campaign()
+			}
 			n.retryStaleReads()
 		case p := <-n.propc:
 			n.handleProposal(p)
