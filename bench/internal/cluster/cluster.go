@@ -1,0 +1,525 @@
+// Package cluster starts, watches and stops the servers that the benchmark
+// drives: real etcd and strata, each as a child process on free loopback
+// ports with its own temporary data directory.
+//
+// Both servers take etcd's flag names, so one argument builder serves both;
+// a Spec adds what differs (the binary, strata's --log-dir and --engine-wal).
+// Durability is the same on both sides: etcd fsyncs every commit by default
+// and strata does so by design; nothing here turns that off.
+//
+// Processes are tracked by PID and only ever signalled by PID: the benchmark
+// runs on machines shared with other people's etcd processes, so it never
+// kills by name.
+//
+// Usage:
+//
+//	c, err := cluster.Start(ctx, spec, dir, log)
+//	defer c.Stop()
+//	cli, err := c.Client()
+//	before, _ := c.Sample()
+//	... drive load ...
+//	after, _ := c.Sample()
+//	delta := after.Sub(before)
+//
+// Concurrency: a Cluster is used by one goroutine (the benchmark driver);
+// Endpoints may be read from any goroutine.
+//
+// Members: only single-member clusters are started today. Spec.Members is the
+// hook for three-member runs; Start refuses anything other than 1 with a clear
+// error until replication lands in strata.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Kind names a server implementation; it decides which flags are passed.
+type Kind string
+
+const (
+	// KindEtcd is the real etcd server built from the tools module.
+	KindEtcd Kind = "etcd"
+	// KindStrata is strata's server binary (cmd/strata).
+	KindStrata Kind = "strata"
+)
+
+// Spec describes one server flavour to benchmark.
+type Spec struct {
+	// Name labels results, e.g. "etcd", "strata", "strata-wal".
+	Name string
+	// Kind selects the flag dialect.
+	Kind Kind
+	// Binary is the path of the executable.
+	Binary string
+	// ExtraArgs are appended after the generated flags (e.g. "--engine-wal").
+	ExtraArgs []string
+	// Members is the cluster size; 0 means 1. Only 1 is supported today.
+	Members int
+	// FsyncMetrics names Prometheus counters, served on the client URL's
+	// /metrics, whose sum is the server's fsync count. Empty means the count
+	// is not obtainable for this server.
+	FsyncMetrics []string
+}
+
+// ErrUnsupportedMembers is returned by Start for multi-member specs, which
+// wait for replication in strata.
+var ErrUnsupportedMembers = errors.New("cluster: only single-member clusters are supported for now")
+
+// Timeouts bound every wait: a server that does not answer within them is
+// reported as failed instead of hanging the run.
+const (
+	readyTimeout = 120 * time.Second
+	stopTimeout  = 20 * time.Second
+	pollInterval = 5 * time.Millisecond
+)
+
+// Cluster is a running set of members of one Spec.
+//
+// Invariants:
+//  1. Every started process is either running and in members, or has been
+//     waited for (no zombies, no orphan left behind by Stop).
+type Cluster struct {
+	spec    Spec
+	dir     string
+	log     *zap.Logger
+	members []*member
+}
+
+// member is one server process and the directories and ports it owns.
+type member struct {
+	name      string
+	dataDir   string
+	logDir    string // strata only: its raft log directory
+	clientURL string
+	peerURL   string
+	logPath   string // the child's stdout and stderr
+
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd.Wait returns
+	err  error         // cmd.Wait's result, valid after done is closed
+}
+
+// Start launches spec's members under dir (created if needed; each member gets
+// a subdirectory) and waits until a linearizable read succeeds. log may be nil.
+func Start(ctx context.Context, spec Spec, dir string, log *zap.Logger) (*Cluster, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	n := spec.Members
+	if n == 0 {
+		n = 1
+	}
+	if n != 1 {
+		// Hook for replication: allocate n peer URLs, join them into one
+		// --initial-cluster string, and start n members below.
+		return nil, fmt.Errorf("start %s with %d members: %w", spec.Name, n, ErrUnsupportedMembers)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create cluster dir %s: %w", dir, err)
+	}
+	c := &Cluster{spec: spec, dir: dir, log: log}
+	for i := 0; i < n; i++ {
+		ports, err := freePorts(2)
+		if err != nil {
+			return nil, err
+		}
+		name := fmt.Sprintf("m%d", i)
+		mdir := filepath.Join(dir, name)
+		m := &member{
+			name:      name,
+			dataDir:   filepath.Join(mdir, "data"),
+			clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
+			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+			logPath:   filepath.Join(mdir, "server.log"),
+		}
+		if spec.Kind == KindStrata {
+			m.logDir = filepath.Join(mdir, "raftlog")
+		}
+		if err := os.MkdirAll(mdir, 0o755); err != nil {
+			return nil, fmt.Errorf("create member dir %s: %w", mdir, err)
+		}
+		c.members = append(c.members, m)
+	}
+	for _, m := range c.members {
+		if err := c.launch(m); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
+	if _, err := c.WaitReady(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// args builds the command line of m: etcd's flag names, understood by both.
+func (c *Cluster) args(m *member) []string {
+	var initial []string
+	for _, o := range c.members {
+		initial = append(initial, o.name+"="+o.peerURL)
+	}
+	a := []string{
+		"--name=" + m.name,
+		"--data-dir=" + m.dataDir,
+		"--listen-client-urls=" + m.clientURL,
+		"--advertise-client-urls=" + m.clientURL,
+		"--listen-peer-urls=" + m.peerURL,
+		"--initial-advertise-peer-urls=" + m.peerURL,
+		"--initial-cluster=" + strings.Join(initial, ","),
+		"--initial-cluster-state=new",
+		"--initial-cluster-token=strata-bench",
+	}
+	switch c.spec.Kind {
+	case KindEtcd:
+		// Quiet logs; a bigger quota so the 10^6-key YCSB load fits. Neither
+		// changes durability.
+		a = append(a, "--log-level=warn", "--quota-backend-bytes=8589934592")
+	case KindStrata:
+		a = append(a, "--log-dir="+m.logDir)
+	}
+	return append(a, c.spec.ExtraArgs...)
+}
+
+// launch starts m's process and a goroutine that waits for it.
+func (c *Cluster) launch(m *member) error {
+	out, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open server log %s: %w", m.logPath, err)
+	}
+	cmd := exec.Command(c.spec.Binary, c.args(m)...)
+	cmd.Stdout = out
+	cmd.Stderr = out
+	// Own process group, so a Ctrl-C aimed at the benchmark reaches the
+	// benchmark first and it can stop the servers in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return fmt.Errorf("start %s member %s (%s): %w", c.spec.Name, m.name, c.spec.Binary, err)
+	}
+	m.cmd = cmd
+	m.done = make(chan struct{})
+	go func() {
+		m.err = cmd.Wait()
+		out.Close()
+		close(m.done)
+	}()
+	c.log.Info("started server", zap.String("server", c.spec.Name), zap.String("member", m.name),
+		zap.Int("pid", cmd.Process.Pid), zap.String("client", m.clientURL))
+	return nil
+}
+
+// Spec returns the spec the cluster was started with.
+func (c *Cluster) Spec() Spec { return c.spec }
+
+// Endpoints returns the client URLs of all members.
+func (c *Cluster) Endpoints() []string {
+	var eps []string
+	for _, m := range c.members {
+		eps = append(eps, m.clientURL)
+	}
+	return eps
+}
+
+// PID returns the process id of member 0, or 0 if it is not running.
+func (c *Cluster) PID() int {
+	m := c.members[0]
+	if m.cmd == nil || m.exited() {
+		return 0
+	}
+	return m.cmd.Process.Pid
+}
+
+// Client returns a new client for the cluster; the caller closes it.
+func (c *Cluster) Client() (*clientv3.Client, error) {
+	return NewClient(c.Endpoints())
+}
+
+// NewClient returns a quiet clientv3 client for endpoints.
+func NewClient(endpoints []string) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to %v: %w", endpoints, err)
+	}
+	return cli, nil
+}
+
+// exited reports whether m's process has been reaped.
+func (m *member) exited() bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitReady polls until a linearizable read succeeds on every member and
+// returns how long that took. It fails early if a member exits, and after
+// readyTimeout.
+func (c *Cluster) WaitReady(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	for _, m := range c.members {
+		if err := c.waitMember(ctx, m); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start), nil
+}
+
+// waitMember polls one member with short linearizable reads.
+func (c *Cluster) waitMember(ctx context.Context, m *member) error {
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	// Wait for the port first: gRPC backs off for a second after a refused
+	// dial, which would put a one-second floor under every restart time.
+	host := strings.TrimPrefix(m.clientURL, "http://")
+	for {
+		if m.exited() {
+			return fmt.Errorf("%s member %s exited before it was ready (%v); see %s", c.spec.Name, m.name, m.err, m.logPath)
+		}
+		conn, err := net.DialTimeout("tcp", host, time.Second)
+		if err == nil {
+			conn.Close()
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s member %s not listening on %s: %w (last error: %v); see %s", c.spec.Name, m.name, host, ctx.Err(), err, m.logPath)
+		case <-tick.C:
+		}
+	}
+	cli, err := NewClient([]string{m.clientURL})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	var lastErr error
+	for {
+		if m.exited() {
+			return fmt.Errorf("%s member %s exited before it was ready (%v); see %s", c.spec.Name, m.name, m.err, m.logPath)
+		}
+		rctx, rcancel := context.WithTimeout(ctx, time.Second)
+		_, lastErr = cli.Get(rctx, "strata-bench-ready")
+		rcancel()
+		if lastErr == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s member %s not ready: %w (last error: %v); see %s", c.spec.Name, m.name, ctx.Err(), lastErr, m.logPath)
+		case <-tick.C:
+		}
+	}
+}
+
+// Stop terminates every member: SIGTERM, a bounded wait, then SIGKILL, always
+// by PID. It is safe to call more than once.
+func (c *Cluster) Stop() error {
+	var errs []error
+	for _, m := range c.members {
+		if m.cmd == nil || m.exited() {
+			continue
+		}
+		if err := m.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			errs = append(errs, fmt.Errorf("signal %s member %s: %w", c.spec.Name, m.name, err))
+		}
+		select {
+		case <-m.done:
+		case <-time.After(stopTimeout):
+			c.log.Warn("server ignored SIGTERM; killing", zap.String("server", c.spec.Name), zap.Int("pid", m.cmd.Process.Pid))
+			_ = m.cmd.Process.Kill()
+			<-m.done
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Kill sends SIGKILL to member 0 and waits until it is reaped: the crash half
+// of the restart measurement.
+func (c *Cluster) Kill() error {
+	m := c.members[0]
+	if m.cmd == nil || m.exited() {
+		return fmt.Errorf("kill %s member %s: not running", c.spec.Name, m.name)
+	}
+	if err := m.cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("kill %s member %s: %w", c.spec.Name, m.name, err)
+	}
+	<-m.done
+	return nil
+}
+
+// Restart relaunches member 0 on its old directories and ports and returns
+// the time from exec until its first successful linearizable read.
+func (c *Cluster) Restart(ctx context.Context) (time.Duration, error) {
+	m := c.members[0]
+	if m.cmd != nil && !m.exited() {
+		return 0, fmt.Errorf("restart %s member %s: still running", c.spec.Name, m.name)
+	}
+	start := time.Now()
+	if err := c.launch(m); err != nil {
+		return 0, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	if err := c.waitMember(rctx, m); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// DataSize returns the size of every member's data (and log) directories:
+// allocated is what the files occupy on disk (as du counts, so preallocated
+// segments count in full), apparent is the sum of their lengths.
+func (c *Cluster) DataSize() (allocated, apparent int64, err error) {
+	for _, m := range c.members {
+		for _, d := range []string{m.dataDir, m.logDir} {
+			if d == "" {
+				continue
+			}
+			al, ap, err := dirSize(d)
+			if err != nil {
+				return 0, 0, err
+			}
+			allocated += al
+			apparent += ap
+		}
+	}
+	return allocated, apparent, nil
+}
+
+// dirSize sums the allocated and apparent sizes of the regular files under
+// dir; a missing dir counts as empty.
+func dirSize(dir string) (allocated, apparent int64, err error) {
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while walking (a live server)
+			}
+			return err
+		}
+		apparent += info.Size()
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			allocated += st.Blocks * 512
+		} else {
+			allocated += info.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("size of %s: %w", dir, err)
+	}
+	return allocated, apparent, nil
+}
+
+// freePorts asks the kernel for n distinct free loopback ports. The listeners
+// are closed before returning, so another process could take a port in
+// between; on a benchmark machine that risk is accepted.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// scrapeCounters fetches url (a Prometheus text endpoint) and returns the sum
+// of the samples of each named metric, and whether any was present.
+func scrapeCounters(url string, names []string) (float64, bool, error) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, false, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false, fmt.Errorf("scrape %s: status %s", url, resp.Status)
+	}
+	var b strings.Builder
+	if _, err := io.Copy(&b, io.LimitReader(resp.Body, 64<<20)); err != nil {
+		return 0, false, fmt.Errorf("read %s: %w", url, err)
+	}
+	sum, found := sumMetrics(b.String(), names)
+	return sum, found, nil
+}
+
+// sumMetrics sums, over the Prometheus text exposition text, every sample
+// whose metric name is in names (labels ignored).
+func sumMetrics(text string, names []string) (float64, bool) {
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		want[n] = true
+	}
+	var sum float64
+	found := false
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		end := strings.IndexAny(line, "{ ")
+		if end < 0 || !want[line[:end]] {
+			continue
+		}
+		// The value follows the last label brace, separated by a space;
+		// an optional timestamp may follow it.
+		rest := line[end:]
+		if i := strings.LastIndexByte(rest, '}'); i >= 0 {
+			rest = rest[i+1:]
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			continue
+		}
+		sum += v
+		found = true
+	}
+	return sum, found
+}

@@ -1,0 +1,204 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat. It is
+// 100 on every Linux architecture Go supports; reading it needs sysconf (cgo),
+// which the benchmark avoids.
+const clockTicks = 100
+
+// Sample is one reading of a server's resource counters, summed over members
+// (peak RSS: the largest member).
+type Sample struct {
+	// At is when the sample was taken.
+	At time.Time
+	// CPUSeconds is user plus system CPU time since the process started.
+	CPUSeconds float64
+	// PeakRSSBytes is VmHWM: the peak resident set since start, or since the
+	// last ResetPeakRSS.
+	PeakRSSBytes int64
+	// WriteBytes is /proc/PID/io write_bytes: bytes the process caused to be
+	// sent to the storage layer.
+	WriteBytes int64
+	// Fsyncs is the sum of Spec.FsyncMetrics; valid only if FsyncsKnown.
+	Fsyncs float64
+	// FsyncsKnown is false when the server exposes none of those metrics.
+	FsyncsKnown bool
+}
+
+// Usage is what a server consumed between two samples.
+type Usage struct {
+	// CPUSeconds is user plus system CPU time.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// PeakRSSBytes is the peak resident set during the interval (if the
+	// peak was reset at its start) or since start.
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	// WriteBytes is the storage write volume.
+	WriteBytes int64 `json:"write_bytes"`
+	// Fsyncs is the number of fsyncs, or nil when not obtainable.
+	Fsyncs *int64 `json:"fsyncs,omitempty"`
+	// FsyncSource says where Fsyncs came from, or why it is missing.
+	FsyncSource string `json:"fsync_source"`
+}
+
+// Sub returns the usage from s0 to s.
+func (s Sample) Sub(s0 Sample, source string) Usage {
+	u := Usage{
+		CPUSeconds:   s.CPUSeconds - s0.CPUSeconds,
+		PeakRSSBytes: s.PeakRSSBytes,
+		WriteBytes:   s.WriteBytes - s0.WriteBytes,
+		FsyncSource:  source,
+	}
+	if s.FsyncsKnown && s0.FsyncsKnown {
+		n := int64(s.Fsyncs - s0.Fsyncs)
+		u.Fsyncs = &n
+	}
+	return u
+}
+
+// FsyncSource describes how fsyncs are counted for this cluster's server.
+func (c *Cluster) FsyncSource() string {
+	if len(c.spec.FsyncMetrics) == 0 {
+		return "not obtainable: the server exports no fsync counter"
+	}
+	return "metrics: " + strings.Join(c.spec.FsyncMetrics, " + ")
+}
+
+// ResetPeakRSS resets every member's VmHWM to its current RSS (Linux >= 4.0),
+// so the next sample's peak covers only what follows. Errors are returned
+// for the caller to log; a failed reset leaves the peak since start.
+func (c *Cluster) ResetPeakRSS() error {
+	for _, m := range c.members {
+		if m.cmd == nil || m.exited() {
+			continue
+		}
+		p := fmt.Sprintf("/proc/%d/clear_refs", m.cmd.Process.Pid)
+		if err := os.WriteFile(p, []byte("5"), 0); err != nil {
+			return fmt.Errorf("reset peak rss: %w", err)
+		}
+	}
+	return nil
+}
+
+// Sample reads the resource counters of every running member.
+func (c *Cluster) Sample() (Sample, error) {
+	s := Sample{At: time.Now(), FsyncsKnown: len(c.spec.FsyncMetrics) > 0}
+	for _, m := range c.members {
+		if m.cmd == nil || m.exited() {
+			continue
+		}
+		pid := m.cmd.Process.Pid
+		cpu, err := readCPU(pid)
+		if err != nil {
+			return Sample{}, err
+		}
+		hwm, err := readStatusKB(pid, "VmHWM")
+		if err != nil {
+			return Sample{}, err
+		}
+		wb, err := readIOField(pid, "write_bytes")
+		if err != nil {
+			return Sample{}, err
+		}
+		s.CPUSeconds += cpu
+		s.PeakRSSBytes = max(s.PeakRSSBytes, hwm)
+		s.WriteBytes += wb
+		if s.FsyncsKnown {
+			v, found, err := scrapeCounters(m.clientURL+"/metrics", c.spec.FsyncMetrics)
+			if err != nil || !found {
+				s.FsyncsKnown = false
+			}
+			s.Fsyncs += v
+		}
+	}
+	return s, nil
+}
+
+// readCPU returns utime+stime of pid in seconds.
+func readCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read cpu of pid %d: %w", pid, err)
+	}
+	return parseStatCPU(b)
+}
+
+// parseStatCPU extracts utime+stime, in seconds, from the text of
+// /proc/PID/stat. The command name (field 2) is in parentheses and may
+// contain spaces, so fields are counted from the last ')'.
+func parseStatCPU(b []byte) (float64, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse /proc stat: no ')' in %q", b)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// After ')': field 3 (state) is f[0], so field k is f[k-3]:
+	// utime is field 14, stime field 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("parse /proc stat: %d fields after comm, want >= 13", len(f))
+	}
+	ut, err := strconv.ParseUint(f[11], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse utime %q: %w", f[11], err)
+	}
+	st, err := strconv.ParseUint(f[12], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse stime %q: %w", f[12], err)
+	}
+	return float64(ut+st) / clockTicks, nil
+}
+
+// readStatusKB returns the "key: N kB" line of /proc/PID/status in bytes.
+func readStatusKB(pid int, key string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read status of pid %d: %w", pid, err)
+	}
+	v, err := findField(b, key)
+	if err != nil {
+		return 0, fmt.Errorf("status of pid %d: %w", pid, err)
+	}
+	return v * 1024, nil
+}
+
+// readIOField returns one counter of /proc/PID/io.
+func readIOField(pid int, key string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read io of pid %d: %w", pid, err)
+	}
+	v, err := findField(b, key)
+	if err != nil {
+		return 0, fmt.Errorf("io of pid %d: %w", pid, err)
+	}
+	return v, nil
+}
+
+// findField parses "key: value [unit]" lines and returns key's value.
+func findField(b []byte, key string) (int64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, rest, ok := strings.Cut(sc.Text(), ":")
+		if !ok || k != key {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			return 0, fmt.Errorf("field %s has no value", key)
+		}
+		v, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("field %s: %w", key, err)
+		}
+		return v, nil
+	}
+	return 0, fmt.Errorf("field %s not found", key)
+}

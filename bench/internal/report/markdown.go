@@ -1,0 +1,208 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+)
+
+// group is the results of one Key, baseline first.
+type group struct {
+	key     string
+	results []Result
+}
+
+// groups splits results by Key, in order of first appearance, with the
+// baseline server first in each group.
+func groups(results []Result, phase string) []group {
+	var out []group
+	idx := map[string]int{}
+	for _, r := range results {
+		if r.Phase != phase {
+			continue
+		}
+		k := r.Key()
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, group{key: k})
+		}
+		if r.Server == Baseline {
+			out[i].results = append([]Result{r}, out[i].results...)
+		} else {
+			out[i].results = append(out[i].results, r)
+		}
+	}
+	return out
+}
+
+// column is one numeric column of the run table.
+type column struct {
+	head string
+	val  func(Result) (float64, bool) // false: not available
+	fmt  string
+}
+
+const mib = 1 << 20
+
+var runColumns = []column{
+	{head: "ops/s", val: func(r Result) (float64, bool) { return r.Throughput, true }, fmt: "%.0f"},
+	{head: "p50 ms", val: func(r Result) (float64, bool) { return r.Latency.P50, true }, fmt: "%.2f"},
+	{head: "p90 ms", val: func(r Result) (float64, bool) { return r.Latency.P90, true }, fmt: "%.2f"},
+	{head: "p99 ms", val: func(r Result) (float64, bool) { return r.Latency.P99, true }, fmt: "%.2f"},
+	{head: "max ms", val: func(r Result) (float64, bool) { return r.Latency.Max, true }, fmt: "%.1f"},
+	{head: "CPU s", val: func(r Result) (float64, bool) { return r.Usage.CPUSeconds, true }, fmt: "%.2f"},
+	{head: "CPU µs/op", val: func(r Result) (float64, bool) {
+		if r.Ops == 0 {
+			return 0, false
+		}
+		return r.Usage.CPUSeconds * 1e6 / float64(r.Ops), true
+	}, fmt: "%.0f"},
+	{head: "peak RSS MiB", val: func(r Result) (float64, bool) { return float64(r.Usage.PeakRSSBytes) / mib, true }, fmt: "%.0f"},
+	{head: "written MiB", val: func(r Result) (float64, bool) { return float64(r.Usage.WriteBytes) / mib, true }, fmt: "%.1f"},
+	{head: "fsyncs", val: func(r Result) (float64, bool) {
+		if r.Usage.Fsyncs == nil {
+			return 0, false
+		}
+		return float64(*r.Usage.Fsyncs), true
+	}, fmt: "%.0f"},
+	{head: "disk MiB", val: func(r Result) (float64, bool) { return float64(r.DataDirBytes) / mib, true }, fmt: "%.1f"},
+	{head: "files MiB", val: func(r Result) (float64, bool) { return float64(r.DataDirApparentBytes) / mib, true }, fmt: "%.1f"},
+}
+
+// Markdown renders rep as a Markdown document.
+func Markdown(rep *Report) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# strata vs etcd: benchmark results\n\n")
+	fmt.Fprintf(&b, "- started: %s\n", rep.Started.UTC().Format("2006-01-02 15:04:05 UTC"))
+	fmt.Fprintf(&b, "- command: `%s`\n", rep.Command)
+	m := rep.Machine
+	fmt.Fprintf(&b, "- machine: %d CPUs, %s; kernel %s; disk %s; %s\n", m.NProc, m.CPUModel, m.Kernel, m.Disk, m.GoVersion)
+	for _, s := range rep.Servers {
+		args := ""
+		if len(s.Args) > 0 {
+			args = " " + strings.Join(s.Args, " ")
+		}
+		fmt.Fprintf(&b, "- server `%s`: %s (`%s%s`)\n", s.Name, s.Version, s.Binary, args)
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(&b, "- note: %s\n", n)
+	}
+	b.WriteString("\nRatios are strata/etcd for every column: above 1 means strata's number is larger " +
+		"(better for ops/s, worse for latency, CPU, memory and bytes). " +
+		"disk MiB is what the data and log directories occupy (du: preallocated segments count in full); " +
+		"files MiB is the sum of the file lengths.\n")
+	if fs := fsyncSources(rep); len(fs) > 0 {
+		b.WriteString("\nfsync counts: " + strings.Join(fs, "; ") + ".\n")
+	}
+
+	if gs := groups(rep.Results, "run"); len(gs) > 0 {
+		b.WriteString("\n## Workloads\n\n")
+		b.WriteString("| workload | conns/clients | records | server | errors |")
+		sep := "|---|---|---|---|---|"
+		for _, c := range runColumns {
+			b.WriteString(" " + c.head + " |")
+			sep += "---|"
+		}
+		b.WriteString("\n" + sep + "\n")
+		for _, g := range gs {
+			writeGroup(&b, g)
+		}
+	}
+	if gs := groups(rep.Results, "restart"); len(gs) > 0 {
+		b.WriteString("\n## Restart after kill -9\n\n")
+		b.WriteString("Time from exec to the first successful linearizable read.\n\n")
+		b.WriteString("| records | server | restart s | disk MiB | files MiB | ratio restart | ratio disk |\n|---|---|---|---|---|---|---|\n")
+		for _, g := range gs {
+			base, hasBase := baseline(g)
+			for _, r := range g.results {
+				rr, rd := "", ""
+				if hasBase && r.Server != Baseline {
+					rr = ratio(r.RestartSeconds, base.RestartSeconds)
+					rd = ratio(float64(r.DataDirBytes), float64(base.DataDirBytes))
+				}
+				fmt.Fprintf(&b, "| %d | %s | %.3f | %.1f | %.1f | %s | %s |\n", r.Records, r.Server, r.RestartSeconds,
+					float64(r.DataDirBytes)/mib, float64(r.DataDirApparentBytes)/mib, rr, rd)
+			}
+		}
+	}
+	return b.String()
+}
+
+// fsyncSources lists, per server, where its fsync count comes from.
+func fsyncSources(rep *Report) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, r := range rep.Results {
+		if seen[r.Server] || r.Usage.FsyncSource == "" {
+			continue
+		}
+		seen[r.Server] = true
+		out = append(out, fmt.Sprintf("%s: %s", r.Server, r.Usage.FsyncSource))
+	}
+	return out
+}
+
+// baseline returns the group's baseline result, if it has one.
+func baseline(g group) (Result, bool) {
+	if len(g.results) > 0 && g.results[0].Server == Baseline {
+		return g.results[0], true
+	}
+	return Result{}, false
+}
+
+// writeGroup writes one row per server and one ratio row per non-baseline
+// server.
+func writeGroup(b *strings.Builder, g group) {
+	base, hasBase := baseline(g)
+	for _, r := range g.results {
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %d |", r.Workload, connsClients(r), records(r), r.Server, r.Errors)
+		for _, c := range runColumns {
+			v, ok := c.val(r)
+			if !ok {
+				b.WriteString(" n/a |")
+				continue
+			}
+			fmt.Fprintf(b, " "+c.fmt+" |", v)
+		}
+		b.WriteString("\n")
+	}
+	if !hasBase {
+		return
+	}
+	for _, r := range g.results[1:] {
+		fmt.Fprintf(b, "| %s | %s | %s | **%s/%s** | |", r.Workload, connsClients(r), records(r), r.Server, Baseline)
+		for _, c := range runColumns {
+			v, ok1 := c.val(r)
+			w, ok2 := c.val(base)
+			if !ok1 || !ok2 {
+				b.WriteString(" n/a |")
+				continue
+			}
+			b.WriteString(" " + ratio(v, w) + " |")
+		}
+		b.WriteString("\n")
+	}
+}
+
+// ratio formats a/b, or "–" when b is zero.
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+func connsClients(r Result) string {
+	if r.Conns == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d/%d", r.Conns, r.Clients)
+}
+
+func records(r Result) string {
+	if r.Records == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d", r.Records)
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/strata-kv/strata/bench/internal/report"
+)
+
+// TestSmoke runs every step of the benchmark on tiny sizes against real etcd
+// (built from the tools module) and, when cmd/strata builds, against strata
+// and strata with --engine-wal. It asserts that every measurement completed
+// without errors and that the JSON, Markdown and plots were written; it
+// asserts nothing about timing.
+func TestSmoke(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the go command is needed to build etcd:", err)
+	}
+	o := smokeOptions()
+	o.out = t.TempDir()
+	o.workDir = t.TempDir()
+	o.quiet = true
+	if bin := os.Getenv("STRATA_BENCH_ETCD"); bin != "" {
+		o.etcdBin = bin
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rep, err := runSuite(ctx, o, "go test -run TestSmoke", zap.NewNop())
+	if err != nil {
+		t.Fatalf("smoke run: %v", err)
+	}
+
+	var servers []string
+	for _, s := range rep.Servers {
+		servers = append(servers, s.Name)
+	}
+	if !slices.Contains(servers, "etcd") {
+		t.Fatalf("servers %v: etcd missing", servers)
+	}
+	t.Logf("servers measured: %v; notes: %v", servers, rep.Notes)
+
+	// Every server has a result for every workload the smoke options ask
+	// for, and none of them failed a request.
+	want := map[string]bool{"put": true, "range-l": true, "range-s": true, "sweep-put": true, "restart": true}
+	for _, w := range o.ycsbWorkloads {
+		want["ycsb-"+w] = true
+	}
+	got := map[string]map[string]bool{} // server -> workload family
+	for _, r := range rep.Results {
+		fam := r.Workload
+		if strings.HasPrefix(fam, "ycsb-") {
+			fam = fam[:strings.LastIndexByte(fam, '-')]
+		}
+		if got[r.Server] == nil {
+			got[r.Server] = map[string]bool{}
+		}
+		got[r.Server][fam] = true
+		switch r.Phase {
+		case "run":
+			if r.Errors != 0 || r.Ops != r.Total {
+				t.Errorf("%s %s %d/%d: %d ops of %d, %d errors (%s)", r.Server, r.Workload, r.Conns, r.Clients, r.Ops, r.Total, r.Errors, r.FirstError)
+			}
+			if r.Latency.P50 <= 0 || r.Latency.Max < r.Latency.P99 || r.Latency.P99 < r.Latency.P50 {
+				t.Errorf("%s %s: implausible latency %+v", r.Server, r.Workload, r.Latency)
+			}
+			if r.DataDirBytes <= 0 {
+				t.Errorf("%s %s: data dir size %d", r.Server, r.Workload, r.DataDirBytes)
+			}
+		case "restart":
+			if r.RestartSeconds <= 0 {
+				t.Errorf("%s restart: %v s", r.Server, r.RestartSeconds)
+			}
+		}
+	}
+	for _, s := range servers {
+		for w := range want {
+			if !got[s][w] {
+				t.Errorf("server %s: no result for %s", s, w)
+			}
+		}
+	}
+
+	// The files are there and the JSON reads back.
+	back, err := report.ReadJSON(filepath.Join(o.out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Results) != len(rep.Results) {
+		t.Errorf("results.json holds %d results, run had %d", len(back.Results), len(rep.Results))
+	}
+	md, err := os.ReadFile(filepath.Join(o.out, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"## Workloads", "## Restart after kill -9", "| put | 1/1 |"} {
+		if !strings.Contains(string(md), s) {
+			t.Errorf("results.md lacks %q", s)
+		}
+	}
+	pngs, _ := filepath.Glob(filepath.Join(o.out, "*.png"))
+	var cdf, tput int
+	for _, p := range pngs {
+		switch {
+		case strings.HasPrefix(filepath.Base(p), "cdf-"):
+			cdf++
+		case strings.HasPrefix(filepath.Base(p), "tput-lat-"):
+			tput++
+		}
+	}
+	if cdf == 0 || tput == 0 {
+		t.Errorf("plots: %d CDF and %d throughput/latency PNGs, want some of each", cdf, tput)
+	}
+}
