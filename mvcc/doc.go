@@ -1,0 +1,88 @@
+// Package mvcc implements etcd's multi-version key space on an
+// engine.Engine: revisions, create/mod revisions, versions, leases, Range at
+// old revisions, transactions, and revision compaction, with etcd's exact
+// semantics.
+//
+// # Revisions
+//
+// The store's revision starts at 1. Every write request (a Put, a
+// DeleteRange that deletes something, a Txn whose executed branch writes)
+// takes the next main revision; its operations take sub-revisions 0, 1, 2...
+// A key's create_revision is the main revision of the Put that created it
+// (after its last deletion), its mod_revision the main revision of its last
+// change, and its version counts Puts since creation (a deletion resets it).
+//
+// # Using the store
+//
+// The applier opens a WriteBatch with Store.Write, applies requests to it in
+// log order, and commits it with the raft index of the last entry; the
+// batch is one engine batch, so the engine's applied index and the state
+// never disagree. Readers call Range (or ReadTxn) from any goroutine; each
+// reads a consistent engine snapshot.
+//
+// # Layout in the engine
+//
+// Five key spaces, all under the prefix "m" (engine/pebble reserves keys
+// starting 0x00 0x00 for itself; other packages must keep off "m"):
+//
+//	mc<key>                              current version of every live key -> KeyValue
+//	mh<esc(key)>\x00\x01<^main><^sub>    every version still kept           -> KeyValue
+//	mr<main><sub>                        revision index                     -> flag, key
+//	ml<lease><key>                       keys attached to a lease           -> (empty)
+//	mm<name>                             store state: "state" (revision and compact
+//	                                     revision), "compact" (physical compaction job)
+//	mu<name>                             the applier's SetMeta values
+//
+// Numbers are 8-byte big-endian. esc(key) replaces each 0x00 byte with
+// 0x00 0xff, and \x00\x01 ends the key, so history entries sort by key as
+// raw keys do and no key's entries interleave with another's. ^main and ^sub
+// are bitwise complements: a key's newest version sorts first, so one SeekGE
+// to mh<esc(key)>\x00\x01<^rev><0...> lands on the newest version at or
+// below rev. A deletion is stored in history as a KeyValue holding only the
+// key (mod_revision 0), as etcd stores its tombstones; the revision index
+// flags it with 1 (a put is 0).
+//
+// What each operation reads:
+//   - Range at the current revision: a scan of mc (values inline).
+//   - Range at an older revision R: per key in mh, one SeekGE to R and one
+//     SeekGE to the next key.
+//   - Watch from revision R (later): a scan of mr from R, then one Get in mh
+//     per event (the index holds key pointers, not values).
+//   - Open: two Gets (mm"state", mm"compact"); nothing scales with the number
+//     of keys, unlike etcd's rebuild of its in-memory index.
+//
+// # Worked example
+//
+// Starting from an empty store (revision 1):
+//
+//	rev 2  Put foo=a           mc"foo" = {foo a create 2 mod 2 ver 1}
+//	                           mh"foo"@2.0 = same; mr 2.0 = put foo
+//	rev 3  Txn: Put foo=b,     mc"foo" = {foo b create 2 mod 3 ver 2}; mh"foo"@3.0; mr 3.0
+//	            Put bar=x      mc"bar" = {bar x create 3 mod 3 ver 1}; mh"bar"@3.1; mr 3.1
+//	rev 4  Delete foo          mc"foo" removed; mh"foo"@4.0 = tombstone; mr 4.0 = tomb foo
+//	rev 5  Put foo=c           mc"foo" = {foo c create 5 mod 5 ver 1} (a new life)
+//
+// History of foo, as stored (newest first): 5.0 c, 4.0 tombstone, 3.0 b, 2.0 a.
+// Range foo at rev 3 seeks to ^3 and finds 3.0 (b); at rev 4 finds the
+// tombstone (no key); at rev 1 finds nothing.
+//
+// Compact(4) makes reads below revision 4 fail with ErrCompacted at once
+// and records a job; the background compactor then visits mr entries up to
+// revision 4 and, for each key named there, keeps its newest version at or
+// below 4 unless that is a tombstone, and drops everything older:
+//
+//	foo: newest <= 4 is the tombstone 4.0 -> drop 4.0, 3.0, 2.0 (and mr 4.0, 3.0, 2.0); keep 5.0
+//	bar: newest <= 4 is 3.1 (live)        -> keep 3.1
+//
+// # Revision compaction
+//
+// Compact is a replicated request: the batch records the new compact
+// revision (reads below it fail from the next request on) and a job
+// (target, progress). Physical removal runs after Commit in the Start
+// goroutine, CompactChunk revision-index entries per engine batch, each
+// batch recording its progress, so it resumes after a restart. It holds the
+// write lock only per chunk. HashKV never counts versions that compaction
+// has yet to remove, so it does not depend on whether removal has run.
+//
+// Concurrency: see Store and WriteBatch.
+package mvcc

@@ -1,0 +1,269 @@
+package mvcc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-kv/strata/engine"
+)
+
+// view reads the store as of one revision: a snapshot for Range, the
+// apply batch (with its own writes) inside WriteBatch.
+type view struct {
+	r          engine.Reader
+	rev        int64 // the current revision this view sees
+	compactRev int64
+}
+
+func decodeKV(b []byte) (*mvccpb.KeyValue, error) {
+	kv := &mvccpb.KeyValue{}
+	if err := proto.Unmarshal(b, kv); err != nil {
+		return nil, fmt.Errorf("%w: key value: %v", errCorrupt, err)
+	}
+	return kv, nil
+}
+
+// get returns the current version of key, or nil if it does not exist.
+func (v view) get(key []byte) (*mvccpb.KeyValue, error) {
+	b, err := v.r.Get(currentKey(key))
+	if errors.Is(err, engine.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read key %q: %w", key, err)
+	}
+	return decodeKV(b)
+}
+
+// gteRange turns etcd's "\x00" range end (every key >= key) into an empty,
+// non-nil end, as etcd's mkGteRange does. nil still means the single key.
+func gteRange(end []byte) []byte {
+	if len(end) == 1 && end[0] == 0 {
+		return []byte{}
+	}
+	return end
+}
+
+// rangeKeys returns up to limit (0: all) keys of [key, end) at revision
+// atRev (<= 0: the view's revision) and the count of all keys there. end is
+// nil for the single key, empty for every key >= key.
+func (v view) rangeKeys(key, end []byte, atRev, limit int64, countOnly bool) ([]*mvccpb.KeyValue, int64, error) {
+	if atRev > v.rev {
+		return nil, 0, ErrFutureRev
+	}
+	if atRev <= 0 {
+		atRev = v.rev
+	}
+	if atRev < v.compactRev {
+		return nil, 0, ErrCompacted
+	}
+	if len(end) > 0 && bytes.Compare(end, key) <= 0 {
+		return nil, 0, nil
+	}
+	if end == nil {
+		kv, err := v.getAt(key, atRev)
+		if err != nil || kv == nil {
+			return nil, 0, err
+		}
+		if countOnly {
+			return nil, 1, nil
+		}
+		return []*mvccpb.KeyValue{kv}, 1, nil
+	}
+	if atRev == v.rev {
+		return v.rangeCurrent(key, end, limit, countOnly)
+	}
+	return v.rangeHistory(key, end, atRev, limit, countOnly)
+}
+
+// getAt returns key's version at rev, or nil.
+func (v view) getAt(key []byte, rev int64) (*mvccpb.KeyValue, error) {
+	if rev == v.rev {
+		return v.get(key)
+	}
+	it := v.r.NewIter(historySeek(key, rev), historyKeyEnd(key))
+	var kv *mvccpb.KeyValue
+	var err error
+	if it.First() {
+		kv, err = decodeKV(it.Value())
+		if err == nil && kv.ModRevision == 0 {
+			kv = nil // tombstone
+		}
+	}
+	if cerr := it.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("read key %q at %d: %w", key, rev, cerr)
+	}
+	return kv, err
+}
+
+func (v view) rangeCurrent(key, end []byte, limit int64, countOnly bool) ([]*mvccpb.KeyValue, int64, error) {
+	upper := prefixEnd(prefixCurrent)
+	if len(end) > 0 {
+		upper = currentKey(end)
+	}
+	it := v.r.NewIter(currentKey(key), upper)
+	var kvs []*mvccpb.KeyValue
+	var count int64
+	for ok := it.First(); ok; ok = it.Next() {
+		count++
+		if countOnly || (limit > 0 && int64(len(kvs)) >= limit) {
+			continue
+		}
+		kv, err := decodeKV(it.Value())
+		if err != nil {
+			_ = it.Close()
+			return nil, 0, err
+		}
+		kvs = append(kvs, kv)
+	}
+	if err := it.Close(); err != nil {
+		return nil, 0, fmt.Errorf("range [%q, %q): %w", key, end, err)
+	}
+	return kvs, count, nil
+}
+
+func (v view) rangeHistory(key, end []byte, rev, limit int64, countOnly bool) ([]*mvccpb.KeyValue, int64, error) {
+	upper := prefixEnd(prefixHistory)
+	if len(end) > 0 {
+		upper = historyPrefix(end)
+	}
+	it := v.r.NewIter(historyPrefix(key), upper)
+	var kvs []*mvccpb.KeyValue
+	var count int64
+	var err error
+	for ok := it.First(); ok; {
+		var k []byte
+		if k, _, _, err = parseHistoryKey(it.Key()); err != nil {
+			break
+		}
+		if it.SeekGE(historySeek(k, rev)) && bytes.HasPrefix(it.Key(), historyPrefix(k)) {
+			var kv *mvccpb.KeyValue
+			if kv, err = decodeKV(it.Value()); err != nil {
+				break
+			}
+			if kv.ModRevision != 0 {
+				count++
+				if !countOnly && (limit <= 0 || int64(len(kvs)) < limit) {
+					kvs = append(kvs, kv)
+				}
+			}
+		}
+		ok = it.SeekGE(historyKeyEnd(k))
+	}
+	if cerr := it.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("range [%q, %q) at %d: %w", key, end, rev, cerr)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return kvs, count, nil
+}
+
+// checkRange is etcd's pre-check of a Range inside a Txn: a bad revision
+// fails the whole Txn before anything is written.
+func (v view) checkRange(r *pb.RangeRequest) error {
+	switch {
+	case r.Revision == 0:
+		return nil
+	case r.Revision > v.rev:
+		return ErrFutureRev
+	case r.Revision < v.compactRev:
+		return ErrCompacted
+	}
+	return nil
+}
+
+// executeRange answers a RangeRequest the way etcd does: sorting and the
+// revision filters apply to the whole range, before the limit; count is the
+// number of keys in the range at the revision, before filters and limit.
+func (v view) executeRange(r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	limit := r.Limit
+	if !isDefaultOrdering(r.SortTarget, r.SortOrder) || hasRevisionFilters(r) {
+		limit = 0
+	}
+	if limit > 0 && limit < math.MaxInt64 {
+		limit++ // one more than asked tells whether there is more
+	}
+	kvs, count, err := v.rangeKeys(r.Key, gteRange(r.RangeEnd), r.Revision, limit, r.CountOnly)
+	if err != nil {
+		return nil, err
+	}
+	kvs = filterKVs(kvs, r)
+	sortKVs(kvs, r)
+	resp := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: v.rev}, Count: count}
+	if r.Limit > 0 && int64(len(kvs)) > r.Limit {
+		kvs = kvs[:r.Limit]
+		resp.More = true
+	}
+	if r.KeysOnly {
+		for _, kv := range kvs {
+			kv.Value = nil
+		}
+	}
+	resp.Kvs = kvs
+	return resp, nil
+}
+
+func isDefaultOrdering(target pb.RangeRequest_SortTarget, order pb.RangeRequest_SortOrder) bool {
+	return order == pb.RangeRequest_NONE || (target == pb.RangeRequest_KEY && order == pb.RangeRequest_ASCEND)
+}
+
+func hasRevisionFilters(r *pb.RangeRequest) bool {
+	return r.MinModRevision != 0 || r.MaxModRevision != 0 || r.MinCreateRevision != 0 || r.MaxCreateRevision != 0
+}
+
+func filterKVs(kvs []*mvccpb.KeyValue, r *pb.RangeRequest) []*mvccpb.KeyValue {
+	if !hasRevisionFilters(r) {
+		return kvs
+	}
+	out := kvs[:0]
+	for _, kv := range kvs {
+		switch {
+		case r.MaxModRevision != 0 && kv.ModRevision > r.MaxModRevision:
+		case r.MinModRevision != 0 && kv.ModRevision < r.MinModRevision:
+		case r.MaxCreateRevision != 0 && kv.CreateRevision > r.MaxCreateRevision:
+		case r.MinCreateRevision != 0 && kv.CreateRevision < r.MinCreateRevision:
+		default:
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// sortKVs sorts as etcd does: a sort target with order NONE means ascending;
+// the sort is not stable, as in etcd, but keys are distinct and arrive in
+// key order, and ties keep key order here because sort.Stable is used.
+func sortKVs(kvs []*mvccpb.KeyValue, r *pb.RangeRequest) {
+	order := r.SortOrder
+	if r.SortTarget != pb.RangeRequest_KEY && order == pb.RangeRequest_NONE {
+		order = pb.RangeRequest_ASCEND
+	}
+	if isDefaultOrdering(r.SortTarget, order) {
+		return
+	}
+	var less func(a, b *mvccpb.KeyValue) bool
+	switch r.SortTarget {
+	case pb.RangeRequest_VERSION:
+		less = func(a, b *mvccpb.KeyValue) bool { return a.Version < b.Version }
+	case pb.RangeRequest_CREATE:
+		less = func(a, b *mvccpb.KeyValue) bool { return a.CreateRevision < b.CreateRevision }
+	case pb.RangeRequest_MOD:
+		less = func(a, b *mvccpb.KeyValue) bool { return a.ModRevision < b.ModRevision }
+	case pb.RangeRequest_VALUE:
+		less = func(a, b *mvccpb.KeyValue) bool { return bytes.Compare(a.Value, b.Value) < 0 }
+	default:
+		less = func(a, b *mvccpb.KeyValue) bool { return bytes.Compare(a.Key, b.Key) < 0 }
+	}
+	if order == pb.RangeRequest_DESCEND {
+		sort.SliceStable(kvs, func(i, j int) bool { return less(kvs[j], kvs[i]) })
+		return
+	}
+	sort.SliceStable(kvs, func(i, j int) bool { return less(kvs[i], kvs[j]) })
+}

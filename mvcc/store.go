@@ -1,0 +1,284 @@
+package mvcc
+
+import (
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"sync"
+	"sync/atomic"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.uber.org/zap"
+
+	"github.com/strata-kv/strata/engine"
+)
+
+// Errors with etcd's meanings; the server maps them to rpctypes codes.
+var (
+	// ErrCompacted: the requested revision is below the compact revision.
+	ErrCompacted = errors.New("mvcc: required revision has been compacted")
+	// ErrFutureRev: the requested revision is above the current revision.
+	ErrFutureRev = errors.New("mvcc: required revision is a future revision")
+	// ErrLeaseNotFound: a Put names a lease that does not exist.
+	ErrLeaseNotFound = errors.New("lease not found")
+	// ErrKeyNotFound: a Put with ignore_value or ignore_lease names a key
+	// that does not exist (etcd's "etcdserver: key not found").
+	ErrKeyNotFound = errors.New("etcdserver: key not found")
+)
+
+// Options configure a Store.
+type Options struct {
+	// LeaseExists reports whether a lease exists. nil: no lease exists, so a
+	// Put with a lease fails with ErrLeaseNotFound.
+	LeaseExists func(id int64) bool
+	// Logger; nil means zap.NewNop().
+	Logger *zap.Logger
+	// CompactChunk is how many revision-index entries one step of physical
+	// revision compaction visits (one engine batch, holding the write lock).
+	// 0 means 1000.
+	CompactChunk int
+}
+
+// Store is etcd's MVCC key space on an engine.Engine.
+//
+// Concurrency: Write and the WriteBatch it returns are used by one goroutine
+// (the applier). Range, Rev, CompactRev, Meta, HashKV and LeaseKeys are safe
+// from any goroutine. Start runs one background goroutine (physical revision
+// compaction) until Close.
+//
+// Lock order: wmu, then mu.
+type Store struct {
+	e    engine.Engine
+	opts Options
+	lg   *zap.Logger
+
+	// wmu is held by an open WriteBatch from Write to Commit/Abort, and by
+	// each step of physical compaction, so that the two never commit engine
+	// batches concurrently (the applied index must not go backwards).
+	wmu sync.Mutex
+
+	rev        atomic.Int64 // committed current revision
+	compactRev atomic.Int64 // committed compact revision (-1: none)
+
+	mu struct {
+		sync.Mutex
+		job     compactJob      // physical compaction progress (guarded by mu; written under wmu too)
+		waiters []compactWaiter // closed when job reaches their target
+	}
+	kick    chan struct{} // wakes the compaction goroutine
+	stop    chan struct{}
+	stopped chan struct{}
+	started bool
+}
+
+type compactWaiter struct {
+	rev  int64
+	done chan struct{}
+}
+
+// Open opens the store on e. It reads a fixed handful of engine keys and
+// never scans the key space. A pending physical compaction resumes after
+// Start.
+func Open(e engine.Engine, opts Options) (*Store, error) {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.CompactChunk <= 0 {
+		opts.CompactChunk = 1000
+	}
+	s := &Store{e: e, opts: opts, lg: opts.Logger, kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	st := state{rev: 1, compactRev: -1}
+	b, err := e.Get(metaState)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("open mvcc store: %w", err)
+	default:
+		if st, err = decodeState(b); err != nil {
+			return nil, fmt.Errorf("open mvcc store: %w", err)
+		}
+	}
+	s.rev.Store(st.rev)
+	s.compactRev.Store(st.compactRev)
+	b, err = e.Get(metaCompact)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("open mvcc store: %w", err)
+	default:
+		if s.mu.job, err = decodeCompactJob(b); err != nil {
+			return nil, fmt.Errorf("open mvcc store: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Rev returns the current revision of committed state (1 for an empty store,
+// as in etcd).
+func (s *Store) Rev() int64 { return s.rev.Load() }
+
+// CompactRev returns the compact revision, -1 before any compaction.
+func (s *Store) CompactRev() int64 { return s.compactRev.Load() }
+
+// AppliedIndex returns the raft index of the last committed apply batch.
+func (s *Store) AppliedIndex() uint64 { return s.e.AppliedIndex() }
+
+// snapshotView opens a snapshot and the revision state it holds.
+func (s *Store) snapshotView() (view, engine.Snapshot, error) {
+	snap := s.e.NewSnapshot()
+	st := state{rev: 1, compactRev: -1}
+	b, err := snap.Get(metaState)
+	if err == nil {
+		st, err = decodeState(b)
+	} else if errors.Is(err, engine.ErrNotFound) {
+		err = nil
+	}
+	if err != nil {
+		_ = snap.Close()
+		return view{}, nil, fmt.Errorf("read revision state: %w", err)
+	}
+	return view{r: snap, rev: st.rev, compactRev: st.compactRev}, snap, nil
+}
+
+// Range reads from a consistent engine snapshot; safe from any goroutine
+// concurrently with writes. resp.Header.Revision is the current revision.
+func (s *Store) Range(r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	v, snap, err := s.snapshotView()
+	if err != nil {
+		return nil, err
+	}
+	defer snap.Close()
+	return v.executeRange(r)
+}
+
+// Meta returns the value SetMeta stored under name, or nil if none.
+func (s *Store) Meta(name string) ([]byte, error) {
+	b, err := s.e.Get([]byte(prefixUser + name))
+	if errors.Is(err, engine.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read meta %q: %w", name, err)
+	}
+	return b, nil
+}
+
+// LeaseKeys returns the keys currently attached to lease id, in key order.
+func (s *Store) LeaseKeys(id int64) ([][]byte, error) {
+	return leaseKeys(s.e, id)
+}
+
+func leaseKeys(r engine.Reader, id int64) ([][]byte, error) {
+	p := leasePrefix(id)
+	upper := prefixEnd(prefixLease)
+	if id != -1 { // -1 is the largest id as unsigned bytes
+		upper = leasePrefix(id + 1)
+	}
+	it := r.NewIter(p, upper)
+	var keys [][]byte
+	for ok := it.First(); ok; ok = it.Next() {
+		keys = append(keys, append([]byte(nil), it.Key()[len(p):]...))
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("keys of lease %x: %w", id, err)
+	}
+	return keys, nil
+}
+
+// HashKV returns etcd's hash of the key space at rev (0: current): a
+// CRC-32C over every version with revision <= rev, where a version at or
+// below the compact revision counts only if it is the latest version of its
+// key there and not a deletion. The bytes hashed are etcd's (its revision
+// keys and marshalled KeyValues), and versions that physical compaction may
+// or may not have removed yet never count, so members agree whether or not
+// their compaction has run.
+func (s *Store) HashKV(rev int64) (hash uint32, hashRev int64, compactRev int64, err error) {
+	v, snap, err := s.snapshotView()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer snap.Close()
+	compactRev = v.compactRev
+	if rev <= 0 {
+		rev = v.rev
+	}
+	if rev > v.rev {
+		return 0, 0, compactRev, ErrFutureRev
+	}
+	if rev < compactRev {
+		return 0, 0, compactRev, ErrCompacted
+	}
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	h.Write([]byte("key")) // etcd's bucket name starts its hash
+	it := snap.NewIter([]byte(prefixRev), revKey(rev+1, 0))
+	defer func() {
+		if cerr := it.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("hash kv: %w", cerr)
+		}
+	}()
+	var rk [18]byte
+	for ok := it.First(); ok; ok = it.Next() {
+		main, sub, perr := parseRevKey(it.Key())
+		if perr != nil {
+			return 0, 0, 0, perr
+		}
+		tomb, key, perr := parseRevValue(it.Value())
+		if perr != nil {
+			return 0, 0, 0, perr
+		}
+		if main <= compactRev {
+			if tomb {
+				continue
+			}
+			latest, err := latestAt(snap, key, compactRev)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			if latest != [2]int64{main, sub} {
+				continue
+			}
+		}
+		val, gerr := snap.Get(historyKey(key, main, sub))
+		if gerr != nil {
+			return 0, 0, 0, fmt.Errorf("hash kv: history of %q at %d.%d: %w", key, main, sub, gerr)
+		}
+		b := etcdRevBytes(rk[:0], main, sub, tomb)
+		h.Write(b)
+		h.Write(val)
+	}
+	return h.Sum32(), rev, compactRev, nil
+}
+
+// etcdRevBytes is etcd's bucket key for a revision: 8-byte main, '_', 8-byte
+// sub, and a 't' for a tombstone.
+func etcdRevBytes(dst []byte, main, sub int64, tomb bool) []byte {
+	dst = appendUint64(dst, uint64(main))
+	dst = append(dst, '_')
+	dst = appendUint64(dst, uint64(sub))
+	if tomb {
+		dst = append(dst, 't')
+	}
+	return dst
+}
+
+func appendUint64(b []byte, v uint64) []byte {
+	return append(b, byte(v>>56), byte(v>>48), byte(v>>40), byte(v>>32), byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
+}
+
+// latestAt returns the (main, sub) of key's newest version at or below rev,
+// or {0, 0} if none.
+func latestAt(r engine.Reader, key []byte, rev int64) ([2]int64, error) {
+	it := r.NewIter(historySeek(key, rev), historyKeyEnd(key))
+	var out [2]int64
+	var err error
+	if it.First() {
+		var main, sub int64
+		if _, main, sub, err = parseHistoryKey(it.Key()); err == nil {
+			out = [2]int64{main, sub}
+		}
+	}
+	if cerr := it.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("history of %q: %w", key, cerr)
+	}
+	return out, err
+}
