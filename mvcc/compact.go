@@ -17,6 +17,8 @@ func (s *Store) Start() {
 		return
 	}
 	s.started = true
+	s.stop = make(chan struct{})
+	s.stopped = make(chan struct{})
 	go s.compactLoop()
 	s.wakeCompactor()
 }
@@ -143,6 +145,18 @@ func (s *Store) compactStep() (more bool, err error) {
 	s.mu.Unlock()
 	s.notifyCompacted(job)
 	return job.pending(), nil
+}
+
+// compactDone returns a channel closed once physical compaction has
+// covered rev.
+func (s *Store) compactDone(rev int64) <-chan struct{} {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.mu.waiters = append(s.mu.waiters, compactWaiter{rev: rev, done: ch})
+	job := s.mu.job
+	s.mu.Unlock()
+	s.notifyCompacted(job)
+	return ch
 }
 
 // notifyCompacted closes the channels of compactions that job has covered.

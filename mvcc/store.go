@@ -66,9 +66,9 @@ type Store struct {
 		waiters []compactWaiter // closed when job reaches their target
 	}
 	kick    chan struct{} // wakes the compaction goroutine
-	stop    chan struct{}
-	stopped chan struct{}
-	started bool
+	stop    chan struct{} // closed by Close; made by Start
+	stopped chan struct{} // closed when the goroutine exits
+	started bool          // Start and Close are called from one goroutine
 }
 
 type compactWaiter struct {
@@ -86,7 +86,7 @@ func Open(e engine.Engine, opts Options) (*Store, error) {
 	if opts.CompactChunk <= 0 {
 		opts.CompactChunk = 1000
 	}
-	s := &Store{e: e, opts: opts, lg: opts.Logger, kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	s := &Store{e: e, opts: opts, lg: opts.Logger, kick: make(chan struct{}, 1)}
 	st := state{rev: 1, compactRev: -1}
 	b, err := e.Get(metaState)
 	switch {
