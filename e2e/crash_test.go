@@ -96,8 +96,9 @@ func writeUntil(cli *clientv3.Client, h *history, writers int, tag string, stop 
 // verify checks, on a server that has just restarted, that:
 //  1. no two acknowledged puts share a revision;
 //  2. the current revision is at least every revision observed before;
-//  3. every acknowledged put not yet checked (and a sample of older ones)
-//     reads back at its revision with its value and mod_revision;
+//  3. every acknowledged put not yet checked (and a sample of older ones;
+//     all of them if rng is nil) reads back at its revision with its value
+//     and mod_revision;
 //  4. the latest state of each key is its latest acknowledged put, or a
 //     later write (unacknowledged writes may have landed).
 func verify(t *testing.T, cli *clientv3.Client, h *history, rng *rand.Rand) {
@@ -119,7 +120,7 @@ func verify(t *testing.T, cli *clientv3.Client, h *history, rng *rand.Rand) {
 		}
 	}
 
-	cur, err := cli.Get(ctx, "crash/", clientv3.WithPrefix())
+	cur, err := cli.Get(ctx, "\x00", clientv3.WithFromKey())
 	if err != nil {
 		t.Fatalf("range after restart: %v", err)
 	}
@@ -146,8 +147,12 @@ func verify(t *testing.T, cli *clientv3.Client, h *history, rng *rand.Rand) {
 	}
 
 	todo := append([]ack(nil), h.acks[h.checked:]...)
-	for range min(200, h.checked) {
-		todo = append(todo, h.acks[rng.IntN(h.checked)])
+	if rng == nil {
+		todo = h.acks
+	} else {
+		for range min(200, h.checked) {
+			todo = append(todo, h.acks[rng.IntN(h.checked)])
+		}
 	}
 	var (
 		wg     sync.WaitGroup
@@ -194,6 +199,19 @@ func verify(t *testing.T, cli *clientv3.Client, h *history, rng *rand.Rand) {
 		t.Error(e)
 	}
 	h.checked = len(h.acks)
+}
+
+// ctxPut puts k=v, failing the test if it is not acknowledged, and records
+// the acknowledgement in h.
+func ctxPut(t *testing.T, cli *clientv3.Client, k, v string, h *history) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cli.Put(ctx, k, v)
+	if err != nil {
+		t.Fatalf("put %s: %v", k, err)
+	}
+	h.record(ack{key: k, value: v, rev: resp.Header.Revision})
 }
 
 // TestCrashKill kill -9s the server at random moments under concurrent
