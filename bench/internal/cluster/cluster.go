@@ -192,7 +192,7 @@ func (c *Cluster) args(m *member) []string {
 		// changes durability.
 		a = append(a, "--log-level=warn", "--quota-backend-bytes=8589934592")
 	case KindStrata:
-		a = append(a, "--log-dir="+m.logDir)
+		a = append(a, "--log-level=warn", "--log-dir="+m.logDir)
 	}
 	return append(a, c.spec.ExtraArgs...)
 }
