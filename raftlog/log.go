@@ -50,6 +50,9 @@ type Options struct {
 	SegmentSize int64
 	// Logger receives recovery warnings; nil means zap.NewNop().
 	Logger *zap.Logger
+
+	// tailBudget overrides the in-memory tail budget (tests).
+	tailBudget int
 }
 
 // Stats are counters for metrics.
@@ -86,6 +89,7 @@ type Log struct {
 	fs      vfs.FS
 	dir     string
 	segSize int64
+	budget  int // in-memory tail budget
 	logger  *zap.Logger
 
 	// w is owned by the writer goroutine. The writer may read mem without
@@ -120,7 +124,10 @@ func Open(opts Options) (*Log, error) {
 	if len(opts.Dirs) != 1 {
 		return nil, fmt.Errorf("raftlog: %d log directories given; exactly one is supported", len(opts.Dirs))
 	}
-	l := &Log{fs: opts.FS, dir: opts.Dirs[0], segSize: opts.SegmentSize, logger: opts.Logger}
+	l := &Log{fs: opts.FS, dir: opts.Dirs[0], segSize: opts.SegmentSize, logger: opts.Logger, budget: opts.tailBudget}
+	if l.budget == 0 {
+		l.budget = tailBudget
+	}
 	if l.segSize == 0 {
 		l.segSize = DefaultSegmentSize
 	}
@@ -152,6 +159,7 @@ func (l *Log) recover() error {
 		}
 	}
 	m := newMemState()
+	m.budget = l.budget
 	l.mu.mem = m
 	if len(names) == 0 {
 		return l.startSegment(1, 1, logState{cs: m.cs})

@@ -27,7 +27,7 @@ type entryPos struct {
 // Invariants (after Open; replay may hold a gap until its final check):
 //  1. pos[k] is the position of entry first+k; first == snapIndex+1.
 //  2. tail holds entries last()-len(tail)+1 .. last(), consecutive.
-//  3. tailBytes is the accounted size of tail and stays <= tailBudget,
+//  3. tailBytes is the accounted size of tail and stays <= budget,
 //     except that the newest batch is always kept whole.
 type memState struct {
 	snapIndex, snapTerm uint64
@@ -38,10 +38,11 @@ type memState struct {
 	pos       []entryPos
 	tail      []*raftpb.Entry
 	tailBytes int
+	budget    int // tailBudget; tests lower it
 }
 
 func newMemState() *memState {
-	return &memState{first: 1, cs: &raftpb.ConfState{}}
+	return &memState{first: 1, cs: &raftpb.ConfState{}, budget: tailBudget}
 }
 
 // last is the index of the last entry (snapIndex if there is none).
@@ -90,7 +91,7 @@ func (m *memState) appendEntries(entries []*raftpb.Entry, seg *segment, off int6
 // budget, keeping at least keep entries.
 func (m *memState) evictTail(keep int) {
 	n := 0
-	for m.tailBytes > tailBudget && len(m.tail)-n > keep {
+	for m.tailBytes > m.budget && len(m.tail)-n > keep {
 		m.tailBytes -= entryCost(m.tail[n])
 		n++
 	}

@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -324,11 +325,15 @@ func scanSegment(f vfs.File, name string, last bool, visit frameVisitor) (scanRe
 func scanRest(f vfs.File, salt uint64, from, size int64) (validAt, dirtyEnd int64, err error) {
 	validAt, dirtyEnd = -1, from
 	buf := make([]byte, scanChunk)
+	zeros := make([]byte, scanChunk)
 	var h [frameHeaderSize]byte
 	for base := from; base < size; base += scanChunk {
 		n := int(min(scanChunk, size-base))
 		if _, err := f.ReadAt(buf[:n], base); err != nil && !errors.Is(err, io.EOF) {
 			return -1, 0, err
+		}
+		if bytes.Equal(buf[:n], zeros[:n]) {
+			continue // the common case: preallocated space never written
 		}
 		for i := 0; i < n; i += 8 {
 			var w uint64
