@@ -19,7 +19,8 @@ import (
 type segment struct {
 	path        string
 	first, last uint64
-	bytes       int64 // bytes of records; 0 if inspect did not say
+	bytes       int64  // bytes of records; 0 if inspect did not say
+	tornTail    string // inspect's description of a torn tail, if any
 }
 
 // inspectLog runs `strata inspect log --data-dir dir --json` and returns
@@ -102,10 +103,11 @@ func parseSegments(out []byte, dataDir string) ([]segment, error) {
 			return nil, fmt.Errorf("the file of segment %v: %w", obj, err)
 		}
 		segs = append(segs, segment{
-			path:  path,
-			first: uint64(num("firstindex", "first")),
-			last:  uint64(num("lastindex", "last")),
-			bytes: int64(num("bytes", "size")),
+			path:     path,
+			first:    uint64(num("firstindex", "first")),
+			last:     uint64(num("lastindex", "last")),
+			bytes:    int64(num("bytes", "size")),
+			tornTail: str("torntail"),
 		})
 	}
 	if len(segs) == 0 {
@@ -165,6 +167,11 @@ func TestLogTornTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("wrote %d garbage bytes at %s offset %d", len(garbage), last.path, end)
+
+	damaged := inspectLog(t, p.DataDir())
+	if tail := damaged[len(damaged)-1]; tail.tornTail == "" {
+		t.Errorf("strata inspect log does not report the torn tail of %s", tail.path)
+	}
 
 	p.Restart()
 	out := p.CurrentOutput()
