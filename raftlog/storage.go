@@ -81,10 +81,13 @@ func (l *Log) Snapshot() (*raftpb.Snapshot, error) {
 	}}, nil
 }
 
-// frameRef is a batch frame that holds entries a read needs.
+// frameRef is a batch frame and the entries [from, to) a read takes from
+// it. A frame may hold more entries than that: later ones may have been
+// replaced by a conflicting append, which the position index knows.
 type frameRef struct {
-	seg *segment
-	off int64
+	seg      *segment
+	off      int64
+	from, to uint64
 }
 
 // Entries returns the entries in [lo, hi), limited to maxSize bytes (as
@@ -119,8 +122,9 @@ func (l *Log) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 		p := m.pos[i-m.first]
 		if n := len(frames); n == 0 || frames[n-1].seg != p.seg || frames[n-1].off != p.off {
 			p.seg.acquire()
-			frames = append(frames, frameRef{seg: p.seg, off: p.off})
+			frames = append(frames, frameRef{seg: p.seg, off: p.off, from: i})
 		}
+		frames[len(frames)-1].to = i + 1
 	}
 	var mem []*raftpb.Entry
 	if hi > tf {
@@ -153,7 +157,7 @@ func (l *Log) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 			return nil, err
 		}
 		for _, e := range entries {
-			if e.GetIndex() != next || next >= min(hi, tf) {
+			if e.GetIndex() != next || next >= f.to {
 				continue
 			}
 			if !add(e) {

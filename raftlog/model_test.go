@@ -1,0 +1,214 @@
+package raftlog
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// model is the log as a plain slice: what every read must return.
+type model struct {
+	snapIndex, snapTerm uint64
+	entries             []*raftpb.Entry // snapIndex+1 ..
+	hs                  hardState
+}
+
+func (m model) clone() model {
+	m.entries = append([]*raftpb.Entry(nil), m.entries...)
+	return m
+}
+
+func (m model) last() uint64 { return m.snapIndex + uint64(len(m.entries)) }
+
+func (m model) term(i uint64) uint64 {
+	if i == m.snapIndex {
+		return m.snapTerm
+	}
+	return m.entries[i-m.snapIndex-1].GetTerm()
+}
+
+// modelOp is one random operation, applicable to the model and the log.
+type modelOp struct {
+	kind     string // "append", "compact", "snapshot", "reopen"
+	entries  []*raftpb.Entry
+	hs       *raftpb.HardState
+	index    uint64
+	snapTerm uint64
+}
+
+func (o modelOp) String() string {
+	switch o.kind {
+	case "append":
+		if len(o.entries) == 0 {
+			return fmt.Sprintf("append hs %v", hardStateOf(o.hs))
+		}
+		return fmt.Sprintf("append %d..%d hs %v", o.entries[0].GetIndex(), o.entries[len(o.entries)-1].GetIndex(), hardStateOf(o.hs))
+	case "reopen":
+		return "reopen"
+	}
+	return fmt.Sprintf("%s %d", o.kind, o.index)
+}
+
+// randomOp draws an operation valid for m: appends with conflicts and
+// entries below the snapshot point, HardState-only appends, log compactions
+// up to the commit index, rare snapshot installs and reopens.
+func randomOp(rng *rand.Rand, m model, term *uint64) modelOp {
+	switch r := rng.IntN(100); {
+	case r < 8 && m.hs.commit > m.snapIndex:
+		return modelOp{kind: "compact", index: m.snapIndex + 1 + rng.Uint64N(m.hs.commit-m.snapIndex)}
+	case r < 10:
+		*term += 1
+		return modelOp{kind: "snapshot", index: m.last() + 1 + rng.Uint64N(20), snapTerm: *term}
+	case r < 14:
+		return modelOp{kind: "reopen"}
+	}
+	if rng.IntN(10) == 0 {
+		*term += 1
+	}
+	// As raft does: a conflict replaces only uncommitted entries; a batch
+	// that starts at or below the commit index repeats the entries the log
+	// has (those at or below the snapshot point are ignored by the log).
+	first := m.last() + 1
+	switch r := rng.IntN(6); {
+	case r < 2 && m.hs.commit < m.last():
+		first = m.hs.commit + 1 + rng.Uint64N(m.last()-m.hs.commit)
+	case r == 2 && m.snapIndex >= 3:
+		first = m.snapIndex - 2
+	}
+	n := rng.IntN(12)
+	if first <= m.hs.commit {
+		n += int(m.last() + 1 - first)
+	}
+	var es []*raftpb.Entry
+	for i := 0; i < n; i++ {
+		idx := first + uint64(i)
+		if idx > m.snapIndex && idx <= m.last() && idx <= m.hs.commit {
+			es = append(es, m.entries[idx-m.snapIndex-1])
+			continue
+		}
+		data := make([]byte, rng.IntN(300))
+		for j := range data {
+			data[j] = byte(rng.Uint32())
+		}
+		es = append(es, &raftpb.Entry{Index: proto.Uint64(idx), Term: proto.Uint64(*term),
+			Type: raftpb.EntryType(rng.IntN(3)).Enum(), Data: data})
+	}
+	newLast := max(m.last(), first+uint64(n)-1)
+	if n > 0 && first+uint64(n)-1 > m.snapIndex {
+		newLast = first + uint64(n) - 1
+	}
+	commit := m.hs.commit
+	if newLast > commit && rng.IntN(2) == 0 {
+		commit += rng.Uint64N(newLast - commit + 1)
+	}
+	var h *raftpb.HardState
+	if rng.IntN(4) > 0 || n == 0 {
+		h = hs(*term, uint64(rng.IntN(3)), commit)
+	}
+	return modelOp{kind: "append", entries: es, hs: h}
+}
+
+// apply applies op to the model (the expected outcome of a successful call).
+func (m model) apply(op modelOp) model {
+	m = m.clone()
+	switch op.kind {
+	case "append":
+		es := op.entries
+		for len(es) > 0 && es[0].GetIndex() <= m.snapIndex {
+			es = es[1:]
+		}
+		if len(es) > 0 {
+			m.entries = append(m.entries[:es[0].GetIndex()-m.snapIndex-1], es...)
+		}
+		if !raft.IsEmptyHardState(op.hs) {
+			m.hs = hardStateOf(op.hs)
+		}
+	case "compact":
+		m.snapTerm = m.term(op.index)
+		m.entries = m.entries[op.index-m.snapIndex:]
+		m.snapIndex = op.index
+	case "snapshot":
+		m.snapIndex, m.snapTerm, m.entries = op.index, op.snapTerm, nil
+		m.hs.commit = max(m.hs.commit, op.index)
+	}
+	return m
+}
+
+// do performs op on the log.
+func do(l *Log, op modelOp) error {
+	switch op.kind {
+	case "append":
+		return l.Append(op.entries, op.hs)
+	case "compact":
+		return l.Compact(op.index, &raftpb.ConfState{Voters: []uint64{op.index}})
+	case "snapshot":
+		return l.ApplySnapshot(&raftpb.SnapshotMetadata{Index: proto.Uint64(op.index), Term: proto.Uint64(op.snapTerm)})
+	}
+	return nil
+}
+
+// matches reports how the log differs from the model, or nil.
+func matches(l *Log, m model) error {
+	first, _ := l.FirstIndex()
+	last, _ := l.LastIndex()
+	if first != m.snapIndex+1 || last != m.last() {
+		return fmt.Errorf("log spans %d..%d, model %d..%d", first, last, m.snapIndex+1, m.last())
+	}
+	got, err := l.Entries(first, last+1, 1<<62)
+	if err != nil {
+		return fmt.Errorf("Entries: %w", err)
+	}
+	if err := sameEntries(got, m.entries); err != nil {
+		return err
+	}
+	if t, err := l.Term(m.snapIndex); err != nil || t != m.snapTerm {
+		return fmt.Errorf("Term(%d) = %d, %v; model %d", m.snapIndex, t, err, m.snapTerm)
+	}
+	h, _, _ := l.InitialState()
+	if hardStateOf(h) != m.hs {
+		return fmt.Errorf("HardState %v, model %v", hardStateOf(h), m.hs)
+	}
+	return nil
+}
+
+// TestModel runs random operations against the log and a plain slice and
+// compares every read after every operation, across reopens.
+func TestModel(t *testing.T) {
+	for seed := uint64(1); seed <= 8; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, seed))
+			fs := vfs.NewMem()
+			opts := Options{FS: fs, Dirs: []string{testDir}, SegmentSize: 8 << 10, tailBudget: 4 << 10}
+			l, err := Open(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = l.Close() }()
+			var m model
+			var term uint64 = 1
+			for i := 0; i < 400; i++ {
+				op := randomOp(rng, m, &term)
+				if op.kind == "reopen" {
+					_ = l.Close()
+					if l, err = Open(opts); err != nil {
+						t.Fatalf("op %d: reopen: %v", i, err)
+					}
+				} else if err := do(l, op); err != nil {
+					t.Fatalf("op %d (%v): %v", i, op, err)
+				}
+				m = m.apply(op)
+				if err := matches(l, m); err != nil {
+					t.Fatalf("op %d (%v): %v", i, op, err)
+				}
+			}
+			if segs := l.Stats().Segments; segs > 20 {
+				t.Errorf("%d segments left: log compaction does not delete them", segs)
+			}
+		})
+	}
+}
