@@ -1,0 +1,244 @@
+// Package server implements etcd's v3 gRPC services on top of a strata
+// member: it validates requests as etcd does, sends writes through raft,
+// serves reads from the local store (after a ReadIndex barrier unless the
+// read is serializable), fills response headers, and maps errors to etcd's
+// gRPC codes and messages (go.etcd.io/etcd/api/v3/v3rpc/rpctypes). It holds
+// no storage logic of its own.
+//
+// Concurrency: every handler may run on many goroutines at once; the
+// Backend it is given must allow that.
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-kv/strata/apply"
+	"github.com/strata-kv/strata/mvcc"
+	"github.com/strata-kv/strata/node"
+)
+
+// Backend is what the services need from the member they serve.
+type Backend interface {
+	// Propose replicates req through raft and returns its applied result.
+	Propose(ctx context.Context, req *pb.InternalRaftRequest) (apply.Result, error)
+	// ReadBarrier returns once the local store reflects every write
+	// committed before the call (raft ReadIndex, then wait for apply).
+	ReadBarrier(ctx context.Context) error
+	// Store is the local state machine, for reads.
+	Store() *mvcc.Store
+	// ClusterID, MemberID and Term fill response headers.
+	ClusterID() uint64
+	MemberID() uint64
+	Term() uint64
+	// Leader returns the leader's member ID, 0 if none is known.
+	Leader() uint64
+	// Members lists the cluster's members.
+	Members() []*pb.Member
+	// Status reports the member's progress for Maintenance.Status.
+	Status() Status
+}
+
+// Status is the member's state reported by Maintenance.Status.
+type Status struct {
+	CommitIndex  uint64
+	AppliedIndex uint64
+	DBSize       int64
+	IsLearner    bool
+}
+
+// Limits are the request limits etcd enforces.
+type Limits struct {
+	// MaxRequestBytes bounds a request's encoded size (--max-request-bytes).
+	MaxRequestBytes int
+	// MaxTxnOps bounds the operations of each txn branch (--max-txn-ops).
+	MaxTxnOps int
+	// RequestTimeout bounds how long a request waits for raft.
+	RequestTimeout time.Duration
+}
+
+// grpcOverheadBytes is the slack etcd allows above --max-request-bytes at
+// the gRPC layer, so that a request just over the limit gets etcd's "request
+// is too large" rather than gRPC's own refusal.
+const grpcOverheadBytes = 512 * 1024
+
+// ServerOptions returns the gRPC server options that match etcd's limits.
+func (l Limits) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(l.MaxRequestBytes + grpcOverheadBytes),
+		grpc.MaxSendMsgSize(1<<31 - 1),
+		grpc.MaxConcurrentStreams(1<<32 - 1),
+	}
+}
+
+// KV implements etcd's KV service.
+type KV struct {
+	pb.UnimplementedKVServer
+	b      Backend
+	limits Limits
+}
+
+// NewKV returns the KV service over b.
+func NewKV(b Backend, limits Limits) *KV { return &KV{b: b, limits: limits} }
+
+func fillHeader(b Backend, h **pb.ResponseHeader, rev int64) {
+	if *h == nil {
+		*h = &pb.ResponseHeader{}
+	}
+	(*h).ClusterId = b.ClusterID()
+	(*h).MemberId = b.MemberID()
+	(*h).RaftTerm = b.Term()
+	if (*h).Revision == 0 {
+		(*h).Revision = rev
+	}
+}
+
+// Range reads keys, linearizably unless the request is serializable.
+func (s *KV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if err := checkRange(r); err != nil {
+		return nil, err
+	}
+	if !r.Serializable {
+		if err := s.barrier(ctx); err != nil {
+			return nil, err
+		}
+	}
+	resp, err := s.b.Store().Range(r)
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	fillHeader(s.b, &resp.Header, s.b.Store().Rev())
+	return resp, nil
+}
+
+// RangeStream answers a range in one message: strata does not chunk yet.
+func (s *KV) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingServer[pb.RangeStreamResponse]) error {
+	resp, err := s.Range(stream.Context(), r)
+	if err != nil {
+		return err
+	}
+	return stream.Send(&pb.RangeStreamResponse{RangeResponse: resp})
+}
+
+// Put writes a key.
+func (s *KV) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	if err := checkPut(r); err != nil {
+		return nil, err
+	}
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{Put: r})
+	if err != nil {
+		return nil, err
+	}
+	resp := res.Response.(*pb.PutResponse)
+	fillHeader(s.b, &resp.Header, 0)
+	return resp, nil
+}
+
+// DeleteRange deletes keys.
+func (s *KV) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	if len(r.Key) == 0 {
+		return nil, rpctypes.ErrGRPCEmptyKey
+	}
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{DeleteRange: r})
+	if err != nil {
+		return nil, err
+	}
+	resp := res.Response.(*pb.DeleteRangeResponse)
+	fillHeader(s.b, &resp.Header, 0)
+	return resp, nil
+}
+
+// Txn runs a transaction. Every transaction goes through raft, read-only
+// ones included, which keeps them linearizable.
+func (s *KV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if err := checkTxn(r, s.limits.MaxTxnOps); err != nil {
+		return nil, err
+	}
+	if _, _, err := checkIntervals(r.Success); err != nil {
+		return nil, err
+	}
+	if _, _, err := checkIntervals(r.Failure); err != nil {
+		return nil, err
+	}
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{Txn: r})
+	if err != nil {
+		return nil, err
+	}
+	resp := res.Response.(*pb.TxnResponse)
+	fillHeader(s.b, &resp.Header, 0)
+	return resp, nil
+}
+
+// Compact compacts the revision history. With physical set it returns only
+// once the compacted revisions are removed from the engine.
+func (s *KV) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	res, err := s.propose(ctx, &pb.InternalRaftRequest{Compaction: r})
+	if err != nil {
+		return nil, err
+	}
+	if r.Physical && res.Compacted != nil {
+		select {
+		case <-res.Compacted:
+		case <-ctx.Done():
+			return nil, toGRPCError(ctx.Err())
+		}
+	}
+	resp := res.Response.(*pb.CompactionResponse)
+	fillHeader(s.b, &resp.Header, 0)
+	return resp, nil
+}
+
+func (s *KV) barrier(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.limits.RequestTimeout)
+	defer cancel()
+	if err := s.b.ReadBarrier(ctx); err != nil {
+		return toGRPCError(err)
+	}
+	return nil
+}
+
+// propose replicates a write and maps its outcome to etcd's errors.
+func (s *KV) propose(ctx context.Context, req *pb.InternalRaftRequest) (apply.Result, error) {
+	if proto.Size(req) > s.limits.MaxRequestBytes {
+		return apply.Result{}, rpctypes.ErrGRPCRequestTooLarge
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.limits.RequestTimeout)
+	defer cancel()
+	res, err := s.b.Propose(ctx, req)
+	if err != nil {
+		return apply.Result{}, toGRPCError(err)
+	}
+	if res.Err != nil {
+		return apply.Result{}, toGRPCError(res.Err)
+	}
+	return res, nil
+}
+
+// toGRPCError maps an internal error to etcd's gRPC error.
+func toGRPCError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, mvcc.ErrCompacted):
+		return rpctypes.ErrGRPCCompacted
+	case errors.Is(err, mvcc.ErrFutureRev):
+		return rpctypes.ErrGRPCFutureRev
+	case errors.Is(err, mvcc.ErrLeaseNotFound):
+		return rpctypes.ErrGRPCLeaseNotFound
+	case errors.Is(err, node.ErrNoLeader):
+		return rpctypes.ErrGRPCNoLeader
+	case errors.Is(err, node.ErrStopped):
+		return rpctypes.ErrGRPCStopped
+	case errors.Is(err, context.Canceled):
+		return rpctypes.ErrGRPCCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return rpctypes.ErrGRPCTimeout
+	}
+	return err
+}

@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/version"
+)
+
+// EtcdVersion is the etcd version strata reports in Status: the version of
+// the etcd API it implements, so that tools that gate features on the
+// server version treat strata as that etcd.
+var EtcdVersion = version.Version
+
+// Maintenance implements the parts of etcd's Maintenance service that a
+// single member answers today: Status and Alarm listing. The rest answer
+// codes.Unimplemented.
+type Maintenance struct {
+	pb.UnimplementedMaintenanceServer
+	b     Backend
+	quota int64
+}
+
+// NewMaintenance returns the Maintenance service over b. quota is
+// --quota-backend-bytes, reported as is (strata enforces no quota).
+func NewMaintenance(b Backend, quota int64) *Maintenance {
+	return &Maintenance{b: b, quota: quota}
+}
+
+// Status reports the member's raft and storage state, as `etcdctl endpoint
+// status` shows it.
+func (m *Maintenance) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	st := m.b.Status()
+	resp := &pb.StatusResponse{
+		Version:          EtcdVersion,
+		DbSize:           st.DBSize,
+		DbSizeInUse:      st.DBSize,
+		Leader:           m.b.Leader(),
+		RaftIndex:        st.CommitIndex,
+		RaftTerm:         m.b.Term(),
+		RaftAppliedIndex: st.AppliedIndex,
+		IsLearner:        st.IsLearner,
+		StorageVersion:   EtcdVersion,
+		DbSizeQuota:      m.quota,
+	}
+	if resp.Leader == 0 {
+		resp.Errors = append(resp.Errors, "etcdserver: no leader")
+	}
+	fillHeader(m.b, &resp.Header, m.b.Store().Rev())
+	return resp, nil
+}
+
+// Alarm lists alarms. strata raises none yet (no space quota, no
+// corruption check), so the list is empty; activating or deactivating an
+// alarm is refused as unimplemented by the embedded server.
+func (m *Maintenance) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	if r.Action != pb.AlarmRequest_GET {
+		return m.UnimplementedMaintenanceServer.Alarm(ctx, r)
+	}
+	resp := &pb.AlarmResponse{}
+	fillHeader(m.b, &resp.Header, m.b.Store().Rev())
+	return resp, nil
+}
+
+// Cluster implements etcd's Cluster service. Membership changes arrive with
+// replication; today it lists members.
+type Cluster struct {
+	pb.UnimplementedClusterServer
+	b Backend
+}
+
+// NewCluster returns the Cluster service over b.
+func NewCluster(b Backend) *Cluster { return &Cluster{b: b} }
+
+// MemberList lists the cluster's members; a linearizable request first
+// waits for a ReadIndex barrier.
+func (c *Cluster) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	if r.Linearizable {
+		if err := c.b.ReadBarrier(ctx); err != nil {
+			return nil, toGRPCError(err)
+		}
+	}
+	resp := &pb.MemberListResponse{Members: c.b.Members()}
+	fillHeader(c.b, &resp.Header, c.b.Store().Rev())
+	return resp, nil
+}
