@@ -100,12 +100,12 @@ func lineDiff(want, got string) string {
 			fmt.Fprintf(&sb, "  %s\n", a[i])
 			i++
 			j++
-		case j < len(b) && (i == len(a) || lcs[i][j+1] >= lcs[i+1][j]):
-			fmt.Fprintf(&sb, "+ %s\n", b[j])
-			j++
-		default:
+		case i < len(a) && (j == len(b) || lcs[i+1][j] >= lcs[i][j+1]):
 			fmt.Fprintf(&sb, "- %s\n", a[i])
 			i++
+		default:
+			fmt.Fprintf(&sb, "+ %s\n", b[j])
+			j++
 		}
 	}
 	return sb.String()
