@@ -135,8 +135,8 @@ func Open(opts Options) (*Log, error) {
 	if l.logger == nil {
 		l.logger = zap.NewNop()
 	}
-	if err := l.fs.MkdirAll(l.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create log dir %s: %w", l.dir, err)
+	if err := ensureDir(l.fs, l.dir); err != nil {
+		return nil, err
 	}
 	if err := l.recover(); err != nil {
 		l.closeSegments()
@@ -210,6 +210,34 @@ func (l *Log) recover() error {
 	}
 	l.w.active, l.w.off, l.w.opened = seg, last.end, last.firstFrames
 	l.w.nextSeq = seg.hdr.seq + 1
+	return nil
+}
+
+// ensureDir creates dir and any missing parents durably: each directory it
+// creates is made permanent by syncing its parent, or a power cut could
+// take the whole log with it.
+func ensureDir(fs vfs.FS, dir string) error {
+	var missing []string
+	for d := dir; ; d = fs.PathDir(d) {
+		if _, err := fs.Stat(d); err == nil {
+			break
+		}
+		missing = append(missing, d)
+		if fs.PathDir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create log dir %s: %w", dir, err)
+	}
+	for _, d := range missing {
+		if err := syncDir(fs, fs.PathDir(d)); err != nil {
+			return fmt.Errorf("create log dir %s: %w", dir, err)
+		}
+	}
 	return nil
 }
 
