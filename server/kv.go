@@ -229,6 +229,8 @@ func toGRPCError(err error) error {
 		return rpctypes.ErrGRPCCompacted
 	case errors.Is(err, mvcc.ErrFutureRev):
 		return rpctypes.ErrGRPCFutureRev
+	case errors.Is(err, mvcc.ErrKeyNotFound):
+		return rpctypes.ErrGRPCKeyNotFound
 	case errors.Is(err, mvcc.ErrLeaseNotFound):
 		return rpctypes.ErrGRPCLeaseNotFound
 	case errors.Is(err, node.ErrNoLeader):
