@@ -315,3 +315,18 @@ func TestParseSegments(t *testing.T) {
 		t.Error("a segment whose file does not exist was accepted")
 	}
 }
+
+// FuzzParseSegments feeds arbitrary bytes to the inspect-output decoder:
+// it may refuse them, but must not panic.
+func FuzzParseSegments(f *testing.F) {
+	f.Add([]byte(`[{"Dir":"log","Name":"x.log","FirstIndex":1,"LastIndex":2,"Bytes":10}]`))
+	f.Add([]byte(`{"segments":[{"path":"a","first_index":-1,"bytes":1e300}]}`))
+	f.Add([]byte(`[1, "two", null, {"name": 3}]`))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		segs, err := parseSegments(data, dir)
+		if err == nil && len(segs) == 0 {
+			t.Errorf("no error and no segments for %q", data)
+		}
+	})
+}
