@@ -437,7 +437,8 @@ func (l *Log) writeAndSync(buf []byte) error {
 
 // Compact records that every entry <= index is held elsewhere (durably in
 // the engine, DESIGN.md rule 4) and that raft's snapshot point is (index,
-// term of index, cs). It writes and syncs a state frame, then deletes the
+// term of index, cs; a nil cs keeps the current ConfState). It writes and
+// syncs a state frame, then deletes the
 // oldest segments while every entry in them is <= index. It returns
 // raft.ErrCompacted if index is at or below the snapshot point, and refuses
 // an index above LastIndex or above the committed index of the HardState
@@ -456,6 +457,9 @@ func (l *Log) Compact(index uint64, cs *raftpb.ConfState) error {
 		return fmt.Errorf("%w: index %d, committed %d", ErrNotCommitted, index, m.hs.commit)
 	}
 	term := m.pos[index-m.first].term
+	if cs == nil {
+		cs = m.cs
+	}
 	cs = proto.CloneOf(raftpb.EnsureConfState(cs))
 	st := logState{snapIndex: index, snapTerm: term, hs: m.hs, cs: cs}
 	var err error
