@@ -3,6 +3,7 @@ package raftlog
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -115,4 +116,11 @@ func checkLog(t testing.TB, l *Log, snapIndex, snapTerm uint64, want []*raftpb.E
 	if err != nil || snap.GetMetadata().GetIndex() != snapIndex || snap.GetMetadata().GetTerm() != snapTerm {
 		t.Fatalf("Snapshot = %v, %v; want (%d, %d)", snap, err, snapIndex, snapTerm)
 	}
+}
+
+// sameConfState compares conf states by value (proto2 presence aside).
+func sameConfState(a, b *raftpb.ConfState) bool {
+	return slices.Equal(a.GetVoters(), b.GetVoters()) && slices.Equal(a.GetLearners(), b.GetLearners()) &&
+		slices.Equal(a.GetVotersOutgoing(), b.GetVotersOutgoing()) &&
+		slices.Equal(a.GetLearnersNext(), b.GetLearnersNext()) && a.GetAutoLeave() == b.GetAutoLeave()
 }

@@ -438,8 +438,8 @@ func (l *Log) writeAndSync(buf []byte) error {
 // Compact records that every entry <= index is held elsewhere (durably in
 // the engine, DESIGN.md rule 4) and that raft's snapshot point is (index,
 // term of index, cs; a nil cs keeps the current ConfState). It writes and
-// syncs a state frame, then deletes the
-// oldest segments while every entry in them is <= index. It returns
+// syncs a state frame, then deletes the oldest segments while every entry
+// in them is <= index. It returns
 // raft.ErrCompacted if index is at or below the snapshot point, and refuses
 // an index above LastIndex or above the committed index of the HardState
 // the log holds (ErrNotCommitted).

@@ -200,7 +200,7 @@ func TestCompactDeletesSegmentsAndKeepsConfState(t *testing.T) {
 	l = openLog(t, fs, 4096)
 	defer l.Close()
 	_, gotCS, err := l.InitialState()
-	if err != nil || !proto.Equal(gotCS, cs) {
+	if err != nil || !sameConfState(gotCS, cs) {
 		t.Fatalf("ConfState after reopen = %v, %v; want %v", gotCS, err, cs)
 	}
 	checkLog(t, l, 390, 1, ents(391, 400, 1), hardState{1, 1, 400})
