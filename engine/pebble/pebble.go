@@ -47,6 +47,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
 
@@ -59,6 +60,11 @@ import (
 // change it).
 var AppliedIndexKey = []byte("\x00\x00engine/applied-index")
 
+// DefaultCacheSize is the block cache size used when Options.CacheSize is 0
+// (Pebble's own default, 8 MiB, made BenchmarkApplyPut read index blocks
+// from disk on most puts).
+const DefaultCacheSize = 128 << 20
+
 // Options configure Open.
 type Options struct {
 	// FS is the file system; nil means the operating system's (vfs.Default).
@@ -68,6 +74,9 @@ type Options struct {
 	EnableWAL bool
 	// Logger receives Pebble's log lines; nil means zap.NewNop().
 	Logger *zap.Logger
+	// CacheSize is the block cache size in bytes; 0 means DefaultCacheSize.
+	// Every Put reads the key's previous version, so the cache matters.
+	CacheSize int64
 
 	// memTableSize overrides Pebble's memtable size; tests set it small to
 	// provoke automatic flushes.
@@ -103,11 +112,22 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	if opts.CacheSize <= 0 {
+		opts.CacheSize = DefaultCacheSize
+	}
 	e := &Engine{fs: opts.FS, dir: dir, wal: opts.EnableWAL, opts: opts}
+	cache := pebble.NewCache(opts.CacheSize)
+	defer cache.Unref() // the DB holds its own reference
 	po := &pebble.Options{
+		Cache:      cache,
 		FS:         opts.FS,
 		DisableWAL: !opts.EnableWAL,
 		Logger:     zapLogger{opts.Logger.Sugar()},
+	}
+	// Bloom filters let a Get skip the tables that do not hold the key: every
+	// Put reads its key's previous version, often in vain for new keys.
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	if opts.memTableSize > 0 {
 		po.MemTableSize = opts.memTableSize
