@@ -179,6 +179,7 @@ func refuseStart(t *testing.T, binary string, args []string, wants ...string) {
 	if res.Code == 0 {
 		t.Fatalf("%s %s: exit code 0, want a refusal; stderr:\n%s", filepath.Base(binary), strings.Join(args, " "), res.Stderr)
 	}
+	t.Logf("%s refused to start (exit %d): %s", filepath.Base(binary), res.Code, errorLine(res.Stderr, wants))
 	for _, w := range wants {
 		if !strings.Contains(res.Stderr, w) {
 			t.Errorf("%s refused to start (exit %d) but stderr does not name %q:\n%s", filepath.Base(binary), res.Code, w, res.Stderr)
@@ -239,4 +240,18 @@ func TestBadStart(t *testing.T) {
 		first.Restart()
 		checkSeed(t, cli, "seed/", mods)
 	})
+}
+
+// errorLine picks the line of a refusal worth showing: the first that
+// names one of wants, else the last non-empty one.
+func errorLine(stderr string, wants []string) string {
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	for _, l := range lines {
+		for _, w := range wants {
+			if strings.Contains(l, w) {
+				return l
+			}
+		}
+	}
+	return lines[len(lines)-1]
 }
