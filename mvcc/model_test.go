@@ -2,6 +2,8 @@ package mvcc
 
 import (
 	"bytes"
+	"encoding/binary"
+	"hash/crc32"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -23,6 +25,61 @@ type model struct {
 	rev        int64
 	compactRev int64
 	hist       map[string][]*mvccpb.KeyValue // ascending mod; a tombstone has ModRevision 0 and Version = -main
+	log        []logEntry                    // every version in revision order
+}
+
+type logEntry struct {
+	main, sub int64
+	kv        *mvccpb.KeyValue
+}
+
+func (m *model) appendLog(kv *mvccpb.KeyValue) {
+	main := tombMain(kv)
+	sub := int64(0)
+	if n := len(m.log); n > 0 && m.log[n-1].main == main {
+		sub = m.log[n-1].sub + 1
+	}
+	m.log = append(m.log, logEntry{main: main, sub: sub, kv: kv})
+}
+
+// hash is etcd's HashKV rule written plainly: versions in (compactRev, rev],
+// plus versions at or below compactRev that are their key's newest at or
+// below rev and not deletions; etcd's revision keys and marshalled values.
+func (m *model) hash(rev int64) uint32 {
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	h.Write([]byte("key"))
+	for _, e := range m.log {
+		if e.main > rev {
+			break
+		}
+		tomb := e.kv.ModRevision == 0
+		if e.main <= m.compactRev {
+			var newest *mvccpb.KeyValue
+			for _, kv := range m.hist[string(e.kv.Key)] {
+				if tombMain(kv) <= rev {
+					newest = kv
+				}
+			}
+			if tomb || newest != e.kv {
+				continue
+			}
+		}
+		k := binary.BigEndian.AppendUint64(nil, uint64(e.main))
+		k = append(k, '_')
+		k = binary.BigEndian.AppendUint64(k, uint64(e.sub))
+		v := e.kv
+		if tomb {
+			k = append(k, 't')
+			v = &mvccpb.KeyValue{Key: e.kv.Key}
+		}
+		b, err := proto.Marshal(v)
+		if err != nil {
+			panic(err)
+		}
+		h.Write(k)
+		h.Write(b)
+	}
+	return h.Sum32()
 }
 
 func newModel() *model { return &model{rev: 1, compactRev: -1, hist: map[string][]*mvccpb.KeyValue{}} }
@@ -77,12 +134,15 @@ func (m *model) put(key, val []byte, main int64) {
 		kv.CreateRevision, kv.Version = prev.CreateRevision, prev.Version+1
 	}
 	m.hist[string(key)] = append(m.hist[string(key)], kv)
+	m.appendLog(kv)
 }
 
 func (m *model) del(key, end []byte, main int64) int64 {
 	kvs := m.keys(key, end, main)
 	for _, kv := range kvs {
-		m.hist[string(kv.Key)] = append(m.hist[string(kv.Key)], &mvccpb.KeyValue{Key: kv.Key, Version: -main})
+		tomb := &mvccpb.KeyValue{Key: kv.Key, Version: -main}
+		m.hist[string(kv.Key)] = append(m.hist[string(kv.Key)], tomb)
+		m.appendLog(tomb)
 	}
 	return int64(len(kvs))
 }
@@ -238,6 +298,15 @@ func runModel(t *testing.T, seed uint64) {
 			}
 			if werr == nil {
 				equalResp(t, fmt.Sprintf("range [%q,%q) at %d limit %d", key, end, rev, limit), got, want)
+			}
+		}
+		if rng.IntN(5) == 0 {
+			// HashKV follows etcd's rule whatever physical compaction has
+			// done so far (it runs concurrently).
+			rev := max(m.compactRev, 1) + rng.Int64N(m.rev-max(m.compactRev, 1)+1)
+			got, hrev, crev, err := s.HashKV(rev)
+			if err != nil || got != m.hash(rev) || hrev != rev || crev != m.compactRev {
+				t.Fatalf("HashKV(%d) = %x, %d, %d, %v; want %x, %d, %d", rev, got, hrev, crev, err, m.hash(rev), rev, m.compactRev)
 			}
 		}
 		if rng.IntN(40) == 0 {

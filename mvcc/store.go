@@ -186,12 +186,16 @@ func leaseKeys(r engine.Reader, id int64) ([][]byte, error) {
 }
 
 // HashKV returns etcd's hash of the key space at rev (0: current): a
-// CRC-32C over every version with revision <= rev, where a version at or
-// below the compact revision counts only if it is the latest version of its
-// key there and not a deletion. The bytes hashed are etcd's (its revision
-// keys and marshalled KeyValues), and versions that physical compaction may
-// or may not have removed yet never count, so members agree whether or not
-// their compaction has run.
+// CRC-32C, in revision order, over every version with revision in
+// (compactRev, rev], and over each version at or below compactRev that is
+// its key's newest version at or below rev and not a deletion (etcd's
+// kvindex.Keep(rev)). The bytes hashed are etcd's (its revision keys and
+// marshalled KeyValues). Versions that physical compaction removes never
+// count, so members agree whether or not their compaction has run.
+//
+// Unlike etcd, a key space with no live key at rev is not a special case
+// (etcd then hashes every stored version at or below compactRev, which
+// depends on whether its compaction has run).
 func (s *Store) HashKV(rev int64) (hash uint32, hashRev int64, compactRev int64, err error) {
 	v, snap, err := s.snapshotView()
 	if err != nil {
@@ -230,7 +234,7 @@ func (s *Store) HashKV(rev int64) (hash uint32, hashRev int64, compactRev int64,
 			if tomb {
 				continue
 			}
-			latest, err := latestAt(snap, key, compactRev)
+			latest, err := latestAt(snap, key, rev)
 			if err != nil {
 				return 0, 0, 0, err
 			}
