@@ -3,9 +3,9 @@ package mvcc
 import (
 	"bytes"
 	"encoding/binary"
-	"hash/crc32"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"sort"
 	"testing"
