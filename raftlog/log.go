@@ -72,6 +72,9 @@ type Stats struct {
 // Concurrency: the raft.Storage methods, Stats and Inspect are safe from any
 // goroutine, concurrently with writes. Append, Compact, ApplySnapshot and
 // Close must be called from one goroutine at a time (the node goroutine).
+// Append starts at most one goroutine at a time, which prepares the spare
+// file for the next segment (prepareSpare); the writer collects it when it
+// rolls to a new segment, and Close waits for it. Open starts none.
 // No lock is held across a write or sync: the writer builds and syncs its
 // frame, then takes mu only to publish the new state, so readers never wait
 // for the disk and never see an entry before it is durable.
@@ -101,6 +104,10 @@ type Log struct {
 		nextSeq uint64
 		buf     []byte
 		failed  error
+		// spare delivers the spare segment file being prepared; nil if
+		// none is under way.
+		spare      chan spareResult
+		spareCount uint64 // spares prepared so far, for unique names
 	}
 
 	mu struct {
@@ -290,9 +297,23 @@ func zeroRange(f vfs.File, from, to int64) error {
 }
 
 // startSegment creates segment seq, opening with state st, and makes it
-// the active segment.
+// the active segment. It uses the spare file if one is being prepared
+// (waiting for it if need be) and starts preparing the next one.
 func (l *Log) startSegment(seq, firstIndex uint64, st logState) error {
-	seg, err := createSegment(l.fs, l.dir, seq, firstIndex, l.segSize, func(buf []byte, salt uint64) ([]byte, error) {
+	spare := ""
+	if l.w.spare != nil {
+		r := <-l.w.spare
+		l.w.spare = nil
+		if r.err == nil {
+			spare = r.path
+		} else {
+			// Not fatal: nothing of the log was touched. Create the
+			// segment the slow way, which reports a real problem.
+			l.logger.Warn("raftlog: preparing a spare segment failed", zap.Error(r.err))
+			_ = l.fs.Remove(r.path)
+		}
+	}
+	seg, err := createSegment(l.fs, l.dir, seq, firstIndex, l.segSize, spare, func(buf []byte, salt uint64) ([]byte, error) {
 		return appendStateFrame(buf, salt, st)
 	})
 	if err != nil {
@@ -306,6 +327,31 @@ func (l *Log) startSegment(seq, firstIndex uint64, st logState) error {
 	l.w.nextSeq = seq + 1
 	l.stats.bytes.Add(uint64(seg.end))
 	return nil
+}
+
+// spareResult is the outcome of preparing a spare segment file.
+type spareResult struct {
+	path string
+	err  error
+}
+
+// prepareSpare starts preparing, in a goroutine, the file the next segment
+// will use: created under a temporary name, zero-filled to the segment
+// size and synced, so that rolling to a new segment costs one small write
+// and sync instead of writing a whole segment inside Append. The writer
+// collects the result in startSegment or Close.
+func (l *Log) prepareSpare() {
+	if l.w.spare != nil || l.w.failed != nil {
+		return
+	}
+	ch := make(chan spareResult, 1)
+	l.w.spare = ch
+	l.w.spareCount++
+	path := l.fs.PathJoin(l.dir, spareName(l.w.spareCount))
+	fs, size := l.fs, l.segSize
+	go func() {
+		ch <- spareResult{path: path, err: writeNewFile(fs, path, nil, size)}
+	}()
 }
 
 // currentState is the state frame that opens a new segment.
@@ -395,6 +441,7 @@ func (l *Log) Append(entries []*raftpb.Entry, hs *raftpb.HardState) error {
 	l.mu.Unlock()
 	l.stats.appends.Add(1)
 	l.stats.entries.Add(uint64(len(entries)))
+	l.prepareSpare()
 	return nil
 }
 
@@ -558,6 +605,12 @@ func (l *Log) Close() error {
 	}
 	l.mu.closed = true
 	l.mu.Unlock()
+	if l.w.spare != nil {
+		// Wait for the preparing goroutine; Open would delete the file.
+		r := <-l.w.spare
+		l.w.spare = nil
+		_ = l.fs.Remove(r.path)
+	}
 	l.closeSegments()
 	return nil
 }

@@ -134,11 +134,17 @@ func newSalt() uint64 {
 }
 
 // createSegment writes a new segment durably (DESIGN.md rule 7): header and
-// first frames (built by first, given the new salt) into a temporary file,
-// zero-filled to size so that later fdatasyncs need not touch metadata,
-// synced, renamed, and the directory synced. It returns the segment open
-// for reading and writing and the offset just past the first frames.
-func createSegment(fs vfs.FS, dir string, seq, firstIndex uint64, size int64,
+// first frames (built by first, given the new salt) at the start of a file
+// zero-filled to size, so that later fdatasyncs need not touch metadata;
+// the file synced, renamed to the segment name, and the directory synced.
+//
+// If spare names a prepared file (zero-filled to size and synced, see
+// prepareSpare), only the first frames are written into it and synced,
+// which costs one small write instead of writing the whole segment.
+// Otherwise a temporary file is created and filled here.
+//
+// It returns the segment open for reading and writing.
+func createSegment(fs vfs.FS, dir string, seq, firstIndex uint64, size int64, spare string,
 	first func(buf []byte, salt uint64) ([]byte, error)) (*segment, error) {
 	hdr := segmentHeader{seq: seq, firstIndex: firstIndex, salt: newSalt()}
 	buf := make([]byte, segmentHeaderSize, 4096)
@@ -149,8 +155,14 @@ func createSegment(fs vfs.FS, dir string, seq, firstIndex uint64, size int64,
 	}
 	name := segmentName(seq, firstIndex)
 	path := fs.PathJoin(dir, name)
-	tmp := path + tempSuffix
-	if err := writeNewFile(fs, tmp, buf, size); err != nil {
+	tmp := spare
+	if tmp == "" {
+		tmp = path + tempSuffix
+		err = writeNewFile(fs, tmp, buf, size)
+	} else {
+		err = overwriteSynced(fs, tmp, buf)
+	}
+	if err != nil {
 		_ = fs.Remove(tmp)
 		return nil, fmt.Errorf("create segment %s: %w", name, err)
 	}
@@ -167,6 +179,30 @@ func createSegment(fs vfs.FS, dir string, seq, firstIndex uint64, size int64,
 	s := &segment{dir: dir, name: name, hdr: hdr, f: f, end: int64(len(buf))}
 	s.refs.Store(1)
 	return s, nil
+}
+
+// spareName is the name of the n-th spare file prepared for future
+// segments. It ends like a temporary segment, so Open deletes leftovers.
+func spareName(n uint64) string {
+	return fmt.Sprintf("spare-%016x%s%s", n, segmentSuffix, tempSuffix)
+}
+
+// overwriteSynced writes data at offset 0 of an existing, preallocated
+// file and fdatasyncs it.
+func overwriteSynced(fs vfs.FS, path string, data []byte) (err error) {
+	f, err := fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if _, err := f.WriteAt(data, 0); err != nil {
+		return err
+	}
+	return f.SyncData()
 }
 
 // writeNewFile writes data at the start of a new file, preallocates and
