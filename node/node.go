@@ -53,6 +53,8 @@ type Log interface {
 	Append(entries []*raftpb.Entry, hs *raftpb.HardState) error
 	// Compact drops entries <= index, recording cs as the conf state there.
 	Compact(index uint64, cs *raftpb.ConfState) error
+	// ApplySnapshot discards the log and restarts it after the snapshot.
+	ApplySnapshot(meta *raftpb.SnapshotMetadata) error
 }
 
 // Committed is a batch of committed entries handed to the applier, in log
@@ -61,6 +63,10 @@ type Log interface {
 type Committed struct {
 	Entries    []*raftpb.Entry
 	ConfStates map[uint64]*raftpb.ConfState
+	// Snapshot, when set, is a snapshot to install before anything that
+	// follows; the applier reports the outcome on Installed.
+	Snapshot  *raftpb.Snapshot
+	Installed chan<- error
 }
 
 // Engine is what the node needs from the state machine's storage to keep the
@@ -68,6 +74,19 @@ type Committed struct {
 type Engine interface {
 	Flush() error
 	DurableIndex() uint64
+}
+
+// Transport carries raft messages to peers. Send must not block.
+type Transport interface {
+	Send(msgs []*raftpb.Message)
+}
+
+// Installer makes the state machine hold a snapshot raft handed over: the
+// snapshot's data was received and staged beforehand; Install replaces the
+// state machine's state with it, durably, and returns once done. It runs
+// after every committed entry handed over before it has been applied.
+type Installer interface {
+	Install(snap *raftpb.Snapshot) error
 }
 
 // Config configures a Node.
@@ -81,6 +100,11 @@ type Config struct {
 	Log Log
 	// Engine is flushed to let the log be compacted.
 	Engine Engine
+	// Transport sends raft messages to peers; nil for a member that has
+	// none (it must then be the only voter).
+	Transport Transport
+	// Installer installs snapshots received from the leader.
+	Installer Installer
 	// Applied is the index the state machine has applied (read back from
 	// the engine at start-up); raft redelivers committed entries after it.
 	Applied uint64
@@ -110,6 +134,8 @@ type Node struct {
 	rn     *raft.RawNode // owned by the Run goroutine
 
 	propc    chan proposal
+	recvc    chan *raftpb.Message
+	ctrlc    chan func(rn *raft.RawNode)
 	readc    chan chan readResult
 	appliedc chan uint64 // applied index reports from the applier
 	flushc   chan uint64 // durable index reached by a background flush
@@ -209,6 +235,8 @@ func New(cfg Config) (*Node, error) {
 		logger:        cfg.Logger,
 		rn:            rn,
 		propc:         make(chan proposal, 1024),
+		recvc:         make(chan *raftpb.Message, 4096),
+		ctrlc:         make(chan func(*raft.RawNode), 64),
 		readc:         make(chan chan readResult, 1024),
 		appliedc:      make(chan uint64, 16),
 		flushc:        make(chan uint64, 1),
@@ -419,6 +447,10 @@ func (n *Node) run(ctx context.Context) error {
 				}
 				break
 			}
+		case m := <-n.recvc:
+			n.step(m)
+		case f := <-n.ctrlc:
+			f(n.rn)
 		case c := <-n.readc:
 			n.readPending = append(n.readPending, c)
 			n.issueReadIndex()
@@ -485,6 +517,11 @@ func (n *Node) handleReady(ctx context.Context) error {
 			hs = rd.HardState
 		}
 	}
+	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+		if err := n.installSnapshot(ctx, rd.Snapshot); err != nil {
+			return err
+		}
+	}
 	if len(rd.Entries) > 0 || hs != nil {
 		if err := n.cfg.Log.Append(rd.Entries, hs); err != nil {
 			return fmt.Errorf("append to raft log: %w", err)
@@ -493,8 +530,10 @@ func (n *Node) handleReady(ctx context.Context) error {
 			n.lastIdx.Store(rd.Entries[len(rd.Entries)-1].GetIndex())
 		}
 	}
-	// Step 2: messages. A single member sends none; the transport of a
-	// replicated cluster plugs in here.
+	// Step 2: messages, after the entries they acknowledge are durable.
+	if len(rd.Messages) > 0 && n.cfg.Transport != nil {
+		n.cfg.Transport.Send(rd.Messages)
+	}
 	// Step 3: linearizable reads.
 	for _, rs := range rd.ReadStates {
 		n.answerReads(rs)
@@ -535,6 +574,110 @@ func (n *Node) handleReady(ctx context.Context) error {
 	// Step 5.
 	n.rn.Advance(rd)
 	return nil
+}
+
+// installSnapshot makes the state machine hold a snapshot from the
+// leader, then restarts the log after it. The order is the durability
+// argument: once the log forgets the entries before the snapshot, the
+// engine must already hold their effect.
+func (n *Node) installSnapshot(ctx context.Context, snap *raftpb.Snapshot) error {
+	meta := snap.GetMetadata()
+	if n.cfg.Installer == nil {
+		return fmt.Errorf("snapshot at index %d received but no installer configured", meta.GetIndex())
+	}
+	done := make(chan error, 1)
+	if err := n.handOff(ctx, Committed{Snapshot: snap, Installed: done}); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("install snapshot at index %d: %w", meta.GetIndex(), err)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := n.cfg.Log.ApplySnapshot(meta); err != nil {
+		return fmt.Errorf("restart raft log after snapshot %d: %w", meta.GetIndex(), err)
+	}
+	n.applied = max(n.applied, meta.GetIndex())
+	n.compactedTo = meta.GetIndex()
+	n.firstIdx.Store(meta.GetIndex() + 1)
+	n.lastIdx.Store(meta.GetIndex())
+	n.confHistory = []confAt{{index: meta.GetIndex(), cs: meta.GetConfState()}}
+	n.lastConfState = meta.GetConfState()
+	n.logger.Info("installed snapshot", zap.Uint64("index", meta.GetIndex()), zap.Uint64("term", meta.GetTerm()))
+	return nil
+}
+
+// step feeds a message from a peer to raft.
+func (n *Node) step(m *raftpb.Message) {
+	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+		n.logger.Debug("step message", zap.Stringer("type", m.GetType()), zap.Uint64("from", m.GetFrom()), zap.Error(err))
+	}
+}
+
+// Process hands a message received from a peer to the node goroutine. It
+// implements the transport's Handler.
+func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
+	select {
+	case n.recvc <- m:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-n.done:
+		return n.err()
+	}
+}
+
+// control runs f on the node goroutine, without waiting for it.
+func (n *Node) control(f func(*raft.RawNode)) {
+	select {
+	case n.ctrlc <- f:
+	case <-n.done:
+	}
+}
+
+// ReportUnreachable tells raft a peer could not be reached, so that it
+// stops pipelining to it.
+func (n *Node) ReportUnreachable(id uint64) {
+	n.control(func(rn *raft.RawNode) { rn.ReportUnreachable(id) })
+}
+
+// ReportSnapshot tells raft how sending a snapshot to a peer ended.
+func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
+	n.control(func(rn *raft.RawNode) { rn.ReportSnapshot(id, status) })
+}
+
+// TransferLeadership asks the leader to hand leadership to transferee and
+// waits until a leader other than this member is known, or ctx ends.
+func (n *Node) TransferLeadership(ctx context.Context, transferee uint64) error {
+	n.control(func(rn *raft.RawNode) { rn.TransferLeader(transferee) })
+	for n.leader.Load() != transferee {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.done:
+			return n.err()
+		case <-time.After(n.cfg.TickInterval):
+		}
+	}
+	return nil
+}
+
+// Status returns raft's status, with each follower's progress when this
+// member leads. It waits for the node goroutine.
+func (n *Node) Status(ctx context.Context) (raft.Status, error) {
+	c := make(chan raft.Status, 1)
+	n.control(func(rn *raft.RawNode) { c <- rn.Status() })
+	select {
+	case st := <-c:
+		return st, nil
+	case <-ctx.Done():
+		return raft.Status{}, ctx.Err()
+	case <-n.done:
+		return raft.Status{}, n.err()
+	}
 }
 
 // handOff gives committed entries to the applier. While the applier is

@@ -204,3 +204,7 @@ func TestLogIsCompactedOnlyBelowTheDurableIndex(t *testing.T) {
 }
 
 func testLogger(t *testing.T) *zap.Logger { return zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)) }
+
+func (l *memLog) ApplySnapshot(meta *raftpb.SnapshotMetadata) error {
+	return l.MemoryStorage.ApplySnapshot(&raftpb.Snapshot{Metadata: meta})
+}
