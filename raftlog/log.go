@@ -524,7 +524,9 @@ func (l *Log) Compact(index uint64, cs *raftpb.ConfState) error {
 		if err := l.writeAndSync(l.w.buf); err != nil {
 			return err
 		}
+		l.mu.Lock()
 		l.w.active.frames++
+		l.mu.Unlock()
 	}
 	l.mu.Lock()
 	m.compact(index, term, cs)

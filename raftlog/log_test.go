@@ -2,6 +2,8 @@ package raftlog
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -435,5 +437,44 @@ func TestInspect(t *testing.T) {
 	}
 	if commands != 200 || st.Entries != 200 || st.Appends != 10 || st.Fsyncs < 10 {
 		t.Fatalf("commands %d, stats %+v", commands, st)
+	}
+}
+
+// TestSpareSegments checks that segment rolls use the spare file prepared
+// in the background, fall back to creating the segment when preparing the
+// spare failed, and that no spare outlives Close.
+func TestSpareSegments(t *testing.T) {
+	for _, failSpare := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failSpare=%v", failSpare), func(t *testing.T) {
+			mem := vfs.NewMem()
+			fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if failSpare && op.Kind == errorfs.OpFilePreallocate && strings.Contains(op.Path, "spare-") {
+					return errorfs.ErrInjected
+				}
+				return nil
+			}))
+			l := openLog(t, fs, 4096)
+			for i := uint64(0); i < 40; i++ {
+				mustAppend(t, l, ents(i*5+1, i*5+5, 1), nil)
+			}
+			if l.Stats().Segments < 3 {
+				t.Fatalf("only %d segments; the test needs rolls", l.Stats().Segments)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			names, err := mem.List(testDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range names {
+				if strings.Contains(n, "spare-") {
+					t.Fatalf("spare %s left after Close", n)
+				}
+			}
+			l = openLog(t, mem, 4096)
+			defer l.Close()
+			checkLog(t, l, 0, 0, ents(1, 200, 1), hardState{})
+		})
 	}
 }
