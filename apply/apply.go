@@ -69,6 +69,10 @@ type Applier struct {
 	}
 	members   atomic.Pointer[[]*pb.Member]
 	confState atomic.Pointer[raftpb.ConfState]
+
+	// Set before Run, read only by the applier goroutine.
+	install          func(snap *raftpb.Snapshot) error
+	onMembersChanged func(members []*pb.Member)
 }
 
 // New creates an applier over store, whose state it reads back: the applied
@@ -80,33 +84,52 @@ func New(store *mvcc.Store, progress Progress, logger *zap.Logger) (*Applier, er
 	a := &Applier{store: store, progress: progress, logger: logger}
 	a.mu.waiters = map[uint64]chan Result{}
 	a.mu.appliedCh = make(chan struct{})
+	if err := a.load(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// load reads the applied index, membership and conf state back from the
+// store: at start-up, and after a snapshot replaced the store's content.
+func (a *Applier) load() error {
+	store := a.store
 	a.applied.Store(store.AppliedIndex())
 	members := []*pb.Member{}
 	if raw, err := store.Meta(metaMembers); err != nil {
-		return nil, fmt.Errorf("read membership: %w", err)
+		return fmt.Errorf("read membership: %w", err)
 	} else if raw != nil {
 		var list pb.MemberListResponse
 		if err := proto.Unmarshal(raw, &list); err != nil {
-			return nil, fmt.Errorf("decode membership: %w", err)
+			return fmt.Errorf("decode membership: %w", err)
 		}
 		members = list.Members
 	}
 	a.members.Store(&members)
 	if raw, err := store.Meta(metaConfState); err != nil {
-		return nil, fmt.Errorf("read conf state: %w", err)
+		return fmt.Errorf("read conf state: %w", err)
 	} else if raw != nil {
 		var cs raftpb.ConfState
 		if err := proto.Unmarshal(raw, &cs); err != nil {
-			return nil, fmt.Errorf("decode conf state: %w", err)
+			return fmt.Errorf("decode conf state: %w", err)
 		}
 		a.confState.Store(&cs)
 	}
-	return a, nil
+	return nil
 }
 
 // SetProgress sets the receiver of applied-index reports. It must be called
 // before Run.
 func (a *Applier) SetProgress(p Progress) { a.progress = p }
+
+// SetInstaller sets the function that replaces the store's content with a
+// received snapshot. It must be called before Run.
+func (a *Applier) SetInstaller(install func(snap *raftpb.Snapshot) error) { a.install = install }
+
+// SetMembersChanged sets a function called, on the applier goroutine,
+// with the new member list after every applied membership change. It must
+// be called before Run.
+func (a *Applier) SetMembersChanged(f func(members []*pb.Member)) { a.onMembersChanged = f }
 
 // ConfState returns the raft membership the state machine holds, or nil
 // before the first membership entry was applied.
@@ -162,12 +185,24 @@ func (a *Applier) Run(ctx context.Context, in <-chan node.Committed) error {
 		case <-ctx.Done():
 			return nil
 		}
-		// Take whatever else is queued: one engine batch for all of it.
+		if first.Snapshot != nil {
+			if err := a.installSnapshot(first); err != nil {
+				return err
+			}
+			continue
+		}
+		// Take whatever else is queued: one engine batch for all of it. A
+		// snapshot ends the run; it is installed after the batch commits.
 		batches := []node.Committed{first}
+		var snapshot *node.Committed
 	drain:
 		for len(batches) < 64 {
 			select {
 			case c := <-in:
+				if c.Snapshot != nil {
+					snapshot = &c
+					break drain
+				}
 				batches = append(batches, c)
 			default:
 				break drain
@@ -176,7 +211,38 @@ func (a *Applier) Run(ctx context.Context, in <-chan node.Committed) error {
 		if err := a.applyBatches(batches); err != nil {
 			return err
 		}
+		if snapshot != nil {
+			if err := a.installSnapshot(*snapshot); err != nil {
+				return err
+			}
+		}
 	}
+}
+
+// installSnapshot replaces the store's content with a received snapshot
+// and reloads what the applier keeps of it. A failure is reported to the
+// node, which treats it as fatal.
+func (a *Applier) installSnapshot(c node.Committed) error {
+	var err error
+	if a.install == nil {
+		err = fmt.Errorf("no snapshot installer")
+	} else if err = a.install(c.Snapshot); err == nil {
+		err = a.load()
+	}
+	if err == nil {
+		a.mu.Lock()
+		close(a.mu.appliedCh)
+		a.mu.appliedCh = make(chan struct{})
+		a.mu.Unlock()
+		if a.onMembersChanged != nil {
+			a.onMembersChanged(a.Members())
+		}
+		if a.progress != nil {
+			a.progress.Applied(a.applied.Load())
+		}
+	}
+	c.Installed <- err
+	return err
 }
 
 type answer struct {
@@ -222,12 +288,15 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 				if cs != nil {
 					confState = cs
 				}
-				changed, err := applyConfChange(e, &members)
+				id, changed, err := applyConfChange(e, &members)
 				if err != nil {
 					w.Abort()
 					return fmt.Errorf("apply conf change %d: %w", e.GetIndex(), err)
 				}
 				membersChanged = membersChanged || changed
+				if id != 0 {
+					answers = append(answers, answer{id: id})
+				}
 			}
 		}
 	}
@@ -267,6 +336,9 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 	}
 	if membersChanged {
 		a.members.Store(&members)
+		if a.onMembersChanged != nil {
+			a.onMembersChanged(members)
+		}
 	}
 	a.applied.Store(last)
 	a.mu.Lock()
@@ -334,22 +406,24 @@ func (a *Applier) applyRequest(w *mvcc.WriteBatch, r *pb.InternalRaftRequest, me
 var ErrUnsupportedRequest = fmt.Errorf("apply: unsupported request")
 
 // applyConfChange updates the member list for a committed membership
-// change. The change's context carries the member (as etcd does).
-func applyConfChange(e *raftpb.Entry, members *[]*pb.Member) (bool, error) {
+// change. The change's context carries the member (as etcd does); a
+// version-1 change carries the ID of the request that waits for it.
+func applyConfChange(e *raftpb.Entry, members *[]*pb.Member) (requestID uint64, changed bool, err error) {
 	var changes []*raftpb.ConfChangeSingle
 	var context []byte
 	switch e.GetType() {
 	case raftpb.EntryConfChange:
 		var cc raftpb.ConfChange
 		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
-			return false, err
+			return 0, false, err
 		}
 		changes = cc.AsV2().GetChanges()
 		context = cc.GetContext()
+		requestID = cc.GetId()
 	default:
 		var cc raftpb.ConfChangeV2
 		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
-			return false, err
+			return 0, false, err
 		}
 		changes = cc.GetChanges()
 		context = cc.GetContext()
@@ -357,10 +431,9 @@ func applyConfChange(e *raftpb.Entry, members *[]*pb.Member) (bool, error) {
 	var m pb.Member
 	if len(context) > 0 {
 		if err := proto.Unmarshal(context, &m); err != nil {
-			return false, fmt.Errorf("decode member in conf change: %w", err)
+			return 0, false, fmt.Errorf("decode member in conf change: %w", err)
 		}
 	}
-	changed := false
 	for _, ch := range changes {
 		id := ch.GetNodeId()
 		switch ch.GetType() {
@@ -402,7 +475,7 @@ func applyConfChange(e *raftpb.Entry, members *[]*pb.Member) (bool, error) {
 			}
 		}
 	}
-	return changed, nil
+	return requestID, changed, nil
 }
 
 func insertSorted(members []*pb.Member, m *pb.Member) []*pb.Member {

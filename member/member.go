@@ -236,7 +236,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.grpc = grpc.NewServer(limits.ServerOptions()...)
 	pb.RegisterKVServer(m.grpc, server.NewKV(m, limits))
 	pb.RegisterMaintenanceServer(m.grpc, server.NewMaintenance(m, cfg.QuotaBackendBytes))
-	pb.RegisterClusterServer(m.grpc, server.NewCluster(m))
+	pb.RegisterClusterServer(m.grpc, server.NewCluster(m, nil))
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(m.grpc, hs)

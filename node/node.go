@@ -172,7 +172,7 @@ type confAt struct {
 
 type proposal struct {
 	data []byte
-	cc   *raftpb.ConfChangeV2
+	cc   raftpb.ConfChangeI
 	errc chan error
 }
 
@@ -314,8 +314,10 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 	return n.propose(ctx, proposal{data: data, errc: make(chan error, 1)})
 }
 
-// ProposeConfChange replicates a membership change.
-func (n *Node) ProposeConfChange(ctx context.Context, cc *raftpb.ConfChangeV2) error {
+// ProposeConfChange replicates a membership change. raft refuses a change
+// while another is pending by turning it into an empty entry, so callers
+// wait for the applier's answer with a deadline.
+func (n *Node) ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) error {
 	return n.propose(ctx, proposal{cc: cc, errc: make(chan error, 1)})
 }
 

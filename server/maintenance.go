@@ -62,25 +62,3 @@ func (m *Maintenance) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmR
 	return resp, nil
 }
 
-// Cluster implements etcd's Cluster service. Membership changes arrive with
-// replication; today it lists members.
-type Cluster struct {
-	pb.UnimplementedClusterServer
-	b Backend
-}
-
-// NewCluster returns the Cluster service over b.
-func NewCluster(b Backend) *Cluster { return &Cluster{b: b} }
-
-// MemberList lists the cluster's members; a linearizable request first
-// waits for a ReadIndex barrier.
-func (c *Cluster) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	if r.Linearizable {
-		if err := c.b.ReadBarrier(ctx); err != nil {
-			return nil, toGRPCError(err)
-		}
-	}
-	resp := &pb.MemberListResponse{Members: c.b.Members()}
-	fillHeader(c.b, &resp.Header, c.b.Store().Rev())
-	return resp, nil
-}

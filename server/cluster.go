@@ -1,0 +1,156 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/url"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+// Membership changes the cluster's members through raft. Each method
+// returns once the change is applied locally, with the members after it.
+type Membership interface {
+	AddMember(ctx context.Context, peerURLs []string, learner bool) (*pb.Member, []*pb.Member, error)
+	RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, error)
+	UpdateMember(ctx context.Context, id uint64, peerURLs []string) ([]*pb.Member, error)
+	PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, error)
+}
+
+// Errors a Membership returns, mapped to etcd's.
+var (
+	ErrMemberExists          = errors.New("membership: member ID already exists")
+	ErrPeerURLExists         = errors.New("membership: peer URLs already exist")
+	ErrMemberNotFound        = errors.New("membership: member not found")
+	ErrMemberNotLearner      = errors.New("membership: can only promote a learner member")
+	ErrLearnerNotReady       = errors.New("membership: learner is not in sync with the leader")
+	ErrTooManyLearners       = errors.New("membership: too many learner members in cluster")
+	ErrNotEnoughStarted      = errors.New("membership: re-configuration would leave too few started members")
+	ErrBadLeaderTransferee   = errors.New("membership: bad leader transferee")
+	ErrNotLeader             = errors.New("membership: not leader")
+	ErrMembershipUnavailable = errors.New("membership: changes are not supported by this member")
+)
+
+// Cluster implements etcd's Cluster service.
+type Cluster struct {
+	pb.UnimplementedClusterServer
+	b Backend
+	m Membership
+}
+
+// NewCluster returns the Cluster service over b; m may be nil, in which
+// case changes answer Unimplemented.
+func NewCluster(b Backend, m Membership) *Cluster { return &Cluster{b: b, m: m} }
+
+func checkPeerURLs(urls []string) error {
+	if len(urls) == 0 {
+		return rpctypes.ErrGRPCMemberBadURLs
+	}
+	for _, u := range urls {
+		p, err := url.Parse(u)
+		if err != nil || p.Host == "" || (p.Scheme != "http" && p.Scheme != "https") {
+			return rpctypes.ErrGRPCMemberBadURLs
+		}
+	}
+	return nil
+}
+
+// MemberAdd adds a member, as a learner if asked.
+func (c *Cluster) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
+	if c.m == nil {
+		return c.UnimplementedClusterServer.MemberAdd(ctx, r)
+	}
+	if err := checkPeerURLs(r.PeerURLs); err != nil {
+		return nil, err
+	}
+	m, members, err := c.m.AddMember(ctx, r.PeerURLs, r.IsLearner)
+	if err != nil {
+		return nil, membershipError(err)
+	}
+	resp := &pb.MemberAddResponse{Member: m, Members: members}
+	fillHeader(c.b, &resp.Header, c.b.Store().Rev())
+	return resp, nil
+}
+
+// MemberRemove removes a member.
+func (c *Cluster) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
+	if c.m == nil {
+		return c.UnimplementedClusterServer.MemberRemove(ctx, r)
+	}
+	members, err := c.m.RemoveMember(ctx, r.ID)
+	if err != nil {
+		return nil, membershipError(err)
+	}
+	resp := &pb.MemberRemoveResponse{Members: members}
+	fillHeader(c.b, &resp.Header, c.b.Store().Rev())
+	return resp, nil
+}
+
+// MemberUpdate changes a member's peer URLs.
+func (c *Cluster) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
+	if c.m == nil {
+		return c.UnimplementedClusterServer.MemberUpdate(ctx, r)
+	}
+	if err := checkPeerURLs(r.PeerURLs); err != nil {
+		return nil, err
+	}
+	members, err := c.m.UpdateMember(ctx, r.ID, r.PeerURLs)
+	if err != nil {
+		return nil, membershipError(err)
+	}
+	resp := &pb.MemberUpdateResponse{Members: members}
+	fillHeader(c.b, &resp.Header, c.b.Store().Rev())
+	return resp, nil
+}
+
+// MemberPromote makes a caught-up learner a voter.
+func (c *Cluster) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
+	if c.m == nil {
+		return c.UnimplementedClusterServer.MemberPromote(ctx, r)
+	}
+	members, err := c.m.PromoteMember(ctx, r.ID)
+	if err != nil {
+		return nil, membershipError(err)
+	}
+	resp := &pb.MemberPromoteResponse{Members: members}
+	fillHeader(c.b, &resp.Header, c.b.Store().Rev())
+	return resp, nil
+}
+
+// MemberList lists the cluster's members; a linearizable request first
+// waits for a ReadIndex barrier.
+func (c *Cluster) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	if r.Linearizable {
+		if err := c.b.ReadBarrier(ctx); err != nil {
+			return nil, toGRPCError(err)
+		}
+	}
+	resp := &pb.MemberListResponse{Members: c.b.Members()}
+	fillHeader(c.b, &resp.Header, c.b.Store().Rev())
+	return resp, nil
+}
+
+func membershipError(err error) error {
+	switch {
+	case errors.Is(err, ErrMemberExists):
+		return rpctypes.ErrGRPCMemberExist
+	case errors.Is(err, ErrPeerURLExists):
+		return rpctypes.ErrGRPCPeerURLExist
+	case errors.Is(err, ErrMemberNotFound):
+		return rpctypes.ErrGRPCMemberNotFound
+	case errors.Is(err, ErrMemberNotLearner):
+		return rpctypes.ErrGRPCMemberNotLearner
+	case errors.Is(err, ErrLearnerNotReady):
+		return rpctypes.ErrGRPCLearnerNotReady
+	case errors.Is(err, ErrTooManyLearners):
+		return rpctypes.ErrGRPCTooManyLearners
+	case errors.Is(err, ErrNotEnoughStarted):
+		return rpctypes.ErrGRPCMemberNotEnoughStarted
+	case errors.Is(err, ErrBadLeaderTransferee):
+		return rpctypes.ErrGRPCBadLeaderTransferee
+	case errors.Is(err, ErrNotLeader):
+		return rpctypes.ErrGRPCNotLeader
+	}
+	return toGRPCError(err)
+}
