@@ -30,9 +30,6 @@ var (
 	// later write, because after a failed fsync the state of the file is
 	// unknown and retrying could acknowledge lost data.
 	ErrFailed = errors.New("raftlog: log failed, refusing writes")
-	// ErrNotCommitted is returned by Compact for an index above the last
-	// committed index the log holds in its HardState.
-	ErrNotCommitted = errors.New("raftlog: log compaction beyond the committed index")
 )
 
 // Options configures Open.
@@ -486,10 +483,15 @@ func (l *Log) writeAndSync(buf []byte) error {
 // the engine, DESIGN.md rule 4) and that raft's snapshot point is (index,
 // term of index, cs; a nil cs keeps the current ConfState). It writes and
 // syncs a state frame, then deletes the oldest segments while every entry
-// in them is <= index. It returns
-// raft.ErrCompacted if index is at or below the snapshot point, and refuses
-// an index above LastIndex or above the committed index of the HardState
-// the log holds (ErrNotCommitted).
+// in them is <= index.
+//
+// The caller guarantees index <= the engine's durable applied index, hence
+// committed. The log cannot check that against its HardState, whose commit
+// index lags when commit-only HardStates are not synced (the node's
+// policy); instead Compact raises the stored commit index to index, which
+// raft requires at restart (commit >= snapshot index). It returns
+// raft.ErrCompacted if index is at or below the snapshot point and an
+// error if index is beyond LastIndex.
 func (l *Log) Compact(index uint64, cs *raftpb.ConfState) error {
 	if err := l.checkWritable(); err != nil {
 		return err
@@ -500,15 +502,19 @@ func (l *Log) Compact(index uint64, cs *raftpb.ConfState) error {
 		return raft.ErrCompacted
 	case index > m.last():
 		return fmt.Errorf("raftlog: log compaction to %d beyond last index %d", index, m.last())
-	case index > m.hs.commit:
-		return fmt.Errorf("%w: index %d, committed %d", ErrNotCommitted, index, m.hs.commit)
 	}
 	term := m.pos[index-m.first].term
 	if cs == nil {
 		cs = m.cs
 	}
 	cs = proto.CloneOf(raftpb.EnsureConfState(cs))
-	st := logState{snapIndex: index, snapTerm: term, hs: m.hs, cs: cs}
+	// The caller guarantees index <= the engine's durable applied index, so
+	// index is committed. The stored commit may lag (a commit-only HardState
+	// is not synced), and raft refuses to start with a commit below the
+	// snapshot point: raise it.
+	hs := m.hs
+	hs.commit = max(hs.commit, index)
+	st := logState{snapIndex: index, snapTerm: term, hs: hs, cs: cs}
 	var err error
 	if l.w.buf, err = appendStateFrame(l.w.buf[:0], l.w.active.hdr.salt, st); err != nil {
 		return fmt.Errorf("raftlog: log compaction to %d: %w", index, err)
@@ -530,6 +536,7 @@ func (l *Log) Compact(index uint64, cs *raftpb.ConfState) error {
 	}
 	l.mu.Lock()
 	m.compact(index, term, cs)
+	m.hs = hs
 	l.w.active.end = l.w.off
 	l.mu.Unlock()
 	return l.deleteSegments(func(s *segment) bool { return s.lastIndex <= index })

@@ -132,6 +132,7 @@ func (m model) apply(op modelOp) model {
 		m.snapTerm = m.term(op.index)
 		m.entries = m.entries[op.index-m.snapIndex:]
 		m.snapIndex = op.index
+		m.hs.commit = max(m.hs.commit, op.index)
 	case "snapshot":
 		m.snapIndex, m.snapTerm, m.entries = op.index, op.snapTerm, nil
 		m.hs.commit = max(m.hs.commit, op.index)
