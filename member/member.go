@@ -101,6 +101,9 @@ type Member struct {
 	log     *raftlog.Log
 	node    *node.Node
 	applier *apply.Applier
+	// transport carries raft messages to peers; nil while the member has
+	// none to talk to.
+	transport peerTransport
 	// compactor is nil unless auto-compaction is on.
 	compactor *mvcc.AutoCompactor
 	grpc      *grpc.Server
@@ -116,6 +119,16 @@ type Member struct {
 	doneOnce sync.Once
 	errMu    sync.Mutex
 	err      error
+}
+
+// peerTransport is what the member needs from the peer transport.
+type peerTransport interface {
+	node.Transport
+	AddPeer(id uint64, urls []string)
+	UpdatePeer(id uint64, urls []string)
+	RemovePeer(id uint64)
+	ActiveSince(id uint64) time.Time
+	Stop()
 }
 
 // identity is what a data directory remembers about whom it belongs to.
