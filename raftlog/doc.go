@@ -17,6 +17,11 @@
 // caller's: one Append per raft Ready). The byte layout, the checksums and
 // the recovery procedure are specified in FORMAT.md, in this directory.
 //
+// Rolling to a new segment must not stall Append for the time it takes to
+// zero-fill one, so the Log keeps one spare file prepared by a background
+// goroutine (started by the first Append, waited for by Close): disk use is
+// the live segments plus one spare.
+//
 // # Recovery
 //
 // Open replays every segment. A torn or garbage tail of the last segment
@@ -38,6 +43,15 @@
 // never wait for the disk. Writes come from one goroutine. No lock is held
 // across a write or sync; a write becomes visible to readers only once it
 // is durable.
+//
+// # Several directories, compacted batches (not yet)
+//
+// Options.Dirs takes a list, but exactly one directory is used today. The
+// segment code takes its directory as a parameter and sequence numbers are
+// global, so that consecutive batches can later go to several directories,
+// each with its own writer and fsync, replayed in sequence order with the
+// contiguous durable prefix acknowledged; SegmentInfo already carries the
+// fields a compacted batch file needs (Compacted, Commands).
 //
 // # Failure
 //
