@@ -385,6 +385,11 @@ func (l *Log) Append(entries []*raftpb.Entry, hs *raftpb.HardState) error {
 	if err := l.checkWritable(); err != nil {
 		return err
 	}
+	for i, e := range entries {
+		if want := entries[0].GetIndex() + uint64(i); e.GetIndex() != want {
+			return fmt.Errorf("raftlog: append: entry at position %d has index %d, want %d", i, e.GetIndex(), want)
+		}
+	}
 	m := l.mu.mem
 	withHS := !raft.IsEmptyHardState(hs)
 	if n := len(entries); n > 0 && entries[n-1].GetIndex() <= m.snapIndex {
@@ -394,11 +399,6 @@ func (l *Log) Append(entries []*raftpb.Entry, hs *raftpb.HardState) error {
 	}
 	if len(entries) == 0 && !withHS {
 		return nil
-	}
-	for i, e := range entries {
-		if e.GetIndex() != entries[0].GetIndex()+uint64(i) {
-			return fmt.Errorf("raftlog: append: entry %d at position %d follows %d", e.GetIndex(), i, entries[0].GetIndex())
-		}
 	}
 	first := m.last() + 1
 	if len(entries) > 0 {

@@ -65,6 +65,11 @@ func TestScenarios(t *testing.T) {
 		want:   cat(ents(1, 2, 1), ents(3, 4, 2)),
 		wantHS: hardState{2, 0, 2},
 	}, {
+		name:   "entries that are not consecutive are refused",
+		steps:  []step{{append: []*raftpb.Entry{ent(1, 1), ent(3, 1)}, anyErr: true}, {append: ents(1, 2, 1)}},
+		want:   ents(1, 2, 1),
+		wantHS: hardState{},
+	}, {
 		name:   "gap is refused and the log stays writable",
 		steps:  []step{{append: ents(1, 3, 1)}, {append: ents(5, 6, 1), anyErr: true}, {append: ents(4, 4, 1)}},
 		want:   ents(1, 4, 1),
