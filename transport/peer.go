@@ -1,0 +1,402 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// peer sends to one remote member.
+//
+// Concurrency: enqueue and sendSnapshot are called by Send, from any
+// goroutine, and never block. Goroutines: run (the stream writer, the only
+// reader of queue), report (the only caller of Handler.ReportUnreachable for
+// this peer), and one per snapshot in flight.
+//
+// Invariants:
+//  1. At most one message stream to the peer is open, owned by run.
+//  2. Messages leave the queue in Send order and are sent in that order, so
+//     the peer receives a subsequence of what was sent, in order.
+//  3. A queued message is either sent or dropped with an unreachable report.
+type peer struct {
+	t   *Transport
+	id  uint64
+	lg  *zap.Logger
+	ctx context.Context // canceled by stop
+	end context.CancelFunc
+	wg  sync.WaitGroup
+
+	queue       chan *raftpb.Message
+	unreachable chan struct{} // capacity 1: pending ReportUnreachable
+	snapBusy    atomic.Bool   // a snapshot is being sent
+
+	mu struct {
+		sync.Mutex
+		urls   []string
+		next   int       // index in urls of the next connection attempt
+		active time.Time // when the current stream became healthy; zero if none
+	}
+}
+
+func newPeer(t *Transport, id uint64, urls []string) *peer {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &peer{
+		t:           t,
+		id:          id,
+		lg:          t.lg.With(zap.String("peer-id", fmt.Sprintf("%x", id))),
+		ctx:         ctx,
+		end:         cancel,
+		queue:       make(chan *raftpb.Message, queueSize),
+		unreachable: make(chan struct{}, 1),
+	}
+	p.mu.urls = append([]string(nil), urls...)
+	return p
+}
+
+func (p *peer) start() {
+	p.wg.Add(2)
+	go p.run()
+	go p.report()
+}
+
+// stop cancels everything in flight and waits for the goroutines.
+func (p *peer) stop() {
+	p.end()
+	p.wg.Wait()
+}
+
+func (p *peer) setURLs(urls []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.urls = append([]string(nil), urls...)
+	p.mu.next = 0
+}
+
+// pickURL returns the URL for the next connection attempt, rotating through
+// the peer's URLs so that one dead address does not hide a live one.
+func (p *peer) pickURL() (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.mu.urls) == 0 {
+		return "", fmt.Errorf("peer %x has no URLs", p.id)
+	}
+	u := p.mu.urls[p.mu.next%len(p.mu.urls)]
+	p.mu.next++
+	return u, nil
+}
+
+func (p *peer) activeSince() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.active
+}
+
+func (p *peer) setActive(t time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.active = t
+}
+
+// enqueue queues m for the stream, or drops it if the queue is full.
+func (p *peer) enqueue(m *raftpb.Message) {
+	select {
+	case p.queue <- m:
+	default:
+		p.lg.Debug("dropped message: queue full", zap.Stringer("type", m.GetType()))
+		p.markUnreachable()
+	}
+}
+
+// markUnreachable asks the report goroutine to tell raft; reports pending at
+// once collapse into one.
+func (p *peer) markUnreachable() {
+	select {
+	case p.unreachable <- struct{}{}:
+	default:
+	}
+}
+
+// report calls Handler.ReportUnreachable for markUnreachable. It is a
+// goroutine of its own so that neither Send nor the stream writer waits for
+// the Handler (which may wait for the goroutine that calls Send).
+func (p *peer) report() {
+	defer p.wg.Done()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-p.unreachable:
+			p.t.cfg.Handler.ReportUnreachable(p.id)
+		}
+	}
+}
+
+// run keeps a message stream to the peer open and feeds it the queue.
+// Between attempts it waits, with exponential backoff, dropping (and
+// reporting) whatever is queued: raft learns the peer is unreachable and
+// retransmits once it is back, rather than receiving stale messages.
+func (p *peer) run() {
+	defer p.wg.Done()
+	wait := minBackoff
+	var lastErr string // logged once per distinct error, not per attempt
+	for p.ctx.Err() == nil {
+		s, err := p.connect()
+		if err != nil {
+			if msg := err.Error(); msg != lastErr {
+				p.lg.Warn("cannot open message stream to peer", zap.Error(err))
+				lastErr = msg
+			}
+			p.dropFor(wait)
+			wait = min(2*wait, maxBackoff)
+			continue
+		}
+		wait, lastErr = minBackoff, ""
+		p.setActive(time.Now())
+		p.lg.Info("peer stream active")
+		err = p.pump(s)
+		p.setActive(time.Time{})
+		s.close()
+		if p.ctx.Err() == nil {
+			p.lg.Warn("lost message stream to peer", zap.Error(err))
+		}
+	}
+}
+
+// dropFor waits d (or until stop), dropping queued messages.
+func (p *peer) dropFor(d time.Duration) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-timer.C:
+			return
+		case <-p.queue:
+			p.markUnreachable()
+		}
+	}
+}
+
+// outStream is an open message stream to the peer.
+type outStream struct {
+	conn   *grpc.ClientConn
+	cs     grpc.ClientStream
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the stream ends; err is then set
+	err    error
+}
+
+func (s *outStream) close() {
+	s.cancel()
+	<-s.done
+	_ = s.conn.Close() // the stream is over; a close error changes nothing
+}
+
+// openStream dials url and opens a stream of desc, sending hello first.
+// The caller cancels the returned context (via its cancel) to end it.
+func (p *peer) openStream(ctx context.Context, desc *grpc.StreamDesc, method string, hello *frame) (*grpc.ClientConn, grpc.ClientStream, context.CancelFunc, error) {
+	u, err := p.pickURL()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	conn, err := p.t.dial(u)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	cs, err := conn.NewStream(ctx, desc, method)
+	if err == nil {
+		err = sendMsg(cs, hello)
+	}
+	if err != nil {
+		cancel()
+		_ = conn.Close()
+		return nil, nil, nil, fmt.Errorf("open %s to %s: %w", method, u, err)
+	}
+	return conn, cs, cancel, nil
+}
+
+// connect opens a message stream and waits for the peer's answer to the
+// hello, at most DialTimeout.
+func (p *peer) connect() (*outStream, error) {
+	t := p.t
+	hello := &frame{ClusterID: t.cfg.ClusterID, From: t.cfg.LocalID, To: p.id}
+	conn, cs, cancel, err := p.openStream(p.ctx, &serviceDesc.Streams[0], messagesMethod, hello)
+	if err != nil {
+		return nil, err
+	}
+	timer := time.AfterFunc(t.cfg.DialTimeout, cancel)
+	var ack frame
+	err = cs.RecvMsg(&ack)
+	if !timer.Stop() {
+		err = fmt.Errorf("peer did not answer within %v", t.cfg.DialTimeout)
+	} else if err == nil && ack.ClusterID != t.cfg.ClusterID {
+		err = fmt.Errorf("%w: peer %x answered for cluster %x, local cluster is %x", ErrClusterIDMismatch, p.id, ack.ClusterID, t.cfg.ClusterID)
+	} else if err == nil && ack.From != p.id {
+		err = fmt.Errorf("member %x answered at the URL of peer %x", ack.From, p.id)
+	}
+	if err != nil {
+		cancel()
+		_ = conn.Close()
+		return nil, fmt.Errorf("handshake with peer %x: %w", p.id, err)
+	}
+	s := &outStream{conn: conn, cs: cs, cancel: cancel, done: make(chan struct{})}
+	// The peer sends nothing after its answer: a receive returns only when
+	// the stream ends, which is how the writer learns of it while idle.
+	go func() {
+		var f frame
+		err := cs.RecvMsg(&f)
+		if err == nil {
+			err = errors.New("unexpected frame from peer")
+		}
+		s.err = err
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// pump sends queued messages on s until it fails or the peer stops. Each
+// frame carries everything queued when the stream is ready (up to
+// maxBatchBytes): under load, messages that queue while a frame is being
+// written all go in the next one.
+func (p *peer) pump(s *outStream) error {
+	batch := make([]*raftpb.Message, 0, 64)
+	for {
+		select {
+		case <-p.ctx.Done():
+			return p.ctx.Err()
+		case <-s.done:
+			return s.err
+		case m := <-p.queue:
+			batch = append(batch[:0], m)
+			size := proto.Size(m)
+		fill:
+			for size < maxBatchBytes {
+				select {
+				case m := <-p.queue:
+					batch = append(batch, m)
+					size += proto.Size(m)
+				default:
+					break fill
+				}
+			}
+			if err := sendMsg(s.cs, &frame{Msgs: batch}); err != nil {
+				// The batch is lost; raft retransmits.
+				p.markUnreachable()
+				return err
+			}
+		}
+	}
+}
+
+// sendMsg sends f on cs. When the peer has ended the stream, SendMsg says
+// only io.EOF; the reason comes from RecvMsg.
+func sendMsg(cs grpc.ClientStream, f *frame) error {
+	err := cs.SendMsg(f)
+	if errors.Is(err, io.EOF) {
+		if rerr := cs.RecvMsg(&frame{}); rerr != nil && !errors.Is(rerr, io.EOF) {
+			return rerr
+		}
+	}
+	return err
+}
+
+// sendSnapshot sends m and its data on a goroutine of its own and reports
+// the outcome. One snapshot at a time per peer: raft sends another only
+// after the report, so a second one now is a retransmission and fails.
+func (p *peer) sendSnapshot(m *raftpb.Message) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		if !p.snapBusy.CompareAndSwap(false, true) {
+			p.t.cfg.Handler.ReportSnapshot(p.id, raft.SnapshotFailure)
+			return
+		}
+		defer p.snapBusy.Store(false)
+		index := m.GetSnapshot().GetMetadata().GetIndex()
+		start := time.Now()
+		n, err := p.streamSnapshot(m)
+		if err != nil {
+			p.lg.Warn("failed to send snapshot", zap.Uint64("index", index), zap.Int64("bytes", n), zap.Error(err))
+			p.t.cfg.Handler.ReportSnapshot(p.id, raft.SnapshotFailure)
+			return
+		}
+		p.lg.Info("sent snapshot", zap.Uint64("index", index), zap.Int64("bytes", n), zap.Duration("took", time.Since(start)))
+		p.t.cfg.Handler.ReportSnapshot(p.id, raft.SnapshotFinish)
+	}()
+}
+
+// streamSnapshot sends m, then the bytes Snapshotter.Open gives in chunks,
+// then the last-chunk mark, and waits for the receiver's answer. It returns
+// the number of data bytes sent.
+func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
+	t := p.t
+	if t.cfg.Snapshotter == nil {
+		return 0, errors.New("no Snapshotter configured")
+	}
+	rc, err := t.cfg.Snapshotter.Open(m)
+	if err != nil {
+		return 0, fmt.Errorf("open snapshot data: %w", err)
+	}
+	defer rc.Close()
+	hello := &frame{ClusterID: t.cfg.ClusterID, From: t.cfg.LocalID, To: p.id, Msgs: []*raftpb.Message{m}}
+	conn, cs, cancel, err := p.openStream(p.ctx, &serviceDesc.Streams[1], snapshotMethod, hello)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	defer cancel()
+	var n int64
+	buf := make([]byte, chunkSize)
+	for {
+		k, rerr := fill(rc, buf)
+		if k > 0 {
+			if err := sendMsg(cs, &frame{Chunk: buf[:k]}); err != nil {
+				return n, fmt.Errorf("send snapshot chunk at byte %d: %w", n, err)
+			}
+			n += int64(k)
+		}
+		if rerr == io.EOF { // io.Reader's contract: EOF itself, never wrapped
+			break
+		}
+		if rerr != nil {
+			return n, fmt.Errorf("read snapshot data at byte %d: %w", n, rerr)
+		}
+	}
+	if err := sendMsg(cs, &frame{Last: true}); err != nil {
+		return n, fmt.Errorf("send last snapshot chunk: %w", err)
+	}
+	if err := cs.CloseSend(); err != nil {
+		return n, fmt.Errorf("close snapshot stream: %w", err)
+	}
+	if err := cs.RecvMsg(&frame{}); err != nil {
+		return n, fmt.Errorf("snapshot not accepted: %w", err)
+	}
+	return n, nil
+}
+
+// fill reads into buf until it is full or r fails; unlike io.ReadFull it
+// passes io.EOF through, so a short last chunk is not mistaken for a
+// truncated one (and a reader's own io.ErrUnexpectedEOF stays an error).
+func fill(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		k, err := r.Read(buf[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}

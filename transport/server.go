@@ -1,0 +1,205 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The peer service, written by hand rather than generated (doc.go says why).
+// Both methods are bidirectional streams of frames.
+const (
+	serviceName    = "strata.transport.Peer"
+	messagesMethod = "/" + serviceName + "/Messages"
+	snapshotMethod = "/" + serviceName + "/Snapshot"
+)
+
+// peerService is the handler type gRPC checks Register's argument against.
+type peerService interface {
+	serveMessages(grpc.ServerStream) error
+	serveSnapshot(grpc.ServerStream) error
+}
+
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: serviceName,
+	HandlerType: (*peerService)(nil),
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Messages",
+			Handler:       func(srv any, s grpc.ServerStream) error { return srv.(peerService).serveMessages(s) },
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Snapshot",
+			Handler:       func(srv any, s grpc.ServerStream) error { return srv.(peerService).serveSnapshot(s) },
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
+	Metadata: "transport/FORMAT.md",
+}
+
+// ErrClusterIDMismatch is the reason a member refuses a stream from a member
+// of another cluster. It crosses the wire as the text of a
+// FailedPrecondition status.
+var ErrClusterIDMismatch = errors.New("cluster ID mismatch")
+
+// serve runs fn, which reads the stream, on a goroutine counted in t.wg, and
+// returns when fn does or when the transport stops. Returning ends the
+// stream, which makes fn's next Recv fail; Stop then waits for fn to return,
+// so no Handler call outlives Stop.
+func (t *Transport) serve(fn func() error) error {
+	t.mu.Lock()
+	if t.mu.stopped {
+		t.mu.Unlock()
+		return status.Error(codes.Unavailable, "peer transport stopped")
+	}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() {
+		defer t.wg.Done()
+		errc <- fn()
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-t.stopc:
+		return status.Error(codes.Unavailable, "peer transport stopped")
+	}
+}
+
+// checkHello checks the first frame of an incoming stream.
+func (t *Transport) checkHello(f *frame) error {
+	if f.ClusterID != t.cfg.ClusterID {
+		return status.Errorf(codes.FailedPrecondition, "%v: member %x of cluster %x refused member %x of cluster %x",
+			ErrClusterIDMismatch, t.cfg.LocalID, t.cfg.ClusterID, f.From, f.ClusterID)
+	}
+	if f.To != t.cfg.LocalID {
+		return status.Errorf(codes.FailedPrecondition, "member %x received a stream from member %x meant for member %x",
+			t.cfg.LocalID, f.From, f.To)
+	}
+	if f.From == 0 {
+		return status.Error(codes.InvalidArgument, "peer stream hello without a sender ID")
+	}
+	return nil
+}
+
+// recvHello reads and checks the first frame of an incoming stream, logging
+// a refusal: the refused side logs it too, but an operator may look here.
+func (t *Transport) recvHello(s grpc.ServerStream, what string) (*frame, error) {
+	var hello frame
+	if err := s.RecvMsg(&hello); err != nil {
+		return nil, fmt.Errorf("receive %s hello: %w", what, err)
+	}
+	if err := t.checkHello(&hello); err != nil {
+		t.lg.Warn("refused peer stream", zap.String("stream", what), zap.Error(err))
+		return nil, err
+	}
+	return &hello, nil
+}
+
+// serveMessages serves one peer's message stream: check the hello, answer
+// it, then hand every message of every batch to the Handler, in order.
+func (t *Transport) serveMessages(s grpc.ServerStream) error {
+	return t.serve(func() error {
+		hello, err := t.recvHello(s, "messages")
+		if err != nil {
+			return err
+		}
+		if err := s.SendMsg(&frame{ClusterID: t.cfg.ClusterID, From: t.cfg.LocalID, To: hello.From}); err != nil {
+			return fmt.Errorf("answer hello of member %x: %w", hello.From, err)
+		}
+		ctx := s.Context()
+		for {
+			var f frame
+			if err := s.RecvMsg(&f); err != nil {
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				return fmt.Errorf("receive from member %x: %w", hello.From, err)
+			}
+			for _, m := range f.Msgs {
+				if err := t.cfg.Handler.Process(ctx, m); err != nil {
+					// The node is stopping or the stream's context ended:
+					// ending the stream tells the sender to retry later.
+					return status.Errorf(codes.Unavailable, "process %s from member %x: %v", m.GetType(), hello.From, err)
+				}
+			}
+		}
+	})
+}
+
+// serveSnapshot receives one snapshot: the hello frame carries the MsgSnap,
+// the next frames the data, which Snapshotter.Receive consumes; then the
+// MsgSnap goes to the Handler and an empty frame tells the sender it is done.
+func (t *Transport) serveSnapshot(s grpc.ServerStream) error {
+	return t.serve(func() error {
+		hello, err := t.recvHello(s, "snapshot")
+		if err != nil {
+			return err
+		}
+		if len(hello.Msgs) != 1 || hello.Msgs[0].GetType() != raftpb.MessageType_MsgSnap {
+			return status.Errorf(codes.InvalidArgument, "snapshot stream from member %x does not start with one MsgSnap", hello.From)
+		}
+		m := hello.Msgs[0]
+		if t.cfg.Snapshotter == nil {
+			return status.Errorf(codes.Unimplemented, "member %x cannot receive snapshots", t.cfg.LocalID)
+		}
+		r := &chunkReader{s: s}
+		lg := t.lg.With(zap.String("peer-id", fmt.Sprintf("%x", hello.From)), zap.Uint64("index", m.GetSnapshot().GetMetadata().GetIndex()))
+		if err := t.cfg.Snapshotter.Receive(m, r); err != nil {
+			lg.Warn("failed to receive snapshot", zap.Error(err))
+			return status.Errorf(codes.Aborted, "member %x: receive snapshot at index %d: %v", t.cfg.LocalID, m.GetSnapshot().GetMetadata().GetIndex(), err)
+		}
+		// Receive may stop reading before the last chunk (say, at the end of
+		// its own framing); the transfer still counts only if the sender
+		// finished it.
+		if _, err := io.Copy(io.Discard, r); err != nil {
+			return status.Errorf(codes.Aborted, "member %x: snapshot stream at index %d: %v", t.cfg.LocalID, m.GetSnapshot().GetMetadata().GetIndex(), err)
+		}
+		lg.Info("received snapshot", zap.Int64("bytes", r.n))
+		if err := t.cfg.Handler.Process(s.Context(), m); err != nil {
+			return status.Errorf(codes.Unavailable, "process snapshot from member %x: %v", hello.From, err)
+		}
+		return s.SendMsg(&frame{})
+	})
+}
+
+// chunkReader reads the snapshot data of a stream: the Chunk of each frame
+// until the frame marked Last.
+type chunkReader struct {
+	s    grpc.ServerStream
+	buf  []byte
+	done bool
+	n    int64 // bytes read
+}
+
+// Read implements io.Reader. It returns io.EOF after the last chunk and
+// io.ErrUnexpectedEOF if the stream ends before it.
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.done {
+			return 0, io.EOF
+		}
+		var f frame
+		if err := r.s.RecvMsg(&f); err != nil {
+			if errors.Is(err, io.EOF) {
+				return 0, fmt.Errorf("snapshot stream ended after %d bytes without its last chunk: %w", r.n, io.ErrUnexpectedEOF)
+			}
+			return 0, fmt.Errorf("receive snapshot chunk after %d bytes: %w", r.n, err)
+		}
+		r.buf, r.done = f.Chunk, f.Last
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	r.n += int64(n)
+	return n, nil
+}

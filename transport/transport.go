@@ -1,0 +1,256 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Handler receives what peers send. Process is called from transport
+// goroutines, concurrently; it must not block for long (the node queues the
+// message). The transport never calls the Handler from inside Send, so the
+// Handler may wait for the goroutine that calls Send.
+type Handler interface {
+	Process(ctx context.Context, m *raftpb.Message) error
+	ReportUnreachable(id uint64)
+	ReportSnapshot(id uint64, status raft.SnapshotStatus)
+}
+
+// Snapshotter moves the bulk data of a raft snapshot, which does not travel
+// inside the MsgSnap message (m.Snapshot.Data holds only a small descriptor
+// the snapshot package defines).
+type Snapshotter interface {
+	// Open returns the stream of bytes to send after a MsgSnap (the sender
+	// side). The transport closes it.
+	Open(m *raftpb.Message) (io.ReadCloser, error)
+	// Receive consumes that stream on the receiving member and stores it;
+	// the transport then calls Handler.Process(m) with the same MsgSnap. An
+	// error aborts the transfer and is reported to the sender, which reports
+	// raft.SnapshotFailure. r ends with io.EOF only after the sender's last
+	// chunk; a transfer cut short ends it with another error.
+	Receive(m *raftpb.Message, r io.Reader) error
+}
+
+// Config configures a Transport.
+type Config struct {
+	// LocalID is this member's raft ID; ClusterID the cluster's. Both are
+	// sent and checked on every stream.
+	LocalID, ClusterID uint64
+	// Handler receives messages and reports. Required.
+	Handler Handler
+	// Snapshotter moves snapshot data. nil: MsgSnap fails on both sides.
+	Snapshotter Snapshotter
+	// DialTimeout bounds connecting to a peer and its handshake. 0: 1 s.
+	DialTimeout time.Duration
+	// TLS, if set, secures outgoing connections to every peer; the peer
+	// gRPC server is configured by its owner. nil: plaintext.
+	TLS *tls.Config
+	// Logger logs connection changes and failures. nil: no logging.
+	Logger *zap.Logger
+}
+
+// Tuning. Not wire format: a peer accepts any batch and chunk size up to its
+// gRPC server's receive limit.
+const (
+	// queueSize bounds the messages waiting for one peer's stream; raft
+	// retransmits what is dropped when it is full (etcd uses 4096 too).
+	queueSize = 4096
+	// maxBatchBytes bounds the raft messages put in one frame (at least one
+	// message goes in regardless), keeping frames below gRPC's default 4 MiB
+	// receive limit for ordinary raft message sizes.
+	maxBatchBytes = 1 << 20
+	// chunkSize is the amount of snapshot data per frame.
+	chunkSize = 1 << 20
+	// minBackoff and maxBackoff bound the wait between reconnection
+	// attempts; it doubles after each failure.
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// Transport sends raft messages to peers and receives theirs. See the
+// package documentation for the streams it keeps.
+//
+// Concurrency: all methods are safe from any goroutine. New starts nothing;
+// AddPeer starts the peer's goroutines (a stream writer, a reporter, one
+// per snapshot in flight); RemovePeer and Stop end them and wait. Stop also
+// ends the streams peers opened to this member and waits for Handler calls
+// in progress.
+type Transport struct {
+	cfg   Config
+	lg    *zap.Logger
+	stopc chan struct{} // closed by Stop
+
+	// wg counts the goroutines serving incoming streams.
+	wg sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		peers   map[uint64]*peer
+		stopped bool
+	}
+}
+
+// New returns a transport for the member cfg.LocalID. It starts nothing.
+func New(cfg Config) *Transport {
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = time.Second
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = zap.NewNop()
+	}
+	t := &Transport{
+		cfg:   cfg,
+		lg:    lg.With(zap.String("local-member-id", fmt.Sprintf("%x", cfg.LocalID))),
+		stopc: make(chan struct{}),
+	}
+	t.mu.peers = make(map[uint64]*peer)
+	return t
+}
+
+// Register adds the peer gRPC service to the member's peer gRPC server
+// (served on --listen-peer-urls). That server's receive limit
+// (grpc.MaxRecvMsgSize, 4 MiB by default) must exceed the largest raft
+// message the cluster sends.
+func (t *Transport) Register(s *grpc.Server) {
+	s.RegisterService(&serviceDesc, t)
+}
+
+// AddPeer starts sending to the member id at urls (like
+// http://127.0.0.1:2380, tried in turn). It does nothing if id is already a
+// peer, is this member, or the transport is stopped.
+func (t *Transport) AddPeer(id uint64, urls []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.stopped || id == t.cfg.LocalID || t.mu.peers[id] != nil {
+		return
+	}
+	p := newPeer(t, id, urls)
+	t.mu.peers[id] = p
+	p.start()
+	t.lg.Info("added peer", zap.String("peer-id", fmt.Sprintf("%x", id)), zap.Strings("urls", urls))
+}
+
+// UpdatePeer changes the URLs of a peer. The current stream is kept; the
+// next connection attempt uses the new URLs.
+func (t *Transport) UpdatePeer(id uint64, urls []string) {
+	if p := t.peer(id); p != nil {
+		p.setURLs(urls)
+		t.lg.Info("updated peer", zap.String("peer-id", fmt.Sprintf("%x", id)), zap.Strings("urls", urls))
+	}
+}
+
+// RemovePeer stops sending to id and waits for its goroutines to end. A
+// snapshot in flight to it is reported as failed.
+func (t *Transport) RemovePeer(id uint64) {
+	t.mu.Lock()
+	p := t.mu.peers[id]
+	delete(t.mu.peers, id)
+	t.mu.Unlock()
+	if p != nil {
+		p.stop()
+		t.lg.Info("removed peer", zap.String("peer-id", fmt.Sprintf("%x", id)))
+	}
+}
+
+// Send queues messages; it never blocks the caller (the raft node
+// goroutine) and never calls the Handler itself. Per peer, messages wait in a
+// bounded queue; when it is full, or while the peer is unreachable, a
+// message is dropped and Handler.ReportUnreachable(to) is called soon after
+// from a transport goroutine (raft retransmits). Messages to an unknown peer
+// are dropped. MsgSnap goes through a separate path that streams
+// Snapshotter.Open's bytes in chunks and reports raft.SnapshotFinish or
+// SnapshotFailure via Handler.ReportSnapshot when done.
+func (t *Transport) Send(msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		p := t.peer(m.GetTo())
+		if p == nil {
+			t.lg.Debug("dropped message to unknown peer", zap.String("peer-id", fmt.Sprintf("%x", m.GetTo())), zap.Stringer("type", m.GetType()))
+			continue
+		}
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			p.sendSnapshot(m)
+			continue
+		}
+		p.enqueue(m)
+	}
+}
+
+// ActiveSince reports when the stream to a peer became healthy (zero if
+// not connected): used to refuse membership changes that would lose quorum,
+// as etcd does.
+func (t *Transport) ActiveSince(id uint64) time.Time {
+	if p := t.peer(id); p != nil {
+		return p.activeSince()
+	}
+	return time.Time{}
+}
+
+// Stop ends every peer's goroutines and every incoming stream, and waits for
+// them. Send and AddPeer do nothing afterwards.
+func (t *Transport) Stop() {
+	t.mu.Lock()
+	if t.mu.stopped {
+		t.mu.Unlock()
+		return
+	}
+	t.mu.stopped = true
+	peers := t.mu.peers
+	t.mu.peers = make(map[uint64]*peer)
+	close(t.stopc)
+	t.mu.Unlock()
+	for _, p := range peers {
+		p.stop()
+	}
+	t.wg.Wait()
+}
+
+func (t *Transport) peer(id uint64) *peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mu.peers[id]
+}
+
+// dial returns a client connection to one peer URL. gRPC connects lazily, on
+// the first stream; MinConnectTimeout makes a silent peer fail that attempt
+// after DialTimeout. Every stream gets its own connection, so a snapshot
+// never shares a TCP connection (and its congestion) with heartbeats.
+func (t *Transport) dial(rawURL string) (*grpc.ClientConn, error) {
+	addr := rawURL
+	if strings.Contains(rawURL, "://") {
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("parse peer URL %q: %w", rawURL, err)
+		}
+		addr = u.Host
+	}
+	creds := insecure.NewCredentials()
+	if t.cfg.TLS != nil {
+		creds = credentials.NewTLS(t.cfg.TLS)
+	}
+	conn, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: minBackoff, Multiplier: 2, Jitter: 0.2, MaxDelay: maxBackoff},
+			MinConnectTimeout: t.cfg.DialTimeout,
+		}),
+		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(codecName)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dial peer %s: %w", rawURL, err)
+	}
+	return conn, nil
+}
