@@ -193,7 +193,7 @@ func (l *Log) recover() error {
 		seg.hdr, seg.end, seg.frames = res.hdr, res.end, res.frames
 		last = res
 	}
-	if len(m.pos) > 0 && m.first != m.snapIndex+1 {
+	if m.pos.len() > 0 && m.first != m.snapIndex+1 {
 		return fmt.Errorf("%w: entries %d..%d are missing (snapshot at %d, log resumes at %d)",
 			ErrCorrupt, m.snapIndex+1, m.first-1, m.snapIndex, m.first)
 	}
@@ -503,7 +503,7 @@ func (l *Log) Compact(index uint64, cs *raftpb.ConfState) error {
 	case index > m.last():
 		return fmt.Errorf("raftlog: log compaction to %d beyond last index %d", index, m.last())
 	}
-	term := m.pos[index-m.first].term
+	term := m.pos.at(int(index - m.first)).term
 	if cs == nil {
 		cs = m.cs
 	}

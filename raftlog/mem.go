@@ -25,7 +25,7 @@ type entryPos struct {
 // Append share the same index arithmetic.
 //
 // Invariants (after Open; replay may hold a gap until its final check):
-//  1. pos[k] is the position of entry first+k; first == snapIndex+1.
+//  1. pos.at(k) is the position of entry first+k; first == snapIndex+1.
 //  2. tail holds entries last()-len(tail)+1 .. last(), consecutive.
 //  3. tailBytes is the accounted size of tail and stays <= budget,
 //     except that the newest batch is always kept whole.
@@ -35,7 +35,7 @@ type memState struct {
 	hs                  hardState
 
 	first     uint64
-	pos       []entryPos
+	pos       posList
 	tail      []*raftpb.Entry
 	tailBytes int
 	budget    int // tailBudget; tests lower it
@@ -46,7 +46,7 @@ func newMemState() *memState {
 }
 
 // last is the index of the last entry (snapIndex if there is none).
-func (m *memState) last() uint64 { return m.first + uint64(len(m.pos)) - 1 }
+func (m *memState) last() uint64 { return m.first + uint64(m.pos.len()) - 1 }
 
 // tailFirst is the index of the first entry held in memory.
 func (m *memState) tailFirst() uint64 { return m.last() - uint64(len(m.tail)) + 1 }
@@ -65,7 +65,7 @@ func (m *memState) appendEntries(entries []*raftpb.Entry, seg *segment, off int6
 	i := entries[0].GetIndex()
 	if i < m.first || i > m.last()+1 {
 		m.first = i
-		m.pos = m.pos[:0]
+		m.pos.truncate(0)
 		m.tail, m.tailBytes = nil, 0
 	} else {
 		if tf := m.tailFirst(); i < tf {
@@ -77,10 +77,10 @@ func (m *memState) appendEntries(entries []*raftpb.Entry, seg *segment, off int6
 			clear(m.tail[i-tf:]) // drop references for the collector
 			m.tail = m.tail[:i-tf]
 		}
-		m.pos = m.pos[:i-m.first]
+		m.pos.truncate(int(i - m.first))
 	}
 	for _, e := range entries {
-		m.pos = append(m.pos, entryPos{term: e.GetTerm(), seg: seg, off: off})
+		m.pos.push(entryPos{term: e.GetTerm(), seg: seg, off: off})
 		m.tail = append(m.tail, e)
 		m.tailBytes += entryCost(e)
 	}
@@ -106,7 +106,8 @@ func (m *memState) compact(index, term uint64, cs *raftpb.ConfState) {
 		return
 	}
 	if index > m.last() {
-		m.first, m.pos, m.tail, m.tailBytes = index+1, nil, nil, 0
+		m.pos.truncate(0)
+		m.first, m.tail, m.tailBytes = index+1, nil, 0
 		return
 	}
 	if tf := m.tailFirst(); index >= tf {
@@ -115,7 +116,7 @@ func (m *memState) compact(index, term uint64, cs *raftpb.ConfState) {
 		}
 		m.tail = shrink(m.tail, int(index-tf+1))
 	}
-	m.pos = shrink(m.pos, int(index-m.first+1))
+	m.pos.dropFront(int(index - m.first + 1))
 	m.first = index + 1
 }
 
@@ -123,7 +124,8 @@ func (m *memState) compact(index, term uint64, cs *raftpb.ConfState) {
 // was installed).
 func (m *memState) reset(index, term uint64, cs *raftpb.ConfState) {
 	m.snapIndex, m.snapTerm, m.cs = index, term, cs
-	m.first, m.pos, m.tail, m.tailBytes = index+1, nil, nil, 0
+	m.pos.truncate(0)
+	m.first, m.tail, m.tailBytes = index+1, nil, 0
 }
 
 // shrink drops the first n elements of s. When the dropped part is larger
@@ -140,4 +142,67 @@ func shrink[T any](s []T, n int) []T {
 	}
 	clear(s[:n])
 	return rest
+}
+
+// posChunk is the number of positions per chunk of a posList.
+const posChunk = 4096
+
+// posList is a list of entry positions stored in fixed-size chunks, so that
+// growing it never copies (a plain slice of a million positions would copy
+// 24 MB while holding the lock) and dropping a prefix frees whole chunks.
+type posList struct {
+	chunks [][]entryPos // every chunk but the last is full
+	skip   int          // positions dropped from the front of chunks[0]
+}
+
+func (p *posList) len() int {
+	if len(p.chunks) == 0 {
+		return 0
+	}
+	return (len(p.chunks)-1)*posChunk + len(p.chunks[len(p.chunks)-1]) - p.skip
+}
+
+func (p *posList) at(k int) entryPos {
+	k += p.skip
+	return p.chunks[k/posChunk][k%posChunk]
+}
+
+func (p *posList) push(e entryPos) {
+	if n := len(p.chunks); n == 0 || len(p.chunks[n-1]) == posChunk {
+		p.chunks = append(p.chunks, make([]entryPos, 0, posChunk))
+	}
+	last := &p.chunks[len(p.chunks)-1]
+	*last = append(*last, e)
+}
+
+// truncate keeps the first k positions.
+func (p *posList) truncate(k int) {
+	if k == 0 {
+		clear(p.chunks)
+		p.chunks, p.skip = p.chunks[:0], 0
+		return
+	}
+	total := p.skip + k
+	n := (total + posChunk - 1) / posChunk
+	clear(p.chunks[n:])
+	p.chunks = p.chunks[:n]
+	last := p.chunks[n-1]
+	keep := total - (n-1)*posChunk
+	clear(last[keep:]) // drop segment references for the collector
+	p.chunks[n-1] = last[:keep]
+}
+
+// dropFront removes the first k positions.
+func (p *posList) dropFront(k int) {
+	if k >= p.len() {
+		p.truncate(0)
+		return
+	}
+	p.skip += k
+	n := p.skip / posChunk
+	if n > 0 {
+		clear(p.chunks[:n])
+		p.chunks = shrink(p.chunks, n)
+		p.skip -= n * posChunk
+	}
 }

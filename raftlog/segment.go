@@ -232,6 +232,11 @@ func writeNewFile(fs vfs.FS, path string, data []byte, size int64) (err error) {
 			return fmt.Errorf("zero-fill: %w", err)
 		}
 		off += n
+		// Start writeback chunk by chunk: a whole segment of dirty pages
+		// would make the kernel throttle the log's own writes.
+		if _, err := f.SyncTo(off); err != nil {
+			return fmt.Errorf("zero-fill: %w", err)
+		}
 	}
 	return f.Sync()
 }

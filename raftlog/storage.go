@@ -62,7 +62,7 @@ func (l *Log) Term(i uint64) (uint64, error) {
 	case i > m.last():
 		return 0, raft.ErrUnavailable
 	}
-	return m.pos[i-m.first].term, nil
+	return m.pos.at(int(i - m.first)).term, nil
 }
 
 // Snapshot returns the metadata of the snapshot point; Data is empty (the
@@ -119,7 +119,7 @@ func (l *Log) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	tf := m.tailFirst()
 	var frames []frameRef
 	for i := lo; i < min(hi, tf); i++ {
-		p := m.pos[i-m.first]
+		p := m.pos.at(int(i - m.first))
 		if n := len(frames); n == 0 || frames[n-1].seg != p.seg || frames[n-1].off != p.off {
 			p.seg.acquire()
 			frames = append(frames, frameRef{seg: p.seg, off: p.off, from: i})
