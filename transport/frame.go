@@ -127,7 +127,9 @@ func (f *frame) unmarshal(b []byte) error {
 		}
 		b = b[n:]
 		if num == fieldChunk {
-			f.Chunk = append(f.Chunk, v...)
+			// A repeated scalar field replaces the earlier value, as
+			// protobuf decoders do.
+			f.Chunk = append([]byte(nil), v...)
 			continue
 		}
 		m := new(raftpb.Message)

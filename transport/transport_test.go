@@ -1,0 +1,617 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// wait bounds every wait for something a transport goroutine does.
+const wait = 10 * time.Second
+
+type snapReport struct {
+	id     uint64
+	status raft.SnapshotStatus
+}
+
+// handler records what a transport hands it, on buffered channels.
+type handler struct {
+	recv        chan *raftpb.Message
+	unreachable chan uint64
+	snaps       chan snapReport
+}
+
+func newHandler() *handler {
+	return &handler{
+		recv:        make(chan *raftpb.Message, 10000),
+		unreachable: make(chan uint64, 1000),
+		snaps:       make(chan snapReport, 10),
+	}
+}
+
+func (h *handler) Process(ctx context.Context, m *raftpb.Message) error {
+	select {
+	case h.recv <- m:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *handler) ReportUnreachable(id uint64) {
+	select {
+	case h.unreachable <- id:
+	default:
+	}
+}
+
+func (h *handler) ReportSnapshot(id uint64, s raft.SnapshotStatus) { h.snaps <- snapReport{id, s} }
+
+// snapshotter serves data from Open and records a checksum of what Receive
+// reads.
+type snapshotter struct {
+	data      []byte
+	failAfter int   // Open's reader fails after this many bytes; 0: never
+	recvErr   error // Receive returns it after reading everything
+
+	returned chan error // what each Receive returned
+
+	mu       sync.Mutex
+	received map[uint64][32]byte // snapshot index -> sha256 of the data received
+	recvErrs []error             // errors Receive's reader returned
+}
+
+func (s *snapshotter) Open(m *raftpb.Message) (io.ReadCloser, error) {
+	var r io.Reader = bytes.NewReader(s.data)
+	if s.failAfter > 0 {
+		r = io.MultiReader(io.LimitReader(r, int64(s.failAfter)), errReader{})
+	}
+	return io.NopCloser(r), nil
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("disk on fire") }
+
+func (s *snapshotter) Receive(m *raftpb.Message, r io.Reader) (err error) {
+	defer func() { s.returned <- err }()
+	h := sha256.New()
+	_, err = io.Copy(h, r)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.recvErrs = append(s.recvErrs, err)
+		return err
+	}
+	if s.recvErr != nil {
+		return s.recvErr
+	}
+	if s.received == nil {
+		s.received = make(map[uint64][32]byte)
+	}
+	s.received[m.GetSnapshot().GetMetadata().GetIndex()] = [32]byte(h.Sum(nil))
+	return nil
+}
+
+// member is a transport serving on a real gRPC server on loopback.
+type member struct {
+	id   uint64
+	tr   *Transport
+	h    *handler
+	url  string
+	addr string
+	srv  *grpc.Server
+}
+
+type memberOpts struct {
+	cluster uint64
+	snap    Snapshotter
+	logger  *zap.Logger
+}
+
+func startMember(t *testing.T, id uint64, o memberOpts) *member {
+	t.Helper()
+	if o.cluster == 0 {
+		o.cluster = 0xc1
+	}
+	if o.logger == nil {
+		o.logger = zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel))
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHandler()
+	m := &member{id: id, h: h, addr: lis.Addr().String(), url: "http://" + lis.Addr().String()}
+	m.tr = New(Config{LocalID: id, ClusterID: o.cluster, Handler: h, Snapshotter: o.snap, Logger: o.logger})
+	m.serve(t, lis)
+	t.Cleanup(func() {
+		m.tr.Stop()
+		m.srv.Stop()
+	})
+	return m
+}
+
+func (m *member) serve(t *testing.T, lis net.Listener) {
+	m.srv = grpc.NewServer()
+	m.tr.Register(m.srv)
+	srv := m.srv
+	go func() { _ = srv.Serve(lis) }()
+}
+
+// connect makes every member a peer of every other.
+func connect(ms ...*member) {
+	for _, a := range ms {
+		for _, b := range ms {
+			a.tr.AddPeer(b.id, []string{b.url})
+		}
+	}
+}
+
+func msg(from, to, index uint64) *raftpb.Message {
+	return &raftpb.Message{
+		Type:  raftpb.MessageType_MsgApp.Enum(),
+		From:  proto.Uint64(from),
+		To:    proto.Uint64(to),
+		Index: proto.Uint64(index),
+	}
+}
+
+// recvN waits for n messages on h and returns them, skipping the heartbeats
+// of sendUntilReceived.
+func recvN(t *testing.T, h *handler, n int) []*raftpb.Message {
+	t.Helper()
+	timeout := time.After(wait)
+	var got []*raftpb.Message
+	for len(got) < n {
+		select {
+		case m := <-h.recv:
+			if m.GetType() != raftpb.MessageType_MsgHeartbeat {
+				got = append(got, m)
+			}
+		case <-timeout:
+			t.Fatalf("received %d messages, want %d", len(got), n)
+		}
+	}
+	return got
+}
+
+// sendUntilReceived sends heartbeats from a to b until b receives one: the
+// stream may not be up yet, and messages queued before it is are dropped.
+// Later heartbeats may still be in flight when it returns.
+func sendUntilReceived(t *testing.T, a, b *member) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		hb := msg(a.id, b.id, 0)
+		hb.Type = raftpb.MessageType_MsgHeartbeat.Enum()
+		a.tr.Send([]*raftpb.Message{hb})
+		select {
+		case <-b.h.recv:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("member %x never received from %x", b.id, a.id)
+		}
+	}
+}
+
+// drain empties h's receive channel.
+func drain(h *handler) {
+	for {
+		select {
+		case <-h.recv:
+		default:
+			return
+		}
+	}
+}
+
+func TestExchange(t *testing.T) {
+	tests := []struct {
+		name    string
+		members int
+	}{
+		{name: "two", members: 2},
+		{name: "three", members: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ms []*member
+			for i := range tt.members {
+				ms = append(ms, startMember(t, uint64(i+1), memberOpts{}))
+			}
+			connect(ms...)
+			for _, a := range ms {
+				for _, b := range ms {
+					if a != b {
+						sendUntilReceived(t, a, b)
+					}
+				}
+			}
+			for _, b := range ms {
+				drain(b.h)
+			}
+			// Every member sends 100 messages to every other in one Send;
+			// each receiver gets each sender's in order.
+			const n = 100
+			for _, a := range ms {
+				var msgs []*raftpb.Message
+				for i := range uint64(n) {
+					for _, b := range ms {
+						if a != b {
+							msgs = append(msgs, msg(a.id, b.id, i))
+						}
+					}
+				}
+				a.tr.Send(msgs)
+			}
+			for _, b := range ms {
+				got := recvN(t, b.h, n*(len(ms)-1))
+				next := map[uint64]uint64{}
+				for _, m := range got {
+					if m.GetTo() != b.id {
+						t.Fatalf("member %x received a message for %x", b.id, m.GetTo())
+					}
+					if m.GetIndex() != next[m.GetFrom()] {
+						t.Fatalf("member %x: from %x got index %d, want %d", b.id, m.GetFrom(), m.GetIndex(), next[m.GetFrom()])
+					}
+					next[m.GetFrom()]++
+				}
+			}
+			for _, a := range ms {
+				for _, b := range ms {
+					if a != b && a.tr.ActiveSince(b.id).IsZero() {
+						t.Errorf("ActiveSince(%x) at %x is zero with the stream up", b.id, a.id)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestManyMessagesInOrder sends more messages at once than one frame holds
+// (by count and by bytes) and checks that all arrive in order.
+func TestManyMessagesInOrder(t *testing.T) {
+	a, b := startMember(t, 1, memberOpts{}), startMember(t, 2, memberOpts{})
+	connect(a, b)
+	sendUntilReceived(t, a, b)
+	drain(b.h)
+	const n = 3000
+	msgs := make([]*raftpb.Message, n)
+	for i := range msgs {
+		msgs[i] = msg(1, 2, uint64(i))
+		// Some 4 KiB entries, so that the batch spans several frames.
+		msgs[i].Entries = []*raftpb.Entry{{Data: make([]byte, 4096)}}
+	}
+	a.tr.Send(msgs)
+	for i, m := range recvN(t, b.h, n) {
+		if m.GetIndex() != uint64(i) || len(m.GetEntries()) != 1 || len(m.GetEntries()[0].GetData()) != 4096 {
+			t.Fatalf("message %d: got index %d with %d entries", i, m.GetIndex(), len(m.GetEntries()))
+		}
+	}
+}
+
+// fakeStream records the frames a peer's writer sends.
+type fakeStream struct {
+	grpc.ClientStream
+	frames [][]*raftpb.Message
+	total  int
+	want   int
+	done   func()
+}
+
+func (s *fakeStream) SendMsg(v any) error {
+	f := v.(*frame)
+	// The writer reuses its batch slice after SendMsg returns, as gRPC
+	// allows; gRPC has marshalled it by then, the fake copies it.
+	s.frames = append(s.frames, append([]*raftpb.Message(nil), f.Msgs...))
+	s.total += len(f.Msgs)
+	if s.total >= s.want {
+		s.done()
+	}
+	return nil
+}
+
+func TestBatching(t *testing.T) {
+	tests := []struct {
+		name       string
+		n          int
+		entryBytes int
+		wantFrames int
+	}{
+		{name: "small messages queued before the stream is ready share one frame", n: 1000, wantFrames: 1},
+		{name: "a frame holds at least one message however large", n: 3, entryBytes: 2 * maxBatchBytes, wantFrames: 3},
+		// 256 KiB entries: four reach maxBatchBytes, so frames hold four.
+		{name: "frames stop at maxBatchBytes", n: 10, entryBytes: 256 << 10, wantFrames: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := New(Config{LocalID: 1, ClusterID: 1, Handler: newHandler()})
+			p := newPeer(tr, 2, nil)
+			for i := range tt.n {
+				m := msg(1, 2, uint64(i))
+				if tt.entryBytes > 0 {
+					m.Entries = []*raftpb.Entry{{Data: make([]byte, tt.entryBytes)}}
+				}
+				p.enqueue(m)
+			}
+			fs := &fakeStream{want: tt.n, done: p.end}
+			err := p.pump(&outStream{cs: fs, done: make(chan struct{})})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("pump: %v, want context.Canceled", err)
+			}
+			if len(fs.frames) != tt.wantFrames {
+				t.Errorf("got %d frames, want %d", len(fs.frames), tt.wantFrames)
+			}
+			var i uint64
+			for _, f := range fs.frames {
+				for _, m := range f {
+					if m.GetIndex() != i {
+						t.Fatalf("message %d has index %d", i, m.GetIndex())
+					}
+					i++
+				}
+			}
+		})
+	}
+}
+
+func TestQueueFull(t *testing.T) {
+	h := newHandler()
+	tr := New(Config{LocalID: 1, ClusterID: 1, Handler: h})
+	p := newPeer(tr, 2, nil)
+	for i := range queueSize + 1 {
+		p.enqueue(msg(1, 2, uint64(i)))
+	}
+	// Only the report goroutine: the writer would drain the queue.
+	p.wg.Add(1)
+	go p.report()
+	defer p.stop()
+	select {
+	case id := <-h.unreachable:
+		if id != 2 {
+			t.Fatalf("ReportUnreachable(%x), want 2", id)
+		}
+	case <-time.After(wait):
+		t.Fatal("a full queue was not reported")
+	}
+	if len(p.queue) != queueSize {
+		t.Fatalf("queue holds %d messages, want %d", len(p.queue), queueSize)
+	}
+}
+
+func TestPeerDownAndBack(t *testing.T) {
+	a, b := startMember(t, 1, memberOpts{}), startMember(t, 2, memberOpts{})
+	connect(a, b)
+	sendUntilReceived(t, a, b)
+
+	// b goes away: its server stops, its transport too.
+	b.tr.Stop()
+	b.srv.Stop()
+	deadline := time.Now().Add(wait)
+	for !a.tr.ActiveSince(2).IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatal("ActiveSince(2) still set after the peer stopped")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for len(a.h.unreachable) > 0 {
+		<-a.h.unreachable
+	}
+	a.tr.Send([]*raftpb.Message{msg(1, 2, 1)})
+	select {
+	case id := <-a.h.unreachable:
+		if id != 2 {
+			t.Fatalf("ReportUnreachable(%x), want 2", id)
+		}
+	case <-time.After(wait):
+		t.Fatal("message to a stopped peer was not reported unreachable")
+	}
+
+	// b comes back on the same address with a new transport.
+	lis, err := net.Listen("tcp", b.addr)
+	if err != nil {
+		t.Fatalf("listen again on %s: %v", b.addr, err)
+	}
+	b2 := &member{id: 2, h: newHandler(), url: b.url, addr: b.addr}
+	b2.tr = New(Config{LocalID: 2, ClusterID: 0xc1, Handler: b2.h, Logger: zaptest.NewLogger(t, zaptest.Level(zapcore.WarnLevel))})
+	b2.serve(t, lis)
+	t.Cleanup(func() {
+		b2.tr.Stop()
+		b2.srv.Stop()
+	})
+	sendUntilReceived(t, a, b2)
+	if a.tr.ActiveSince(2).IsZero() {
+		t.Fatal("ActiveSince(2) is zero after reconnection")
+	}
+}
+
+func TestClusterIDMismatch(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	a := startMember(t, 1, memberOpts{cluster: 0xaa, logger: zap.New(core)})
+	b := startMember(t, 2, memberOpts{cluster: 0xbb})
+	c := startMember(t, 4, memberOpts{cluster: 0xaa})
+
+	tests := []struct {
+		name    string
+		peer    uint64
+		url     string
+		wantMsg string
+	}{
+		{name: "other cluster", peer: 2, url: b.url, wantMsg: "cluster ID mismatch"},
+		{name: "other member at the URL", peer: 3, url: c.url, wantMsg: "meant for member 3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPeer(a.tr, tt.peer, []string{tt.url})
+			s, err := p.connect()
+			if err == nil {
+				s.close()
+				t.Fatal("connect succeeded")
+			}
+			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Fatalf("connect: %v, want FailedPrecondition with %q", err, tt.wantMsg)
+			}
+		})
+	}
+
+	// Through the public API: nothing arrives, the stream never becomes
+	// active, the refusal is logged.
+	a.tr.AddPeer(2, []string{b.url})
+	deadline := time.Now().Add(wait)
+	for logs.FilterMessage("cannot open message stream to peer").FilterFieldKey("error").Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("refusal not logged")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	entry := logs.FilterMessage("cannot open message stream to peer").All()[0]
+	if errMsg := fmt.Sprint(entry.ContextMap()["error"]); !strings.Contains(errMsg, "cluster ID mismatch") {
+		t.Errorf("logged %q, want a cluster ID mismatch", errMsg)
+	}
+	a.tr.Send([]*raftpb.Message{msg(1, 2, 1)})
+	if !a.tr.ActiveSince(2).IsZero() {
+		t.Error("ActiveSince is set for a peer of another cluster")
+	}
+	select {
+	case m := <-b.h.recv:
+		t.Fatalf("member of another cluster received %v", m)
+	default:
+	}
+}
+
+func snapMsg(from, to, index uint64) *raftpb.Message {
+	return &raftpb.Message{
+		Type: raftpb.MessageType_MsgSnap.Enum(),
+		From: proto.Uint64(from),
+		To:   proto.Uint64(to),
+		Snapshot: &raftpb.Snapshot{
+			Data:     []byte("descriptor"),
+			Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(index), Term: proto.Uint64(3)},
+		},
+	}
+}
+
+func TestSnapshot(t *testing.T) {
+	data := make([]byte, 5<<20+12345) // several chunks and a short last one
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	tests := []struct {
+		name       string
+		data       []byte
+		failAfter  int
+		recvErr    error
+		nilSnap    bool // the receiver has no Snapshotter
+		wantStatus raft.SnapshotStatus
+	}{
+		{name: "several MiB", data: data, wantStatus: raft.SnapshotFinish},
+		{name: "empty", data: nil, wantStatus: raft.SnapshotFinish},
+		{name: "Receive fails", data: data, recvErr: errors.New("no space"), wantStatus: raft.SnapshotFailure},
+		{name: "sender's data fails midway", data: data, failAfter: 2 << 20, wantStatus: raft.SnapshotFailure},
+		{name: "receiver cannot take snapshots", data: data, nilSnap: true, wantStatus: raft.SnapshotFailure},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			send := &snapshotter{data: tt.data, failAfter: tt.failAfter}
+			recv := &snapshotter{recvErr: tt.recvErr, returned: make(chan error, 1)}
+			var recvSnap Snapshotter = recv
+			if tt.nilSnap {
+				recvSnap = nil
+			}
+			a := startMember(t, 1, memberOpts{snap: send})
+			b := startMember(t, 2, memberOpts{snap: recvSnap})
+			connect(a, b)
+			sendUntilReceived(t, a, b)
+			drain(b.h)
+
+			a.tr.Send([]*raftpb.Message{snapMsg(1, 2, 42)})
+			select {
+			case r := <-a.h.snaps:
+				if r != (snapReport{2, tt.wantStatus}) {
+					t.Fatalf("ReportSnapshot%v, want status %v", r, tt.wantStatus)
+				}
+			case <-time.After(wait):
+				t.Fatal("snapshot not reported")
+			}
+			if !tt.nilSnap {
+				select {
+				case err := <-recv.returned:
+					if (err == nil) != (tt.wantStatus == raft.SnapshotFinish) {
+						t.Fatalf("Receive returned %v with the sender reporting %v", err, tt.wantStatus)
+					}
+				case <-time.After(wait):
+					t.Fatal("Receive did not return")
+				}
+			}
+			recv.mu.Lock()
+			sum, ok := recv.received[42]
+			recvErrs := recv.recvErrs
+			recv.mu.Unlock()
+			if tt.wantStatus == raft.SnapshotFinish {
+				if !ok || sum != sha256.Sum256(tt.data) {
+					t.Fatal("received data differs from what was sent")
+				}
+				m := recvN(t, b.h, 1)[0]
+				if m.GetType() != raftpb.MessageType_MsgSnap || m.GetSnapshot().GetMetadata().GetIndex() != 42 || string(m.GetSnapshot().GetData()) != "descriptor" {
+					t.Fatalf("Process got %v, want the MsgSnap", m)
+				}
+				return
+			}
+			if ok {
+				t.Fatal("a failed transfer was stored")
+			}
+			if tt.failAfter > 0 && len(recvErrs) == 0 {
+				t.Error("Receive read a transfer the sender aborted without an error")
+			}
+			for len(b.h.recv) > 0 {
+				if m := <-b.h.recv; m.GetType() == raftpb.MessageType_MsgSnap {
+					t.Fatalf("Process got %v after a failed transfer", m)
+				}
+			}
+		})
+	}
+}
+
+func TestRemovePeerAndStop(t *testing.T) {
+	a, b := startMember(t, 1, memberOpts{}), startMember(t, 2, memberOpts{})
+	connect(a, b)
+	sendUntilReceived(t, a, b)
+	a.tr.RemovePeer(2)
+	if !a.tr.ActiveSince(2).IsZero() {
+		t.Error("ActiveSince of a removed peer is set")
+	}
+	a.tr.Send([]*raftpb.Message{msg(1, 2, 1)}) // dropped: unknown peer
+	a.tr.AddPeer(2, []string{b.url})
+	sendUntilReceived(t, a, b)
+
+	b.tr.Stop()
+	b.tr.Stop() // idempotent
+	b.tr.AddPeer(1, []string{a.url})
+	if b.tr.peer(1) != nil {
+		t.Error("AddPeer after Stop added a peer")
+	}
+}
