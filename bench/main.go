@@ -65,6 +65,7 @@ type options struct {
 
 	etcdBin, strataBin string
 	strataFsync        []string
+	fsyncCount         string
 
 	putConfigs []connClients
 	putTotal   int64
@@ -95,6 +96,7 @@ func defaultOptions() options {
 		steps:         steps,
 		servers:       []string{"etcd", "strata", "strata-wal"},
 		seed:          1,
+		fsyncCount:    "metrics",
 		members:       1,
 		putConfigs:    []connClients{{1, 1}, {10, 10}, {100, 100}, {100, 1000}},
 		putTotal:      10000,
@@ -249,6 +251,7 @@ func registerFlags(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&o.members, "members", o.members, "members per cluster (only 1 is supported until replication lands)")
 	fs.StringVar(&o.etcdBin, "etcd-bin", o.etcdBin, "use this etcd binary instead of building tools/cmd/etcd")
 	fs.StringVar(&o.strataBin, "strata-bin", o.strataBin, "use this strata binary instead of building cmd/strata")
+	fs.StringVar(&o.fsyncCount, "fsync-count", o.fsyncCount, "how fsyncs are counted: metrics (etcd's Prometheus counters; strata exports none) or strace (every server runs under strace, counting its sync calls; adds a ptrace stop per sync)")
 	fs.Func("strata-fsync-metrics", "comma-separated Prometheus counters on strata's /metrics whose sum counts its fsyncs (default: none, reported as not obtainable)", listSetter(&o.strataFsync))
 
 	fs.Func("put-configs", "conns/clients list for put, e.g. 1/1,10/10", ccSetter(&o.putConfigs))

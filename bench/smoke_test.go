@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/strata-kv/strata/bench/internal/cluster"
 	"github.com/strata-kv/strata/bench/internal/report"
 )
 
@@ -30,6 +31,10 @@ func TestSmoke(t *testing.T) {
 	o.quiet = true
 	if bin := os.Getenv("STRATA_BENCH_ETCD"); bin != "" {
 		o.etcdBin = bin
+	}
+	// Count fsyncs with strace where it can trace, so that path runs too.
+	if bin, err := exec.LookPath("strace"); err == nil && cluster.StraceUsable(t.Context(), bin) == nil {
+		o.fsyncCount = "strace"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -70,6 +75,9 @@ func TestSmoke(t *testing.T) {
 			}
 			if r.Latency.P50 <= 0 || r.Latency.Max < r.Latency.P99 || r.Latency.P99 < r.Latency.P50 {
 				t.Errorf("%s %s: implausible latency %+v", r.Server, r.Workload, r.Latency)
+			}
+			if o.fsyncCount == "strace" && (r.Usage.Fsyncs == nil || (r.Workload == "put" && *r.Usage.Fsyncs == 0)) {
+				t.Errorf("%s %s: fsyncs %v under strace; want a count (and > 0 for put)", r.Server, r.Workload, r.Usage.Fsyncs)
 			}
 			if r.DataDirBytes <= 0 {
 				t.Errorf("%s %s: data dir size %d", r.Server, r.Workload, r.DataDirBytes)

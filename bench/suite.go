@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -188,6 +189,22 @@ func (s *suite) resolveServers(ctx context.Context) error {
 			o.strataBin = bin
 		}
 	}
+	straceBin := ""
+	switch o.fsyncCount {
+	case "metrics":
+	case "strace":
+		bin, err := exec.LookPath("strace")
+		if err != nil {
+			return fmt.Errorf("-fsync-count strace: %w", err)
+		}
+		if err := cluster.StraceUsable(ctx, bin); err != nil {
+			return fmt.Errorf("-fsync-count strace: %w", err)
+		}
+		straceBin = bin
+		s.note("servers run under strace to count their sync calls: each sync pays one extra ptrace stop, so timings are slightly pessimistic, more so for the server that syncs more")
+	default:
+		return fmt.Errorf("-fsync-count %q: want metrics or strace", o.fsyncCount)
+	}
 	rev := gitHead(ctx, o.repo)
 	for _, name := range o.servers {
 		var spec cluster.Spec
@@ -204,6 +221,7 @@ func (s *suite) resolveServers(ctx context.Context) error {
 			}
 		}
 		spec.Members = o.members
+		spec.Strace = straceBin
 		version := binaryVersion(ctx, spec.Binary)
 		if spec.Kind == cluster.KindStrata && rev != "" {
 			version += ", repository at " + rev

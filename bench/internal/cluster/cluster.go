@@ -73,8 +73,12 @@ type Spec struct {
 	Members int
 	// FsyncMetrics names Prometheus counters, served on the client URL's
 	// /metrics, whose sum is the server's fsync count. Empty means the count
-	// is not obtainable for this server.
+	// is not obtainable for this server, unless Strace is set.
 	FsyncMetrics []string
+	// Strace, if set, is the path of strace(1): the server then runs under
+	// it, tracing only its sync system calls, and those are counted instead
+	// of FsyncMetrics. See strace.go for the cost.
+	Strace string
 }
 
 // ErrUnsupportedMembers is returned by Start for multi-member specs, which
@@ -110,9 +114,12 @@ type member struct {
 	peerURL   string
 	logPath   string // the child's stdout and stderr
 
-	cmd  *exec.Cmd
+	cmd  *exec.Cmd     // the server, or strace running it
+	proc *os.Process   // the server process: signals and /proc go here
 	done chan struct{} // closed when cmd.Wait returns
 	err  error         // cmd.Wait's result, valid after done is closed
+
+	trace *syncCounter // non-nil when running under strace
 }
 
 // Start launches spec's members under dir (created if needed; each member gets
@@ -204,6 +211,11 @@ func (c *Cluster) launch(m *member) error {
 		return fmt.Errorf("open server log %s: %w", m.logPath, err)
 	}
 	cmd := exec.Command(c.spec.Binary, c.args(m)...)
+	var trace *syncCounter
+	if c.spec.Strace != "" {
+		trace = &syncCounter{path: filepath.Join(filepath.Dir(m.logPath), fmt.Sprintf("sync-trace.%d", time.Now().UnixNano()))}
+		cmd = exec.Command(c.spec.Strace, append(straceArgs(trace.path, c.spec.Binary), c.args(m)...)...)
+	}
 	cmd.Stdout = out
 	cmd.Stderr = out
 	// Own process group, so a Ctrl-C aimed at the benchmark reaches the
@@ -214,14 +226,27 @@ func (c *Cluster) launch(m *member) error {
 		return fmt.Errorf("start %s member %s (%s): %w", c.spec.Name, m.name, c.spec.Binary, err)
 	}
 	m.cmd = cmd
+	m.proc = cmd.Process
+	m.trace = trace
 	m.done = make(chan struct{})
 	go func() {
 		m.err = cmd.Wait()
 		out.Close()
 		close(m.done)
 	}()
+	if trace != nil {
+		pid, err := tracedChild(cmd.Process.Pid, c.spec.Binary, m.done)
+		if err != nil {
+			_ = cmd.Process.Kill()
+			<-m.done
+			return fmt.Errorf("start %s member %s under strace: %w; see %s", c.spec.Name, m.name, err, m.logPath)
+		}
+		if m.proc, err = os.FindProcess(pid); err != nil {
+			return fmt.Errorf("find traced %s member %s: %w", c.spec.Name, m.name, err)
+		}
+	}
 	c.log.Info("started server", zap.String("server", c.spec.Name), zap.String("member", m.name),
-		zap.Int("pid", cmd.Process.Pid), zap.String("client", m.clientURL))
+		zap.Int("pid", m.proc.Pid), zap.String("client", m.clientURL), zap.Bool("strace", trace != nil))
 	return nil
 }
 
@@ -243,7 +268,7 @@ func (c *Cluster) PID() int {
 	if m.cmd == nil || m.exited() {
 		return 0
 	}
-	return m.cmd.Process.Pid
+	return m.proc.Pid
 }
 
 // Client returns a new client for the cluster; the caller closes it.
@@ -343,14 +368,17 @@ func (c *Cluster) Stop() error {
 		if m.cmd == nil || m.exited() {
 			continue
 		}
-		if err := m.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		if err := m.proc.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			errs = append(errs, fmt.Errorf("signal %s member %s: %w", c.spec.Name, m.name, err))
 		}
 		select {
 		case <-m.done:
 		case <-time.After(stopTimeout):
-			c.log.Warn("server ignored SIGTERM; killing", zap.String("server", c.spec.Name), zap.Int("pid", m.cmd.Process.Pid))
-			_ = m.cmd.Process.Kill()
+			c.log.Warn("server ignored SIGTERM; killing", zap.String("server", c.spec.Name), zap.Int("pid", m.proc.Pid))
+			_ = m.proc.Kill()
+			if m.proc != m.cmd.Process {
+				_ = m.cmd.Process.Kill() // strace itself
+			}
 			<-m.done
 		}
 	}
@@ -364,7 +392,9 @@ func (c *Cluster) Kill() error {
 	if m.cmd == nil || m.exited() {
 		return fmt.Errorf("kill %s member %s: not running", c.spec.Name, m.name)
 	}
-	if err := m.cmd.Process.Kill(); err != nil {
+	// Under strace, killing the server ends strace too: it exits when its
+	// last tracee does.
+	if err := m.proc.Kill(); err != nil {
 		return fmt.Errorf("kill %s member %s: %w", c.spec.Name, m.name, err)
 	}
 	<-m.done

@@ -66,8 +66,11 @@ func (s Sample) Sub(s0 Sample, source string) Usage {
 
 // FsyncSource describes how fsyncs are counted for this cluster's server.
 func (c *Cluster) FsyncSource() string {
+	if c.spec.Strace != "" {
+		return "strace: " + strings.Join(syncCalls, ", ") + " calls of the server's threads"
+	}
 	if len(c.spec.FsyncMetrics) == 0 {
-		return "not obtainable: the server exports no fsync counter"
+		return "not obtainable: the server exports no fsync counter (run with -fsync-count strace)"
 	}
 	return "metrics: " + strings.Join(c.spec.FsyncMetrics, " + ")
 }
@@ -80,7 +83,7 @@ func (c *Cluster) ResetPeakRSS() error {
 		if m.cmd == nil || m.exited() {
 			continue
 		}
-		p := fmt.Sprintf("/proc/%d/clear_refs", m.cmd.Process.Pid)
+		p := fmt.Sprintf("/proc/%d/clear_refs", m.proc.Pid)
 		if err := os.WriteFile(p, []byte("5"), 0); err != nil {
 			return fmt.Errorf("reset peak rss: %w", err)
 		}
@@ -90,15 +93,15 @@ func (c *Cluster) ResetPeakRSS() error {
 
 // Sample reads the resource counters of every running member.
 func (c *Cluster) Sample() (Sample, error) {
-	s := Sample{At: time.Now(), FsyncsKnown: len(c.spec.FsyncMetrics) > 0}
+	s := Sample{At: time.Now(), FsyncsKnown: len(c.spec.FsyncMetrics) > 0 || c.spec.Strace != ""}
 	for _, m := range c.members {
 		if m.cmd == nil || m.exited() {
 			continue
 		}
-		pid := m.cmd.Process.Pid
+		pid := m.proc.Pid
 		cpu, err := readCPU(pid)
 		if err != nil {
-			return Sample{}, err
+			return Sample{}, fmt.Errorf("%s member %s (did it crash? see %s): %w", c.spec.Name, m.name, m.logPath, err)
 		}
 		hwm, err := readStatusKB(pid, "VmHWM")
 		if err != nil {
@@ -111,7 +114,14 @@ func (c *Cluster) Sample() (Sample, error) {
 		s.CPUSeconds += cpu
 		s.PeakRSSBytes = max(s.PeakRSSBytes, hwm)
 		s.WriteBytes += wb
-		if s.FsyncsKnown {
+		switch {
+		case m.trace != nil:
+			n, err := m.trace.count()
+			if err != nil {
+				return Sample{}, err
+			}
+			s.Fsyncs += float64(n)
+		case s.FsyncsKnown:
 			v, found, err := scrapeCounters(m.clientURL+"/metrics", c.spec.FsyncMetrics)
 			if err != nil || !found {
 				s.FsyncsKnown = false

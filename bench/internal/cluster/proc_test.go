@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"os"
@@ -203,6 +204,64 @@ func FuzzParseStatCPU(f *testing.F) {
 		v, err := parseStatCPU(b)
 		if err == nil && v < 0 {
 			t.Errorf("negative cpu %v", v)
+		}
+	})
+}
+
+func TestCountSyncLines(t *testing.T) {
+	trace := `3306  fdatasync(9)                      = 0
+3306  fsync(13 <unfinished ...>
+3312  fdatasync(9)                      = 0
+3306  <... fsync resumed>)              = 0
+3312  msync(0x7f, 4096, MS_SYNC)        = 0
+3312  +++ exited with 0 +++
+3313  fsyncx(1) = 0
+fsync(1) = 0
+`
+	if got := countSyncLines([]byte(trace)); got != 5 {
+		t.Errorf("countSyncLines = %d, want 5", got)
+	}
+}
+
+func TestSyncCounterIncremental(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace")
+	c := &syncCounter{path: path}
+	if n, err := c.count(); err != nil || n != 0 {
+		t.Fatalf("missing file: %d, %v", n, err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	steps := []struct {
+		write string
+		want  int64
+	}{
+		{write: "1 fsync(3) = 0\n1 fdata", want: 1}, // a torn line waits
+		{write: "sync(4) = 0\n", want: 2},
+		{write: "1 write(4) = 1\n", want: 2},
+		{write: "2 fsync(5) = 0\n2 fsync(6) = 0\n", want: 4},
+	}
+	for i, st := range steps {
+		if _, err := f.WriteString(st.write); err != nil {
+			t.Fatal(err)
+		}
+		n, err := c.count()
+		if err != nil || n != st.want {
+			t.Fatalf("step %d: count %d, %v; want %d", i, n, err, st.want)
+		}
+	}
+}
+
+// FuzzCountSyncLines: the strace output is read back from disk; no content
+// may panic, and no more calls are counted than there are lines.
+func FuzzCountSyncLines(f *testing.F) {
+	f.Add([]byte("1 fsync(3) = 0\n2 <... fsync resumed>) = 0\n"))
+	f.Add([]byte("9"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if n := countSyncLines(b); n < 0 || n > int64(bytes.Count(b, []byte("\n"))+1) {
+			t.Errorf("count %d for %d lines", n, bytes.Count(b, []byte("\n"))+1)
 		}
 	})
 }
