@@ -19,9 +19,11 @@ import (
 // peer sends to one remote member.
 //
 // Concurrency: enqueue and sendSnapshot are called by Send, from any
-// goroutine, and never block. Goroutines: run (the stream writer, the only
-// reader of queue), report (the only caller of Handler.ReportUnreachable for
-// this peer), and one per snapshot in flight.
+// goroutine, and never block. Goroutines, counted in the Transport's wg: run
+// (the stream writer, the only reader of queue), report (the only caller of
+// Handler.ReportUnreachable for this peer), and one per snapshot in flight.
+// All end soon after stop, which does not wait for them: RemovePeer may be
+// called from the goroutine a Handler call waits for.
 //
 // Invariants:
 //  1. At most one message stream to the peer is open, owned by run.
@@ -34,7 +36,6 @@ type peer struct {
 	lg  *zap.Logger
 	ctx context.Context // canceled by stop
 	end context.CancelFunc
-	wg  sync.WaitGroup
 
 	queue       chan *raftpb.Message
 	unreachable chan struct{} // capacity 1: pending ReportUnreachable
@@ -63,17 +64,16 @@ func newPeer(t *Transport, id uint64, urls []string) *peer {
 	return p
 }
 
-func (p *peer) start() {
-	p.wg.Add(2)
-	go p.run()
-	go p.report()
+// startLocked starts the peer's goroutines.
+//
+// REQUIRES: p.t.mu held, transport not stopped.
+func (p *peer) startLocked() {
+	p.t.goLocked(p.run)
+	p.t.goLocked(p.report)
 }
 
-// stop cancels everything in flight and waits for the goroutines.
-func (p *peer) stop() {
-	p.end()
-	p.wg.Wait()
-}
+// stop cancels everything in flight; the goroutines end soon after.
+func (p *peer) stop() { p.end() }
 
 func (p *peer) setURLs(urls []string) {
 	p.mu.Lock()
@@ -130,7 +130,6 @@ func (p *peer) markUnreachable() {
 // goroutine of its own so that neither Send nor the stream writer waits for
 // the Handler (which may wait for the goroutine that calls Send).
 func (p *peer) report() {
-	defer p.wg.Done()
 	for {
 		select {
 		case <-p.ctx.Done():
@@ -146,7 +145,6 @@ func (p *peer) report() {
 // reporting) whatever is queued: raft learns the peer is unreachable and
 // retransmits once it is back, rather than receiving stale messages.
 func (p *peer) run() {
-	defer p.wg.Done()
 	wait := minBackoff
 	var lastErr string // logged once per distinct error, not per attempt
 	for p.ctx.Err() == nil {
@@ -203,28 +201,26 @@ func (s *outStream) close() {
 	_ = s.conn.Close() // the stream is over; a close error changes nothing
 }
 
-// openStream dials url and opens a stream of desc, sending hello first.
-// The caller cancels the returned context (via its cancel) to end it.
-func (p *peer) openStream(ctx context.Context, desc *grpc.StreamDesc, method string, hello *frame) (*grpc.ClientConn, grpc.ClientStream, context.CancelFunc, error) {
+// openStream dials the peer's next URL and opens a stream of desc that
+// lives as long as ctx, sending hello first. The caller closes conn.
+func (p *peer) openStream(ctx context.Context, desc *grpc.StreamDesc, method string, hello *frame) (*grpc.ClientConn, grpc.ClientStream, error) {
 	u, err := p.pickURL()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	conn, err := p.t.dial(u)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
 	cs, err := conn.NewStream(ctx, desc, method)
 	if err == nil {
 		err = sendMsg(cs, hello)
 	}
 	if err != nil {
-		cancel()
-		_ = conn.Close()
-		return nil, nil, nil, fmt.Errorf("open %s to %s: %w", method, u, err)
+		_ = conn.Close() // the attempt failed; the conn has nothing else
+		return nil, nil, fmt.Errorf("open %s to %s: %w", method, u, err)
 	}
-	return conn, cs, cancel, nil
+	return conn, cs, nil
 }
 
 // connect opens a message stream and waits for the peer's answer to the
@@ -232,11 +228,14 @@ func (p *peer) openStream(ctx context.Context, desc *grpc.StreamDesc, method str
 func (p *peer) connect() (*outStream, error) {
 	t := p.t
 	hello := &frame{ClusterID: t.cfg.ClusterID, From: t.cfg.LocalID, To: p.id}
-	conn, cs, cancel, err := p.openStream(p.ctx, &serviceDesc.Streams[0], messagesMethod, hello)
-	if err != nil {
-		return nil, err
-	}
+	ctx, cancel := context.WithCancel(p.ctx)
 	timer := time.AfterFunc(t.cfg.DialTimeout, cancel)
+	conn, cs, err := p.openStream(ctx, &serviceDesc.Streams[0], messagesMethod, hello)
+	if err != nil {
+		timer.Stop()
+		cancel()
+		return nil, fmt.Errorf("handshake with peer %x: %w", p.id, err)
+	}
 	var ack frame
 	err = cs.RecvMsg(&ack)
 	if !timer.Stop() {
@@ -316,9 +315,7 @@ func sendMsg(cs grpc.ClientStream, f *frame) error {
 // the outcome. One snapshot at a time per peer: raft sends another only
 // after the report, so a second one now is a retransmission and fails.
 func (p *peer) sendSnapshot(m *raftpb.Message) {
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
+	p.t.goUnlessStopped(func() {
 		if !p.snapBusy.CompareAndSwap(false, true) {
 			p.t.cfg.Handler.ReportSnapshot(p.id, raft.SnapshotFailure)
 			return
@@ -334,7 +331,7 @@ func (p *peer) sendSnapshot(m *raftpb.Message) {
 		}
 		p.lg.Info("sent snapshot", zap.Uint64("index", index), zap.Int64("bytes", n), zap.Duration("took", time.Since(start)))
 		p.t.cfg.Handler.ReportSnapshot(p.id, raft.SnapshotFinish)
-	}()
+	})
 }
 
 // streamSnapshot sends m, then the bytes Snapshotter.Open gives in chunks,
@@ -351,12 +348,13 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 	}
 	defer rc.Close()
 	hello := &frame{ClusterID: t.cfg.ClusterID, From: t.cfg.LocalID, To: p.id, Msgs: []*raftpb.Message{m}}
-	conn, cs, cancel, err := p.openStream(p.ctx, &serviceDesc.Streams[1], snapshotMethod, hello)
+	ctx, cancel := context.WithCancel(p.ctx)
+	defer cancel()
+	conn, cs, err := p.openStream(ctx, &serviceDesc.Streams[1], snapshotMethod, hello)
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close()
-	defer cancel()
 	var n int64
 	buf := make([]byte, chunkSize)
 	for {

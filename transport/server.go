@@ -56,18 +56,10 @@ var ErrClusterIDMismatch = errors.New("cluster ID mismatch")
 // stream, which makes fn's next Recv fail; Stop then waits for fn to return,
 // so no Handler call outlives Stop.
 func (t *Transport) serve(fn func() error) error {
-	t.mu.Lock()
-	if t.mu.stopped {
-		t.mu.Unlock()
+	errc := make(chan error, 1)
+	if !t.goUnlessStopped(func() { errc <- fn() }) {
 		return status.Error(codes.Unavailable, "peer transport stopped")
 	}
-	t.wg.Add(1)
-	t.mu.Unlock()
-	errc := make(chan error, 1)
-	go func() {
-		defer t.wg.Done()
-		errc <- fn()
-	}()
 	select {
 	case err := <-errc:
 		return err

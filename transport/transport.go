@@ -85,15 +85,17 @@ const (
 //
 // Concurrency: all methods are safe from any goroutine. New starts nothing;
 // AddPeer starts the peer's goroutines (a stream writer, a reporter, one
-// per snapshot in flight); RemovePeer and Stop end them and wait. Stop also
-// ends the streams peers opened to this member and waits for Handler calls
-// in progress.
+// per snapshot in flight); RemovePeer ends them without waiting. Stop ends
+// them and the streams peers opened to this member, and waits for all of
+// them, Handler calls in progress included: call it where a Handler call
+// cannot be waiting for the caller (after the node stopped, for instance).
 type Transport struct {
 	cfg   Config
 	lg    *zap.Logger
 	stopc chan struct{} // closed by Stop
 
-	// wg counts the goroutines serving incoming streams.
+	// wg counts every goroutine the transport starts (goLocked); Stop
+	// waits for it.
 	wg sync.WaitGroup
 
 	mu struct {
@@ -140,7 +142,7 @@ func (t *Transport) AddPeer(id uint64, urls []string) {
 	}
 	p := newPeer(t, id, urls)
 	t.mu.peers[id] = p
-	p.start()
+	p.startLocked()
 	t.lg.Info("added peer", zap.String("peer-id", fmt.Sprintf("%x", id)), zap.Strings("urls", urls))
 }
 
@@ -153,8 +155,9 @@ func (t *Transport) UpdatePeer(id uint64, urls []string) {
 	}
 }
 
-// RemovePeer stops sending to id and waits for its goroutines to end. A
-// snapshot in flight to it is reported as failed.
+// RemovePeer stops sending to id. Its goroutines end soon after; RemovePeer
+// does not wait for them (it may be called from the goroutine a Handler call
+// waits for). A snapshot in flight to it is reported as failed.
 func (t *Transport) RemovePeer(id uint64) {
 	t.mu.Lock()
 	p := t.mu.peers[id]
@@ -216,6 +219,30 @@ func (t *Transport) Stop() {
 		p.stop()
 	}
 	t.wg.Wait()
+}
+
+// goLocked runs f on a goroutine counted in t.wg.
+//
+// REQUIRES: t.mu held and the transport not stopped, so that no Add races
+// with Stop's Wait.
+func (t *Transport) goLocked(f func()) {
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+}
+
+// goUnlessStopped runs f on a goroutine counted in t.wg, unless the
+// transport is stopped; it reports whether it did.
+func (t *Transport) goUnlessStopped(f func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.stopped {
+		return false
+	}
+	t.goLocked(f)
+	return true
 }
 
 func (t *Transport) peer(id uint64) *peer {

@@ -386,9 +386,11 @@ func TestQueueFull(t *testing.T) {
 		p.enqueue(msg(1, 2, uint64(i)))
 	}
 	// Only the report goroutine: the writer would drain the queue.
-	p.wg.Add(1)
-	go p.report()
-	defer p.stop()
+	tr.goUnlessStopped(p.report)
+	defer func() {
+		p.stop()
+		tr.Stop()
+	}()
 	select {
 	case id := <-h.unreachable:
 		if id != 2 {
@@ -614,4 +616,46 @@ func TestRemovePeerAndStop(t *testing.T) {
 	if b.tr.peer(1) != nil {
 		t.Error("AddPeer after Stop added a peer")
 	}
+}
+
+// blockingHandler's ReportUnreachable waits for release, as a node's does
+// while its goroutine is busy.
+type blockingHandler struct {
+	*handler
+	called  chan struct{}
+	release chan struct{}
+}
+
+func (h *blockingHandler) ReportUnreachable(id uint64) {
+	h.called <- struct{}{}
+	<-h.release
+}
+
+// TestHandlerMayWaitForCaller checks that neither Send nor RemovePeer waits
+// for a Handler call: the node calls both from the goroutine its Handler
+// methods wait for.
+func TestHandlerMayWaitForCaller(t *testing.T) {
+	h := &blockingHandler{handler: newHandler(), called: make(chan struct{}, 1), release: make(chan struct{})}
+	tr := New(Config{LocalID: 1, ClusterID: 1, Handler: h, DialTimeout: 100 * time.Millisecond})
+	defer tr.Stop()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := lis.Addr().String()
+	lis.Close() // nothing listens there now
+	tr.AddPeer(2, []string{"http://" + dead})
+	tr.Send([]*raftpb.Message{msg(1, 2, 1)})
+	select {
+	case <-h.called:
+	case <-time.After(wait):
+		t.Fatal("no unreachable report")
+	}
+	// The report goroutine is blocked in the Handler.
+	for i := range queueSize + 10 {
+		tr.Send([]*raftpb.Message{msg(1, 2, uint64(i))})
+	}
+	tr.Send([]*raftpb.Message{snapMsg(1, 2, 5)})
+	tr.RemovePeer(2)
+	close(h.release)
 }
