@@ -93,7 +93,7 @@ func binaryVersion(ctx context.Context, bin string) string {
 	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
 	first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	if err != nil || first == "" {
-		return "unknown (--version failed)"
+		return "no --version"
 	}
 	return first
 }

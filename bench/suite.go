@@ -224,10 +224,10 @@ func (s *suite) resolveServers(ctx context.Context) error {
 		spec.Strace = straceBin
 		version := binaryVersion(ctx, spec.Binary)
 		if spec.Kind == cluster.KindStrata && rev != "" {
-			version += ", repository at " + rev
+			version = "strata at commit " + rev + " (" + version + ")"
 		}
 		s.specs = append(s.specs, spec)
-		s.rep.Servers = append(s.rep.Servers, report.ServerInfo{Name: name, Binary: spec.Binary, Version: version, Args: spec.ExtraArgs})
+		s.rep.Servers = append(s.rep.Servers, report.ServerInfo{Name: name, Binary: spec.Binary, Version: version})
 	}
 	if len(s.specs) == 0 {
 		return fmt.Errorf("no server to benchmark: %w", strataErr)
@@ -243,6 +243,11 @@ func (s *suite) withCluster(ctx context.Context, spec cluster.Spec, label string
 	if err != nil {
 		s.fail(fmt.Errorf("%s %s: %w", spec.Name, label, err))
 		return
+	}
+	for i := range s.rep.Servers {
+		if s.rep.Servers[i].Name == spec.Name && s.rep.Servers[i].Command == nil {
+			s.rep.Servers[i].Command = c.Args()
+		}
 	}
 	defer func() {
 		if err := c.Stop(); err != nil {

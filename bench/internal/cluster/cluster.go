@@ -250,6 +250,12 @@ func (c *Cluster) launch(m *member) error {
 	return nil
 }
 
+// Args returns the command line member 0 runs with (after strace's, if
+// any), for the report.
+func (c *Cluster) Args() []string {
+	return append([]string{c.spec.Binary}, c.args(c.members[0])...)
+}
+
 // Spec returns the spec the cluster was started with.
 func (c *Cluster) Spec() Spec { return c.spec }
 

@@ -79,11 +79,10 @@ func Markdown(rep *Report) string {
 	m := rep.Machine
 	fmt.Fprintf(&b, "- machine: %d CPUs, %s; kernel %s; disk %s; %s\n", m.NProc, m.CPUModel, m.Kernel, m.Disk, m.GoVersion)
 	for _, s := range rep.Servers {
-		args := ""
-		if len(s.Args) > 0 {
-			args = " " + strings.Join(s.Args, " ")
+		fmt.Fprintf(&b, "- server `%s`: %s\n", s.Name, s.Version)
+		if len(s.Command) > 0 {
+			fmt.Fprintf(&b, "  - command: `%s`\n", strings.Join(s.Command, " "))
 		}
-		fmt.Fprintf(&b, "- server `%s`: %s (`%s%s`)\n", s.Name, s.Version, s.Binary, args)
 	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(&b, "- note: %s\n", n)

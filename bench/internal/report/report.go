@@ -49,10 +49,12 @@ type Machine struct {
 
 // ServerInfo describes one server flavour.
 type ServerInfo struct {
-	Name    string   `json:"name"`
-	Binary  string   `json:"binary"`
-	Version string   `json:"version"`
-	Args    []string `json:"extra_args,omitempty"`
+	Name    string `json:"name"`
+	Binary  string `json:"binary"`
+	Version string `json:"version"`
+	// Command is the full command line of the first member started, with
+	// the ports and directories of that run.
+	Command []string `json:"command,omitempty"`
 }
 
 // Latency summarises a histogram in milliseconds.
