@@ -95,6 +95,16 @@ func Run(ctx context.Context, w Workload, cfg Config) (Result, error) {
 		}
 		clis = append(clis, c)
 	}
+	// Warm up: one read per connection, so connection setup is not timed
+	// as the latency of the first requests.
+	for i, c := range clis {
+		wctx, cancel := context.WithTimeout(ctx, opTimeout)
+		_, err := c.Get(wctx, "strata-bench-warmup", clientv3.WithSerializable())
+		cancel()
+		if err != nil {
+			return Result{}, fmt.Errorf("run %s: warm up connection %d: %w", w.Name(), i, err)
+		}
+	}
 	gen := w.NewGenerator(cfg.Records)
 	prog := StartProgress(cfg.Progress, cfg.Label, cfg.Total)
 	defer prog.Stop()
