@@ -26,7 +26,9 @@
 // unreachable, so it slows to probing and retransmits. While the stream is
 // down the writer reconnects with exponential backoff (50 ms to 1 s) and
 // drops what is queued meanwhile, so a returning peer receives fresh
-// messages, not a backlog.
+// messages, not a backlog. The receiving member sends an empty keepalive
+// frame every second on each stream; a sender that hears nothing for 5 s
+// takes the peer for hung or partitioned and reconnects.
 //
 // A MsgSnap does not enter the queue: a goroutine opens a snapshot stream on
 // a connection of its own and sends the message, then Snapshotter.Open's

@@ -29,7 +29,10 @@ import (
 //  1. At most one message stream to the peer is open, owned by run.
 //  2. Messages leave the queue in Send order and are sent in that order, so
 //     the peer receives a subsequence of what was sent, in order.
-//  3. A queued message is either sent or dropped with an unreachable report.
+//  3. A message the transport drops (queue full, stream down, failed write)
+//     is reported unreachable. One written to a stream that breaks before
+//     the peer reads it is lost unreported, as on any network; raft
+//     retransmits it.
 type peer struct {
 	t   *Transport
 	id  uint64
@@ -251,13 +254,24 @@ func (p *peer) connect() (*outStream, error) {
 		return nil, fmt.Errorf("handshake with peer %x: %w", p.id, err)
 	}
 	s := &outStream{conn: conn, cs: cs, cancel: cancel, done: make(chan struct{})}
-	// The peer sends nothing after its answer: a receive returns only when
-	// the stream ends, which is how the writer learns of it while idle.
+	// The peer sends an empty frame every keepaliveInterval; one that stays
+	// silent for silenceTimeout is gone (a partition, a hung machine) even
+	// if TCP has not noticed. A receive also returns when the stream ends,
+	// which is how the writer learns of it while idle.
 	go func() {
-		var f frame
-		err := cs.RecvMsg(&f)
-		if err == nil {
-			err = errors.New("unexpected frame from peer")
+		var silent atomic.Bool
+		timer := time.AfterFunc(t.silenceTimeout, func() {
+			silent.Store(true)
+			cancel()
+		})
+		defer timer.Stop()
+		var err error
+		for err == nil {
+			err = cs.RecvMsg(&frame{})
+			timer.Reset(t.silenceTimeout)
+		}
+		if silent.Load() {
+			err = fmt.Errorf("peer silent for %v: %w", t.silenceTimeout, err)
 		}
 		s.err = err
 		close(s.done)
@@ -312,18 +326,22 @@ func sendMsg(cs grpc.ClientStream, f *frame) error {
 }
 
 // sendSnapshot sends m and its data on a goroutine of its own and reports
-// the outcome. One snapshot at a time per peer: raft sends another only
-// after the report, so a second one now is a retransmission and fails.
+// the outcome. One snapshot at a time per peer: raft sends the next only
+// after the report of the last, so one that arrives while another is in
+// flight is refused (reported failed) rather than doubling the load.
 func (p *peer) sendSnapshot(m *raftpb.Message) {
 	p.t.goUnlessStopped(func() {
 		if !p.snapBusy.CompareAndSwap(false, true) {
+			p.lg.Warn("refused snapshot: another is being sent", zap.Uint64("index", m.GetSnapshot().GetMetadata().GetIndex()))
 			p.t.cfg.Handler.ReportSnapshot(p.id, raft.SnapshotFailure)
 			return
 		}
-		defer p.snapBusy.Store(false)
 		index := m.GetSnapshot().GetMetadata().GetIndex()
 		start := time.Now()
 		n, err := p.streamSnapshot(m)
+		// Free the slot before reporting: the report may make raft send
+		// the next snapshot at once.
+		p.snapBusy.Store(false)
 		if err != nil {
 			p.lg.Warn("failed to send snapshot", zap.Uint64("index", index), zap.Int64("bytes", n), zap.Error(err))
 			p.t.cfg.Handler.ReportSnapshot(p.id, raft.SnapshotFailure)

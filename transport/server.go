@@ -1,9 +1,11 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
@@ -110,6 +112,16 @@ func (t *Transport) serveMessages(s grpc.ServerStream) error {
 			return fmt.Errorf("answer hello of member %x: %w", hello.From, err)
 		}
 		ctx := s.Context()
+		kaCtx, stopKeepalive := context.WithCancel(ctx)
+		kaDone := make(chan struct{})
+		go func() {
+			defer close(kaDone)
+			t.sendKeepalives(kaCtx, s)
+		}()
+		defer func() {
+			stopKeepalive()
+			<-kaDone
+		}()
 		for {
 			var f frame
 			if err := s.RecvMsg(&f); err != nil {
@@ -127,6 +139,24 @@ func (t *Transport) serveMessages(s grpc.ServerStream) error {
 			}
 		}
 	})
+}
+
+// sendKeepalives sends an empty frame on s every keepaliveInterval until
+// ctx ends, so that the sender can tell a silent peer from an idle one. It
+// is the only sender on s after the hello answer.
+func (t *Transport) sendKeepalives(ctx context.Context, s grpc.ServerStream) {
+	tick := time.NewTicker(t.keepaliveInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := s.SendMsg(&frame{}); err != nil {
+				return // the stream is over; the receive loop sees why
+			}
+		}
+	}
 }
 
 // serveSnapshot receives one snapshot: the hello frame carries the MsgSnap,

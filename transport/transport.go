@@ -78,6 +78,11 @@ const (
 	// attempts; it doubles after each failure.
 	minBackoff = 50 * time.Millisecond
 	maxBackoff = time.Second
+	// keepaliveInterval is how often a member sends an empty frame on each
+	// message stream peers opened to it; silenceTimeout how long a sender
+	// waits for one before it ends the stream and reconnects.
+	keepaliveInterval = time.Second
+	silenceTimeout    = 5 * time.Second
 )
 
 // Transport sends raft messages to peers and receives theirs. See the
@@ -93,6 +98,10 @@ type Transport struct {
 	cfg   Config
 	lg    *zap.Logger
 	stopc chan struct{} // closed by Stop
+
+	// keepaliveInterval and silenceTimeout are the constants of the same
+	// names; tests shorten them before starting anything.
+	keepaliveInterval, silenceTimeout time.Duration
 
 	// wg counts every goroutine the transport starts (goLocked); Stop
 	// waits for it.
@@ -118,6 +127,9 @@ func New(cfg Config) *Transport {
 		cfg:   cfg,
 		lg:    lg.With(zap.String("local-member-id", fmt.Sprintf("%x", cfg.LocalID))),
 		stopc: make(chan struct{}),
+
+		keepaliveInterval: keepaliveInterval,
+		silenceTimeout:    silenceTimeout,
 	}
 	t.mu.peers = make(map[uint64]*peer)
 	return t

@@ -659,3 +659,75 @@ func TestHandlerMayWaitForCaller(t *testing.T) {
 	tr.RemovePeer(2)
 	close(h.release)
 }
+
+// TestSilentPeer checks that a peer which accepts the stream but then sends
+// nothing (no keepalives: a hung machine or a one-way partition) is taken
+// for gone after silenceTimeout, and the stream reopened.
+func TestSilentPeer(t *testing.T) {
+	// A fake member 2: answers the hello, reads everything, never writes.
+	hellos := make(chan struct{}, 100)
+	silent := grpc.ServiceDesc{
+		ServiceName: serviceName,
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{
+			StreamName: "Messages",
+			Handler: func(_ any, s grpc.ServerStream) error {
+				var hello frame
+				if err := s.RecvMsg(&hello); err != nil {
+					return err
+				}
+				if err := s.SendMsg(&frame{ClusterID: hello.ClusterID, From: hello.To, To: hello.From}); err != nil {
+					return err
+				}
+				hellos <- struct{}{}
+				for {
+					if err := s.RecvMsg(&frame{}); err != nil {
+						return err
+					}
+				}
+			},
+			ServerStreams: true,
+			ClientStreams: true,
+		}},
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	srv.RegisterService(&silent, struct{}{})
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	core, logs := observer.New(zapcore.WarnLevel)
+	tr := New(Config{LocalID: 1, ClusterID: 1, Handler: newHandler(), Logger: zap.New(core)})
+	tr.silenceTimeout = 200 * time.Millisecond
+	defer tr.Stop()
+	tr.AddPeer(2, []string{"http://" + lis.Addr().String()})
+	for range 2 { // the first stream, then the one reopened after the silence
+		select {
+		case <-hellos:
+		case <-time.After(wait):
+			t.Fatal("no stream opened")
+		}
+	}
+	lost := logs.FilterMessage("lost message stream to peer").All()
+	if len(lost) == 0 || !strings.Contains(fmt.Sprint(lost[0].ContextMap()["error"]), "peer silent") {
+		t.Fatalf("logged %v, want the stream lost to silence", lost)
+	}
+}
+
+// TestKeepalivesKeepIdleStreamUp checks that an idle stream to a live peer
+// survives many silence timeouts.
+func TestKeepalivesKeepIdleStreamUp(t *testing.T) {
+	a, b := startMember(t, 1, memberOpts{}), startMember(t, 2, memberOpts{})
+	a.tr.silenceTimeout = 200 * time.Millisecond
+	b.tr.keepaliveInterval = 10 * time.Millisecond
+	connect(a, b)
+	sendUntilReceived(t, a, b)
+	since := a.tr.ActiveSince(2)
+	time.Sleep(600 * time.Millisecond) // idle for three silence timeouts
+	if got := a.tr.ActiveSince(2); !got.Equal(since) {
+		t.Fatalf("ActiveSince changed from %v to %v: the idle stream was reopened", since, got)
+	}
+}
