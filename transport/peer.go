@@ -146,30 +146,37 @@ func (p *peer) report() {
 // run keeps a message stream to the peer open and feeds it the queue.
 // Between attempts it waits, with exponential backoff, dropping (and
 // reporting) whatever is queued: raft learns the peer is unreachable and
-// retransmits once it is back, rather than receiving stale messages.
+// retransmits once it is back, rather than receiving stale messages. A
+// stream that was up for longer than maxBackoff is reopened at once; one
+// that broke sooner counts as a failed attempt, so that a peer that accepts
+// and then drops streams is not redialled in a tight loop.
 func (p *peer) run() {
 	wait := minBackoff
 	var lastErr string // logged once per distinct error, not per attempt
 	for p.ctx.Err() == nil {
 		s, err := p.connect()
-		if err != nil {
-			if msg := err.Error(); msg != lastErr {
-				p.lg.Warn("cannot open message stream to peer", zap.Error(err))
-				lastErr = msg
+		if err == nil {
+			lastErr = ""
+			up := time.Now()
+			p.setActive(up)
+			p.lg.Info("peer stream active")
+			err = p.pump(s)
+			p.setActive(time.Time{})
+			s.close()
+			if p.ctx.Err() != nil {
+				return
 			}
-			p.dropFor(wait)
-			wait = min(2*wait, maxBackoff)
-			continue
-		}
-		wait, lastErr = minBackoff, ""
-		p.setActive(time.Now())
-		p.lg.Info("peer stream active")
-		err = p.pump(s)
-		p.setActive(time.Time{})
-		s.close()
-		if p.ctx.Err() == nil {
 			p.lg.Warn("lost message stream to peer", zap.Error(err))
+			if time.Since(up) > maxBackoff {
+				wait = minBackoff
+				continue
+			}
+		} else if msg := err.Error(); msg != lastErr {
+			p.lg.Warn("cannot open message stream to peer", zap.Error(err))
+			lastErr = msg
 		}
+		p.dropFor(wait)
+		wait = min(2*wait, maxBackoff)
 	}
 }
 

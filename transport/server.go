@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -53,20 +52,38 @@ var serviceDesc = grpc.ServiceDesc{
 // FailedPrecondition status.
 var ErrClusterIDMismatch = errors.New("cluster ID mismatch")
 
-// serve runs fn, which reads the stream, on a goroutine counted in t.wg, and
-// returns when fn does or when the transport stops. Returning ends the
-// stream, which makes fn's next Recv fail; Stop then waits for fn to return,
-// so no Handler call outlives Stop.
-func (t *Transport) serve(fn func() error) error {
+// serve runs recv, which reads the rest of s and calls the Handler, on a
+// goroutine counted in t.wg, and returns when recv does or when the
+// transport stops. With keepalive it also sends an empty frame every
+// keepaliveInterval meanwhile, so that the sender can tell a silent peer
+// from an idle one.
+//
+// Only the calling goroutine (the gRPC handler's) sends on s, so nothing is
+// sent after the handler returns. recv may outlive the handler when the
+// transport stops; the stream is then over and its next RecvMsg fails, and
+// Stop waits for recv to return, so no Handler call outlives Stop.
+func (t *Transport) serve(s grpc.ServerStream, keepalive bool, recv func() error) error {
 	errc := make(chan error, 1)
-	if !t.goUnlessStopped(func() { errc <- fn() }) {
+	if !t.goUnlessStopped(func() { errc <- recv() }) {
 		return status.Error(codes.Unavailable, "peer transport stopped")
 	}
-	select {
-	case err := <-errc:
-		return err
-	case <-t.stopc:
-		return status.Error(codes.Unavailable, "peer transport stopped")
+	var tick <-chan time.Time
+	if keepalive {
+		ticker := time.NewTicker(t.keepaliveInterval)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case <-t.stopc:
+			return status.Error(codes.Unavailable, "peer transport stopped")
+		case <-tick:
+			if err := s.SendMsg(&frame{}); err != nil {
+				return fmt.Errorf("send keepalive: %w", err)
+			}
+		}
 	}
 }
 
@@ -97,31 +114,28 @@ func (t *Transport) recvHello(s grpc.ServerStream, what string) (*frame, error) 
 		t.lg.Warn("refused peer stream", zap.String("stream", what), zap.Error(err))
 		return nil, err
 	}
+	select {
+	case <-t.stopc:
+		// Refuse before answering, so that the sender does not count the
+		// stream as healthy for a moment.
+		return nil, status.Error(codes.Unavailable, "peer transport stopped")
+	default:
+	}
 	return &hello, nil
 }
 
 // serveMessages serves one peer's message stream: check the hello, answer
 // it, then hand every message of every batch to the Handler, in order.
 func (t *Transport) serveMessages(s grpc.ServerStream) error {
-	return t.serve(func() error {
-		hello, err := t.recvHello(s, "messages")
-		if err != nil {
-			return err
-		}
-		if err := s.SendMsg(&frame{ClusterID: t.cfg.ClusterID, From: t.cfg.LocalID, To: hello.From}); err != nil {
-			return fmt.Errorf("answer hello of member %x: %w", hello.From, err)
-		}
+	hello, err := t.recvHello(s, "messages")
+	if err != nil {
+		return err
+	}
+	if err := s.SendMsg(&frame{ClusterID: t.cfg.ClusterID, From: t.cfg.LocalID, To: hello.From}); err != nil {
+		return fmt.Errorf("answer hello of member %x: %w", hello.From, err)
+	}
+	return t.serve(s, true, func() error {
 		ctx := s.Context()
-		kaCtx, stopKeepalive := context.WithCancel(ctx)
-		kaDone := make(chan struct{})
-		go func() {
-			defer close(kaDone)
-			t.sendKeepalives(kaCtx, s)
-		}()
-		defer func() {
-			stopKeepalive()
-			<-kaDone
-		}()
 		for {
 			var f frame
 			if err := s.RecvMsg(&f); err != nil {
@@ -141,58 +155,45 @@ func (t *Transport) serveMessages(s grpc.ServerStream) error {
 	})
 }
 
-// sendKeepalives sends an empty frame on s every keepaliveInterval until
-// ctx ends, so that the sender can tell a silent peer from an idle one. It
-// is the only sender on s after the hello answer.
-func (t *Transport) sendKeepalives(ctx context.Context, s grpc.ServerStream) {
-	tick := time.NewTicker(t.keepaliveInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if err := s.SendMsg(&frame{}); err != nil {
-				return // the stream is over; the receive loop sees why
-			}
-		}
-	}
-}
-
 // serveSnapshot receives one snapshot: the hello frame carries the MsgSnap,
 // the next frames the data, which Snapshotter.Receive consumes; then the
 // MsgSnap goes to the Handler and an empty frame tells the sender it is done.
 func (t *Transport) serveSnapshot(s grpc.ServerStream) error {
-	return t.serve(func() error {
-		hello, err := t.recvHello(s, "snapshot")
-		if err != nil {
-			return err
-		}
-		if len(hello.Msgs) != 1 || hello.Msgs[0].GetType() != raftpb.MessageType_MsgSnap {
-			return status.Errorf(codes.InvalidArgument, "snapshot stream from member %x does not start with one MsgSnap", hello.From)
-		}
-		m := hello.Msgs[0]
-		if t.cfg.Snapshotter == nil {
-			return status.Errorf(codes.Unimplemented, "member %x cannot receive snapshots", t.cfg.LocalID)
-		}
+	hello, err := t.recvHello(s, "snapshot")
+	if err != nil {
+		return err
+	}
+	if len(hello.Msgs) != 1 || hello.Msgs[0].GetType() != raftpb.MessageType_MsgSnap {
+		return status.Errorf(codes.InvalidArgument, "snapshot stream from member %x does not start with one MsgSnap", hello.From)
+	}
+	m := hello.Msgs[0]
+	index := m.GetSnapshot().GetMetadata().GetIndex()
+	if t.cfg.Snapshotter == nil {
+		return status.Errorf(codes.Unimplemented, "member %x cannot receive snapshots", t.cfg.LocalID)
+	}
+	lg := t.lg.With(zap.String("peer-id", fmt.Sprintf("%x", hello.From)), zap.Uint64("index", index))
+	err = t.serve(s, false, func() error {
 		r := &chunkReader{s: s}
-		lg := t.lg.With(zap.String("peer-id", fmt.Sprintf("%x", hello.From)), zap.Uint64("index", m.GetSnapshot().GetMetadata().GetIndex()))
 		if err := t.cfg.Snapshotter.Receive(m, r); err != nil {
 			lg.Warn("failed to receive snapshot", zap.Error(err))
-			return status.Errorf(codes.Aborted, "member %x: receive snapshot at index %d: %v", t.cfg.LocalID, m.GetSnapshot().GetMetadata().GetIndex(), err)
+			return status.Errorf(codes.Aborted, "member %x: receive snapshot at index %d: %v", t.cfg.LocalID, index, err)
 		}
 		// Receive may stop reading before the last chunk (say, at the end of
 		// its own framing); the transfer still counts only if the sender
 		// finished it.
 		if _, err := io.Copy(io.Discard, r); err != nil {
-			return status.Errorf(codes.Aborted, "member %x: snapshot stream at index %d: %v", t.cfg.LocalID, m.GetSnapshot().GetMetadata().GetIndex(), err)
+			return status.Errorf(codes.Aborted, "member %x: snapshot stream at index %d: %v", t.cfg.LocalID, index, err)
 		}
 		lg.Info("received snapshot", zap.Int64("bytes", r.n))
 		if err := t.cfg.Handler.Process(s.Context(), m); err != nil {
 			return status.Errorf(codes.Unavailable, "process snapshot from member %x: %v", hello.From, err)
 		}
-		return s.SendMsg(&frame{})
+		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return s.SendMsg(&frame{})
 }
 
 // chunkReader reads the snapshot data of a stream: the Chunk of each frame

@@ -731,3 +731,36 @@ func TestKeepalivesKeepIdleStreamUp(t *testing.T) {
 		t.Fatalf("ActiveSince changed from %v to %v: the idle stream was reopened", since, got)
 	}
 }
+
+// TestStopEndsIncomingStreams checks that after Stop a member's Handler
+// hears nothing more, though its gRPC server still runs, and that its peers
+// see it unreachable.
+func TestStopEndsIncomingStreams(t *testing.T) {
+	a, b := startMember(t, 1, memberOpts{}), startMember(t, 2, memberOpts{})
+	connect(a, b)
+	sendUntilReceived(t, a, b)
+	b.tr.Stop()
+	drain(b.h)
+	deadline := time.Now().Add(wait)
+	for !a.tr.ActiveSince(2).IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatal("stream to a stopped member still active")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for len(a.h.unreachable) > 0 {
+		<-a.h.unreachable
+	}
+	a.tr.Send([]*raftpb.Message{msg(1, 2, 1)})
+	select {
+	case <-a.h.unreachable:
+	case <-time.After(wait):
+		t.Fatal("no unreachable report for a stopped member")
+	}
+	if !a.tr.ActiveSince(2).IsZero() {
+		t.Error("stream to a stopped member became active")
+	}
+	if n := len(b.h.recv); n > 0 {
+		t.Fatalf("stopped member's Handler got %d messages", n)
+	}
+}
