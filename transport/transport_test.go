@@ -764,3 +764,88 @@ func TestStopEndsIncomingStreams(t *testing.T) {
 		t.Fatalf("stopped member's Handler got %d messages", n)
 	}
 }
+
+func TestPeerURLs(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + lis.Addr().String()
+	lis.Close() // nothing listens there now
+
+	tests := []struct {
+		name   string
+		add    func(b *member) []string
+		update func(b *member) []string // nil: no UpdatePeer
+	}{
+		{name: "scheme-less host:port", add: func(b *member) []string { return []string{b.addr} }},
+		{name: "a dead URL before a live one", add: func(b *member) []string { return []string{dead, b.url} }},
+		{
+			name:   "UpdatePeer replaces a dead URL",
+			add:    func(*member) []string { return []string{dead} },
+			update: func(b *member) []string { return []string{b.url} },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := startMember(t, 1, memberOpts{}), startMember(t, 2, memberOpts{})
+			a.tr.AddPeer(2, tt.add(b))
+			if tt.update != nil {
+				a.tr.UpdatePeer(2, tt.update(b))
+			}
+			sendUntilReceived(t, a, b)
+		})
+	}
+}
+
+// BenchmarkSend measures small messages through one stream between two
+// members on loopback.
+func BenchmarkSend(b *testing.B) {
+	lg := zap.NewNop()
+	var ms []*member
+	for id := uint64(1); id <= 2; id++ {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := newHandler()
+		h.recv = make(chan *raftpb.Message, queueSize)
+		m := &member{id: id, h: h, url: "http://" + lis.Addr().String()}
+		m.tr = New(Config{LocalID: id, ClusterID: 1, Handler: h, Logger: lg})
+		m.srv = grpc.NewServer()
+		m.tr.Register(m.srv)
+		go func() { _ = m.srv.Serve(lis) }()
+		defer func() {
+			m.tr.Stop()
+			m.srv.Stop()
+		}()
+		ms = append(ms, m)
+	}
+	connect(ms...)
+	for ms[0].tr.ActiveSince(2).IsZero() {
+		time.Sleep(time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() {
+		for range b.N {
+			<-ms[1].h.recv
+		}
+		close(done)
+	}()
+	b.ResetTimer()
+	// Send in Ready-sized groups, pausing when the queue is nearly full so
+	// that nothing is dropped and every message is counted.
+	const group = 64
+	for i := 0; i < b.N; i += group {
+		n := min(group, b.N-i)
+		msgs := make([]*raftpb.Message, n)
+		for j := range msgs {
+			msgs[j] = msg(1, 2, uint64(i+j))
+		}
+		for ms[0].tr.peer(2) != nil && len(ms[0].tr.peer(2).queue) > queueSize-2*group {
+			time.Sleep(50 * time.Microsecond)
+		}
+		ms[0].tr.Send(msgs)
+	}
+	<-done
+}
