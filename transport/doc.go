@@ -1,6 +1,6 @@
 // Package transport carries raft messages and snapshots between the members
 // of a strata cluster, over a gRPC service of strata's own served on the peer
-// URLs next to nothing else. It borrows the ideas of etcd's rafthttp (a
+// URLs. It borrows the ideas of etcd's rafthttp (a
 // long-lived stream per peer, pipelining, a separate snapshot path) in a few
 // hundred lines. The wire format is in FORMAT.md.
 //
@@ -61,6 +61,7 @@
 // All methods of Transport are safe for concurrent use. The Handler is never
 // called from inside Send, so it may wait for the goroutine that calls Send
 // (the node's does). Process is called concurrently for different peers and
-// in order for one peer's stream. Stop waits for every Handler call in
-// progress.
+// in order for one peer's stream; a MsgSnap comes on a stream of its own, so
+// it is not ordered with the peer's other messages (raft does not need it
+// to be). Stop waits for every Handler call in progress.
 package transport
