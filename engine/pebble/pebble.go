@@ -122,7 +122,10 @@ func Open(dir string, opts Options) (*Engine, error) {
 		Cache:      cache,
 		FS:         opts.FS,
 		DisableWAL: !opts.EnableWAL,
-		Logger:     zapLogger{opts.Logger.Sugar()},
+		// Snapshot install uses IngestAndExcise, which needs a recent
+		// format; a new store starts at the newest, an old one ratchets.
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             zapLogger{opts.Logger.Sugar()},
 	}
 	// Bloom filters let a Get skip the tables that do not hold the key: every
 	// Put reads its key's previous version, often in vain for new keys.
