@@ -23,36 +23,53 @@ import (
 // with 0x00 0x00 and the state machine's with printable prefixes.
 var allKeys = pebble.KeyRange{Start: []byte{}, End: []byte{0xff, 0xff, 0xff, 0xff}}
 
-// Export calls fn with every key and value of a consistent view of the
-// engine, in key order, and returns the applied index that view holds. The
-// slices passed to fn are valid only during the call.
-func (e *Engine) Export(fn func(key, value []byte) error) (uint64, error) {
+// ExportView is a consistent view of the whole engine, reserved keys
+// included, for sending as a raft snapshot.
+type ExportView struct {
+	snap    *pebble.Snapshot
+	applied uint64
+}
+
+// NewExportView takes a consistent view of the engine. It must be closed.
+func (e *Engine) NewExportView() (*ExportView, error) {
 	snap := e.db.NewSnapshot()
-	defer snap.Close()
 	applied, err := readIndex(snap, nil)
 	if err != nil {
-		return 0, fmt.Errorf("export: %w", err)
+		snap.Close()
+		return nil, fmt.Errorf("export view: %w", err)
 	}
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: allKeys.Start, UpperBound: allKeys.End})
+	return &ExportView{snap: snap, applied: applied}, nil
+}
+
+// AppliedIndex is the applied index the view holds.
+func (v *ExportView) AppliedIndex() uint64 { return v.applied }
+
+// ForEach calls fn with every key and value of the view, in key order. The
+// slices passed to fn are valid only during the call.
+func (v *ExportView) ForEach(fn func(key, value []byte) error) error {
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: allKeys.Start, UpperBound: allKeys.End})
 	if err != nil {
-		return 0, fmt.Errorf("export: %w", err)
+		return fmt.Errorf("export: %w", err)
 	}
 	for valid := it.First(); valid; valid = it.Next() {
-		v, err := it.ValueAndErr()
+		val, err := it.ValueAndErr()
 		if err != nil {
 			it.Close()
-			return 0, fmt.Errorf("export: read %q: %w", it.Key(), err)
+			return fmt.Errorf("export: read %q: %w", it.Key(), err)
 		}
-		if err := fn(it.Key(), v); err != nil {
+		if err := fn(it.Key(), val); err != nil {
 			it.Close()
-			return 0, err
+			return err
 		}
 	}
 	if err := it.Close(); err != nil {
-		return 0, fmt.Errorf("export: %w", err)
+		return fmt.Errorf("export: %w", err)
 	}
-	return applied, nil
+	return nil
 }
+
+// Close releases the view.
+func (v *ExportView) Close() error { return v.snap.Close() }
 
 // SnapshotWriter builds the sstable of a received snapshot. Keys must be
 // added in strictly increasing order.
