@@ -81,6 +81,8 @@ type Config struct {
 	MaxRequestBytes   int
 	MaxTxnOps         int
 	SnapshotCount     uint64
+	// CatchUpEntries are kept in the log below the compaction point.
+	CatchUpEntries    uint64
 	HeartbeatInterval time.Duration
 	ElectionTimeout   time.Duration
 	// EngineWAL turns the engine's own WAL on, synced per apply batch: the
@@ -108,6 +110,12 @@ type Member struct {
 	compactor *mvcc.AutoCompactor
 	grpc      *grpc.Server
 	listener  []net.Listener
+	// The peer side: raft transport and discovery on the peer URLs.
+	peerGRPC      *grpc.Server
+	peerListeners []net.Listener
+	peersMu       sync.Mutex
+	peers         map[uint64]bool // members the transport knows, self included
+	wasMember     atomic.Bool     // set once this member saw itself in the member list
 
 	memberID  uint64
 	clusterID uint64
@@ -136,6 +144,9 @@ type identity struct {
 	Name      string `json:"name"`
 	MemberID  uint64 `json:"member_id"`
 	ClusterID uint64 `json:"cluster_id"`
+	// Joined is set for a member added to a running cluster: it starts
+	// with an empty log instead of bootstrapping one.
+	Joined bool `json:"joined,omitempty"`
 }
 
 // Start opens the data directory, recovers, and serves clients.
@@ -156,7 +167,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m := &Member{cfg: cfg, logger: cfg.Logger, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			for _, l := range m.listener {
+			for _, l := range append(m.listener, m.peerListeners...) {
 				l.Close()
 			}
 			m.closeStores()
@@ -176,6 +187,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, err
 	}
 	m.memberID, m.clusterID = id.MemberID, id.ClusterID
+	joined := id.Joined
 
 	m.engine, err = pebbleengine.Open(filepath.Join(cfg.DataDir, "engine"), pebbleengine.Options{
 		FS: cfg.FS, EnableWAL: cfg.EngineWAL, Logger: cfg.Logger.Named("engine"),
@@ -198,7 +210,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 
 	var peers []raft.Peer
-	if last, _ := m.log.LastIndex(); last == 0 {
+	if last, _ := m.log.LastIndex(); last == 0 && !joined {
 		peers, err = m.bootstrapPeers()
 		if err != nil {
 			return nil, err
@@ -209,7 +221,9 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.node, err = node.New(node.Config{
 		ID:             m.memberID,
 		Peers:          peers,
+		Join:           joined,
 		Log:            m.log,
+		Transport:      m,
 		Engine:         m.engine,
 		Applied:        m.applier.AppliedIndex(),
 		ConfState:      m.applier.ConfState(),
@@ -217,13 +231,16 @@ func Start(cfg Config) (_ *Member, err error) {
 		ElectionTicks:  max(electionTicks, 2),
 		HeartbeatTicks: 1,
 		SnapshotCount:  cfg.SnapshotCount,
-		CatchUpEntries: 5000,
+		CatchUpEntries: cfg.CatchUpEntries,
 		Logger:         cfg.Logger.Named("raft"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start raft node: %w", err)
 	}
 	m.applier.SetProgress(m.node)
+	snaps := &snapshotter{m: m}
+	m.applier.SetInstaller(snaps.install)
+	m.applier.SetMembersChanged(m.membersChanged)
 
 	if period > 0 || revisions > 0 {
 		m.compactor, err = mvcc.NewAutoCompactor(mvcc.AutoCompactOptions{
@@ -249,11 +266,15 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.grpc = grpc.NewServer(limits.ServerOptions()...)
 	pb.RegisterKVServer(m.grpc, server.NewKV(m, limits))
 	pb.RegisterMaintenanceServer(m.grpc, server.NewMaintenance(m, cfg.QuotaBackendBytes))
-	pb.RegisterClusterServer(m.grpc, server.NewCluster(m, nil))
+	cluster := server.NewCluster(m, membership{m})
+	pb.RegisterClusterServer(m.grpc, cluster)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(m.grpc, hs)
 
+	if err := m.startPeerServer(cluster, snaps); err != nil {
+		return nil, err
+	}
 	for _, u := range cfg.ListenClientURLs {
 		addr, err := hostPort(u)
 		if err != nil {
@@ -283,6 +304,9 @@ func Start(cfg Config) (_ *Member, err error) {
 	}()
 	for _, l := range m.listener {
 		go func() { _ = m.grpc.Serve(l) }()
+	}
+	for _, l := range m.peerListeners {
+		go func() { _ = m.peerGRPC.Serve(l) }()
 	}
 	m.wg.Add(1)
 	go func() {
@@ -328,21 +352,23 @@ func (m *Member) loadIdentity() (identity, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return identity{}, fmt.Errorf("open %s: %w", path, err)
 	}
+	var id identity
 	if m.cfg.InitialClusterState == "existing" {
-		return identity{}, errors.New("--initial-cluster-state=existing needs a data directory that belongs to a member (joining a running cluster is not implemented yet)")
+		var err error
+		if id, err = m.discoverCluster(); err != nil {
+			return identity{}, err
+		}
+	} else {
+		memberIDs := map[string]uint64{}
+		for name, urls := range m.cfg.InitialCluster {
+			memberIDs[name] = computeMemberID(urls, m.cfg.InitialClusterToken)
+		}
+		self, ok := memberIDs[m.cfg.Name]
+		if !ok {
+			return identity{}, fmt.Errorf("--initial-cluster has no member named %q (--name)", m.cfg.Name)
+		}
+		id = identity{Name: m.cfg.Name, MemberID: self, ClusterID: computeClusterID(memberIDs)}
 	}
-	memberIDs := map[string]uint64{}
-	for name, urls := range m.cfg.InitialCluster {
-		memberIDs[name] = computeMemberID(urls, m.cfg.InitialClusterToken)
-	}
-	self, ok := memberIDs[m.cfg.Name]
-	if !ok {
-		return identity{}, fmt.Errorf("--initial-cluster has no member named %q (--name)", m.cfg.Name)
-	}
-	if len(memberIDs) > 1 {
-		return identity{}, fmt.Errorf("--initial-cluster names %d members: clusters of more than one member are not implemented yet", len(memberIDs))
-	}
-	id := identity{Name: m.cfg.Name, MemberID: self, ClusterID: computeClusterID(memberIDs)}
 	raw, err := json.Marshal(id)
 	if err != nil {
 		return identity{}, err
@@ -416,13 +442,12 @@ func computeClusterID(memberIDs map[string]uint64) uint64 {
 // member record as the conf change context (the applier stores it).
 func (m *Member) bootstrapPeers() ([]raft.Peer, error) {
 	var peers []raft.Peer
-	for name, urls := range m.cfg.InitialCluster {
+	for _, urls := range m.cfg.InitialCluster {
 		id := computeMemberID(urls, m.cfg.InitialClusterToken)
+		// Every member writes these entries itself, so they must be
+		// byte-identical everywhere: only what --initial-cluster says.
+		// Names and client URLs are published by each member once it runs.
 		rec := &pb.Member{ID: id, PeerURLs: urls}
-		if name == m.cfg.Name {
-			rec.Name = name
-			rec.ClientURLs = m.cfg.AdvertiseClientURLs
-		}
 		ctx, err := proto.Marshal(rec)
 		if err != nil {
 			return nil, err
@@ -596,11 +621,17 @@ func (m *Member) Stop() error {
 	case <-time.After(2 * time.Second):
 		m.grpc.Stop()
 	}
+	if m.peerGRPC != nil {
+		m.peerGRPC.Stop()
+	}
 	if m.compactor != nil {
 		m.compactor.Stop()
 	}
 	m.cancel()
 	m.wg.Wait()
+	if m.transport != nil {
+		m.transport.Stop()
+	}
 	m.doneOnce.Do(func() { close(m.done) })
 	var errs []error
 	if m.Err() == nil {

@@ -81,14 +81,6 @@ type Transport interface {
 	Send(msgs []*raftpb.Message)
 }
 
-// Installer makes the state machine hold a snapshot raft handed over: the
-// snapshot's data was received and staged beforehand; Install replaces the
-// state machine's state with it, durably, and returns once done. It runs
-// after every committed entry handed over before it has been applied.
-type Installer interface {
-	Install(snap *raftpb.Snapshot) error
-}
-
 // Config configures a Node.
 type Config struct {
 	// ID is this member's raft ID.
@@ -96,6 +88,9 @@ type Config struct {
 	// Peers, if not empty, bootstraps a new cluster with these members; it
 	// is ignored when the log already holds state (the data dir wins).
 	Peers []raft.Peer
+	// Join starts a member added to a running cluster: its log starts
+	// empty and the leader fills it (entries or a snapshot).
+	Join bool
 	// Log is the raft log, already opened and recovered.
 	Log Log
 	// Engine is flushed to let the log be compacted.
@@ -103,8 +98,6 @@ type Config struct {
 	// Transport sends raft messages to peers; nil for a member that has
 	// none (it must then be the only voter).
 	Transport Transport
-	// Installer installs snapshots received from the leader.
-	Installer Installer
 	// Applied is the index the state machine has applied (read back from
 	// the engine at start-up); raft redelivers committed entries after it.
 	Applied uint64
@@ -222,11 +215,14 @@ func New(cfg Config) (*Node, error) {
 	}
 	fresh := last == 0
 	if fresh {
-		if len(cfg.Peers) == 0 {
+		switch {
+		case cfg.Join:
+		case len(cfg.Peers) == 0:
 			return nil, errors.New("empty log and no peers to bootstrap")
-		}
-		if err := rn.Bootstrap(cfg.Peers); err != nil {
-			return nil, fmt.Errorf("bootstrap raft: %w", err)
+		default:
+			if err := rn.Bootstrap(cfg.Peers); err != nil {
+				return nil, fmt.Errorf("bootstrap raft: %w", err)
+			}
 		}
 	}
 	first, _ := cfg.Log.FirstIndex()
@@ -414,7 +410,7 @@ func (n *Node) run(ctx context.Context) error {
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
 	// A cluster of one need not wait out an election timeout.
-	if st := n.rn.BasicStatus(); len(n.cfg.Peers) <= 1 && isSoleVoter(n.lastConfState, n.cfg.ID) && st.RaftState != raft.StateLeader {
+	if st := n.rn.BasicStatus(); !n.cfg.Join && len(n.cfg.Peers) <= 1 && isSoleVoter(n.lastConfState, n.cfg.ID) && st.RaftState != raft.StateLeader {
 		_ = n.rn.Campaign()
 	}
 	for {
@@ -430,7 +426,7 @@ func (n *Node) run(ctx context.Context) error {
 		case <-ticker.C:
 			n.rn.Tick()
 			n.ticks++
-			if n.leader.Load() == raft.None && n.ticks <= 3 && isSoleVoter(n.lastConfState, n.cfg.ID) {
+			if n.leader.Load() == raft.None && n.ticks <= 3 && !n.cfg.Join && len(n.cfg.Peers) <= 1 && isSoleVoter(n.lastConfState, n.cfg.ID) {
 				// A fresh cluster of one can campaign as soon as its
 				// bootstrap membership is applied, not an election
 				// timeout later.
@@ -578,15 +574,13 @@ func (n *Node) handleReady(ctx context.Context) error {
 	return nil
 }
 
-// installSnapshot makes the state machine hold a snapshot from the
-// leader, then restarts the log after it. The order is the durability
+// installSnapshot has the applier make the state machine hold a snapshot
+// from the leader (after every entry handed over before it), then restarts
+// the log after it. The order is the durability
 // argument: once the log forgets the entries before the snapshot, the
 // engine must already hold their effect.
 func (n *Node) installSnapshot(ctx context.Context, snap *raftpb.Snapshot) error {
 	meta := snap.GetMetadata()
-	if n.cfg.Installer == nil {
-		return fmt.Errorf("snapshot at index %d received but no installer configured", meta.GetIndex())
-	}
 	done := make(chan error, 1)
 	if err := n.handOff(ctx, Committed{Snapshot: snap, Installed: done}); err != nil {
 		return err

@@ -50,7 +50,7 @@ type flags struct {
 	autoCompactionMode, autoCompactionRetention string
 	quotaBackendBytes                           int64
 	maxRequestBytes, maxTxnOps                  uint
-	snapshotCount                               uint64
+	snapshotCount, catchUpEntries               uint64
 	heartbeatMillis, electionMillis             uint
 	logLevel                                    string
 	logDirs                                     stringList
@@ -74,6 +74,7 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.UintVar(&f.maxRequestBytes, "max-request-bytes", 1.5*1024*1024, "Maximum client request size in bytes the server will accept.")
 	fs.UintVar(&f.maxTxnOps, "max-txn-ops", 128, "Maximum number of operations permitted in a transaction.")
 	fs.Uint64Var(&f.snapshotCount, "snapshot-count", 10000, "Number of applied entries after which the engine is flushed and the raft log compacted.")
+	fs.Uint64Var(&f.catchUpEntries, "snapshot-catchup-entries", 5000, "Number of entries kept in the raft log below the compaction point, for slow followers to catch up from.")
 	fs.UintVar(&f.heartbeatMillis, "heartbeat-interval", 100, "Time (in milliseconds) of a heartbeat interval.")
 	fs.UintVar(&f.electionMillis, "election-timeout", 1000, "Time (in milliseconds) for an election to timeout.")
 	fs.StringVar(&f.logLevel, "log-level", "info", "Configures log level. Only supports debug, info, warn, error, panic, or fatal.")
@@ -207,6 +208,7 @@ func (f *flags) memberConfig() (member.Config, error) {
 		MaxRequestBytes:         int(f.maxRequestBytes),
 		MaxTxnOps:               int(f.maxTxnOps),
 		SnapshotCount:           f.snapshotCount,
+		CatchUpEntries:          f.catchUpEntries,
 		HeartbeatInterval:       time.Duration(f.heartbeatMillis) * time.Millisecond,
 		ElectionTimeout:         time.Duration(f.electionMillis) * time.Millisecond,
 		EngineWAL:               f.engineWAL,

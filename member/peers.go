@@ -1,0 +1,229 @@
+package member
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/strata-kv/strata/snapshot"
+	"github.com/strata-kv/strata/transport"
+)
+
+// errRemoved stops a member that the cluster removed.
+var errRemoved = errors.New("the member has been permanently removed from the cluster")
+
+// Send implements node.Transport: the node is created before the transport
+// (the transport delivers to the node), so the member stands between them.
+func (m *Member) Send(msgs []*raftpb.Message) {
+	if m.transport != nil {
+		m.transport.Send(msgs)
+	}
+}
+
+// startPeerServer serves the peer transport and a read-only Cluster
+// service (for members that join to learn the cluster) on the peer URLs.
+func (m *Member) startPeerServer(cluster pb.ClusterServer, snaps *snapshotter) error {
+	t := transport.New(transport.Config{
+		LocalID:     m.memberID,
+		ClusterID:   m.clusterID,
+		Handler:     m.node,
+		Snapshotter: snaps,
+		Logger:      m.logger.Named("transport"),
+	})
+	m.transport = t
+	m.peerGRPC = grpc.NewServer(grpc.MaxRecvMsgSize(1<<30), grpc.MaxSendMsgSize(1<<30))
+	t.Register(m.peerGRPC)
+	pb.RegisterClusterServer(m.peerGRPC, cluster)
+	for _, u := range m.cfg.ListenPeerURLs {
+		addr, err := hostPort(u)
+		if err != nil {
+			return err
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen on peer URL %s: %w", u, err)
+		}
+		m.peerListeners = append(m.peerListeners, l)
+	}
+	m.membersChanged(m.applier.Members())
+	return nil
+}
+
+// membersChanged keeps the transport's peers equal to the cluster's other
+// members, and stops this member once it is no longer one of them. It runs
+// on the applier goroutine (and once at start-up).
+func (m *Member) membersChanged(members []*pb.Member) {
+	if m.transport == nil {
+		return
+	}
+	present := map[uint64]bool{}
+	self := false
+	for _, mem := range members {
+		present[mem.ID] = true
+		if mem.ID == m.memberID {
+			self = true
+			continue
+		}
+		m.transport.AddPeer(mem.ID, mem.PeerURLs)
+		m.transport.UpdatePeer(mem.ID, mem.PeerURLs)
+	}
+	m.peersMu.Lock()
+	for id := range m.peers {
+		if !present[id] {
+			m.transport.RemovePeer(id)
+		}
+	}
+	m.peers = present
+	m.peersMu.Unlock()
+	if !self && len(members) > 0 && m.wasMember.Load() {
+		// Stopping waits for the applier, which runs this: stop from
+		// elsewhere.
+		go m.fail(errRemoved)
+	}
+	if self {
+		m.wasMember.Store(true)
+	}
+}
+
+// discoverCluster asks the peers named in --initial-cluster for the
+// cluster this member was added to, and finds this member in it by its
+// peer URLs, as etcd does for --initial-cluster-state=existing.
+func (m *Member) discoverCluster() (identity, error) {
+	var lastErr error
+	for name, urls := range m.cfg.InitialCluster {
+		if name == m.cfg.Name {
+			continue
+		}
+		for _, u := range urls {
+			addr, err := hostPort(u)
+			if err != nil {
+				return identity{}, err
+			}
+			resp, err := memberList(addr)
+			if err != nil {
+				lastErr = err
+				continue
+			}
+			for _, mem := range resp.Members {
+				if !urlsTaken([]*pb.Member{mem}, m.cfg.AdvertisePeerURLs, 0) {
+					continue
+				}
+				return identity{Name: m.cfg.Name, MemberID: mem.ID, ClusterID: resp.Header.GetClusterId(), Joined: true}, nil
+			}
+			return identity{}, fmt.Errorf("no member with peer URLs %v in the cluster of %s: add it first (etcdctl member add)", m.cfg.AdvertisePeerURLs, u)
+		}
+	}
+	if lastErr == nil {
+		lastErr = errors.New("--initial-cluster names no other member")
+	}
+	return identity{}, fmt.Errorf("cannot reach the cluster to join: %w", lastErr)
+}
+
+func memberList(addr string) (*pb.MemberListResponse, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return pb.NewClusterClient(conn).MemberList(ctx, &pb.MemberListRequest{})
+}
+
+// snapshotter moves raft snapshots for the transport: the leader streams a
+// consistent export of its engine, the follower stages it as a table that
+// the applier installs when raft hands the snapshot over.
+type snapshotter struct {
+	m *Member
+
+	mu     sync.Mutex
+	staged map[uint64]string // snapshot index -> staged table
+}
+
+func (s *snapshotter) dir() string { return filepath.Join(s.m.cfg.DataDir, "snap") }
+
+// Open implements transport.Snapshotter.
+func (s *snapshotter) Open(msg *raftpb.Message) (io.ReadCloser, error) {
+	view, err := s.m.engine.NewExportView()
+	if err != nil {
+		return nil, err
+	}
+	if view.AppliedIndex() < msg.GetSnapshot().GetMetadata().GetIndex() {
+		view.Close()
+		return nil, fmt.Errorf("engine at %d is behind snapshot index %d", view.AppliedIndex(), msg.GetSnapshot().GetMetadata().GetIndex())
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		err := snapshot.Write(pw, view.AppliedIndex(), view.ForEach)
+		view.Close()
+		pw.CloseWithError(err)
+	}()
+	return pr, nil
+}
+
+// Receive implements transport.Snapshotter.
+func (s *snapshotter) Receive(msg *raftpb.Message, r io.Reader) error {
+	index := msg.GetSnapshot().GetMetadata().GetIndex()
+	if err := s.m.cfg.FS.MkdirAll(s.dir(), 0o700); err != nil {
+		return fmt.Errorf("create snapshot dir: %w", err)
+	}
+	path := filepath.Join(s.dir(), fmt.Sprintf("%016x-%016x.sst", msg.GetSnapshot().GetMetadata().GetTerm(), index))
+	w, err := s.m.engine.NewSnapshotWriter(path)
+	if err != nil {
+		return err
+	}
+	applied, records, err := snapshot.Read(r, w)
+	if err == nil && applied < index {
+		err = fmt.Errorf("snapshot stream holds index %d, below the snapshot's %d", applied, index)
+	}
+	if err != nil {
+		w.Abort()
+		_ = s.m.cfg.FS.Remove(path)
+		return err
+	}
+	if err := w.Finish(); err != nil {
+		_ = s.m.cfg.FS.Remove(path)
+		return err
+	}
+	s.mu.Lock()
+	if s.staged == nil {
+		s.staged = map[uint64]string{}
+	}
+	s.staged[index] = path
+	s.mu.Unlock()
+	s.m.logger.Info("received snapshot", zap.Uint64("index", index), zap.Uint64("engine-index", applied), zap.Uint64("records", records))
+	return nil
+}
+
+// install replaces the state machine with the staged snapshot for snap.
+// It runs on the applier goroutine.
+func (s *snapshotter) install(snap *raftpb.Snapshot) error {
+	index := snap.GetMetadata().GetIndex()
+	s.mu.Lock()
+	path, ok := s.staged[index]
+	delete(s.staged, index)
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("no staged data for snapshot at index %d", index)
+	}
+	err := s.m.store.Replace(func() error {
+		_, err := s.m.engine.InstallSnapshot(path)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	_ = s.m.cfg.FS.Remove(path)
+	return nil
+}

@@ -1,0 +1,50 @@
+package mvcc
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/strata-kv/strata/engine"
+)
+
+// Replace runs install, which replaces the engine's whole content (a raft
+// snapshot), while no write batch and no physical compaction step runs, then
+// reloads what the store caches from the engine: the current and compact
+// revisions and the physical compaction job. Readers see the old state until
+// install returns and the new one after.
+func (s *Store) Replace(install func() error) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := install(); err != nil {
+		return err
+	}
+	st := state{rev: 1, compactRev: -1}
+	b, err := s.e.Get(metaState)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("reload mvcc state: %w", err)
+	default:
+		if st, err = decodeState(b); err != nil {
+			return fmt.Errorf("reload mvcc state: %w", err)
+		}
+	}
+	var job compactJob
+	b, err = s.e.Get(metaCompact)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("reload mvcc compaction job: %w", err)
+	default:
+		if job, err = decodeCompactJob(b); err != nil {
+			return fmt.Errorf("reload mvcc compaction job: %w", err)
+		}
+	}
+	s.rev.Store(st.rev)
+	s.compactRev.Store(st.compactRev)
+	s.mu.Lock()
+	s.mu.job = job
+	s.mu.Unlock()
+	s.wakeCompactor()
+	return nil
+}
