@@ -116,6 +116,7 @@ type Member struct {
 	peersMu       sync.Mutex
 	peers         map[uint64]bool // members the transport knows, self included
 	wasMember     atomic.Bool     // set once this member saw itself in the member list
+	discovered    []*pb.Member    // the cluster as a joining member found it
 
 	memberID  uint64
 	clusterID uint64

@@ -56,7 +56,11 @@ func (m *Member) startPeerServer(cluster pb.ClusterServer, snaps *snapshotter) e
 		}
 		m.peerListeners = append(m.peerListeners, l)
 	}
-	m.membersChanged(m.applier.Members())
+	members := m.applier.Members()
+	if len(members) == 0 {
+		members = m.discovered
+	}
+	m.membersChanged(members)
 	return nil
 }
 
@@ -119,6 +123,9 @@ func (m *Member) discoverCluster() (identity, error) {
 				if !urlsTaken([]*pb.Member{mem}, m.cfg.AdvertisePeerURLs, 0) {
 					continue
 				}
+				// Until the leader's log or snapshot arrives, these are
+				// the peers this member can answer.
+				m.discovered = resp.Members
 				return identity{Name: m.cfg.Name, MemberID: mem.ID, ClusterID: resp.Header.GetClusterId(), Joined: true}, nil
 			}
 			return identity{}, fmt.Errorf("no member with peer URLs %v in the cluster of %s: add it first (etcdctl member add)", m.cfg.AdvertisePeerURLs, u)

@@ -247,6 +247,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.ConfState != nil {
 		n.confHistory = []confAt{{index: cfg.Applied, cs: cfg.ConfState}}
 	}
+	storage.node = n
 	ch := make(chan struct{})
 	n.leaderCh.Store(&ch)
 	n.lastIdx.Store(last)
@@ -259,10 +260,40 @@ func New(cfg Config) (*Node, error) {
 // etcd), so after a crash it may trail what the engine applied; entries the
 // engine applied were committed, so commit is raised to the applied index.
 // The conf state is the state machine's, which matches Config.Applied.
+//
+// It also answers Snapshot with the state machine's current applied index
+// rather than the log's compaction point: a follower is sent the engine as
+// it is now, so the snapshot's membership must be today's (a member added
+// after the compaction point must find itself in it, or raft refuses the
+// snapshot). raft calls Snapshot on the node goroutine, which owns node.
 type restartStorage struct {
 	Log
 	applied   uint64
 	confState *raftpb.ConfState
+	node      *Node
+}
+
+func (s *restartStorage) Snapshot() (*raftpb.Snapshot, error) {
+	n := s.node
+	if n == nil || n.applied <= n.compactedTo {
+		return s.Log.Snapshot()
+	}
+	term, err := s.Log.Term(n.applied)
+	if err != nil {
+		return s.Log.Snapshot()
+	}
+	var cs *raftpb.ConfState
+	for _, c := range n.confHistory {
+		if c.index <= n.applied {
+			cs = c.cs
+		}
+	}
+	if cs == nil {
+		cs = n.lastConfState
+	}
+	return &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
+		Index: proto.Uint64(n.applied), Term: proto.Uint64(term), ConfState: cs,
+	}}, nil
 }
 
 func (s *restartStorage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {

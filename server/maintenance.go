@@ -62,3 +62,15 @@ func (m *Maintenance) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmR
 	return resp, nil
 }
 
+
+// HashKV hashes the key-value history up to a revision (0: the current
+// one), as etcd defines it, so that members can be compared.
+func (m *Maintenance) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	hash, hashRev, compactRev, err := m.b.Store().HashKV(r.Revision)
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp := &pb.HashKVResponse{Hash: hash, CompactRevision: compactRev, HashRevision: hashRev}
+	fillHeader(m.b, &resp.Header, m.b.Store().Rev())
+	return resp, nil
+}
