@@ -62,7 +62,6 @@ func (m *Maintenance) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmR
 	return resp, nil
 }
 
-
 // HashKV hashes the key-value history up to a revision (0: the current
 // one), as etcd defines it, so that members can be compared.
 func (m *Maintenance) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
