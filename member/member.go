@@ -309,10 +309,14 @@ func Start(cfg Config) (_ *Member, err error) {
 	for _, l := range m.peerListeners {
 		go func() { _ = m.peerGRPC.Serve(l) }()
 	}
-	m.wg.Add(1)
+	m.wg.Add(2)
 	go func() {
 		defer m.wg.Done()
 		m.publishAttributes(ctx)
+	}()
+	go func() {
+		defer m.wg.Done()
+		m.watchRemoval(ctx)
 	}()
 	if m.compactor != nil {
 		m.compactor.Run()

@@ -251,3 +251,21 @@ func newMemberID(peerURLs []string, token string, now time.Time) uint64 {
 	sum := sha1.Sum(b)
 	return binary.BigEndian.Uint64(sum[:8])
 }
+
+// MoveLeader implements server.LeaderMover with etcd's checks: only the
+// leader moves leadership, and only to a voting member.
+func (m *Member) MoveLeader(ctx context.Context, target uint64) error {
+	if m.node.Leader() != m.memberID {
+		return server.ErrNotLeader
+	}
+	t := find(m.applier.Members(), target)
+	if t == nil || t.IsLearner {
+		return server.ErrBadLeaderTransferee
+	}
+	if target == m.memberID {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second+2*m.cfg.ElectionTimeout)
+	defer cancel()
+	return m.node.TransferLeadership(ctx, target)
+}

@@ -234,3 +234,40 @@ func (s *snapshotter) install(snap *raftpb.Snapshot) error {
 	_ = s.m.cfg.FS.Remove(path)
 	return nil
 }
+
+// watchRemoval stops a member that the cluster removed while it could not
+// learn so through raft (the leader stops replicating to a member once its
+// removal commits, so the member may never see that commit). A member with
+// no leader for three election timeouts asks its peers for the member list;
+// if a peer of its cluster answers without it, it stops, as etcd does.
+func (m *Member) watchRemoval(ctx context.Context) {
+	interval := 3 * m.cfg.ElectionTimeout
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+		if m.node.Leader() != 0 || !m.wasMember.Load() {
+			continue
+		}
+		for _, mem := range m.applier.Members() {
+			if mem.ID == m.memberID || len(mem.PeerURLs) == 0 {
+				continue
+			}
+			addr, err := hostPort(mem.PeerURLs[0])
+			if err != nil {
+				continue
+			}
+			resp, err := memberList(addr)
+			if err != nil || resp.Header.GetClusterId() != m.clusterID {
+				continue
+			}
+			if find(resp.Members, m.memberID) == nil {
+				m.fail(errRemoved)
+				return
+			}
+			break
+		}
+	}
+}

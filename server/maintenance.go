@@ -73,3 +73,24 @@ func (m *Maintenance) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.Hash
 	fillHeader(m.b, &resp.Header, m.b.Store().Rev())
 	return resp, nil
 }
+
+// LeaderMover transfers raft leadership.
+type LeaderMover interface {
+	// MoveLeader makes target the leader; only the leader may ask.
+	MoveLeader(ctx context.Context, target uint64) error
+}
+
+// MoveLeader hands leadership to another voting member, as etcdctl
+// move-leader asks.
+func (m *Maintenance) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	mover, ok := m.b.(LeaderMover)
+	if !ok {
+		return m.UnimplementedMaintenanceServer.MoveLeader(ctx, r)
+	}
+	if err := mover.MoveLeader(ctx, r.TargetID); err != nil {
+		return nil, membershipError(err)
+	}
+	resp := &pb.MoveLeaderResponse{}
+	fillHeader(m.b, &resp.Header, m.b.Store().Rev())
+	return resp, nil
+}
