@@ -22,13 +22,14 @@
 //
 // # Layout in the engine
 //
-// Five key spaces, all under the prefix "m" (engine/pebble reserves keys
+// Seven key spaces, all under the prefix "m" (engine/pebble reserves keys
 // starting 0x00 0x00 for itself; other packages must keep off "m"):
 //
 //	mc<key>                              current version of every live key -> KeyValue
 //	mh<esc(key)>\x00\x01<^main><^sub>    every version still kept           -> KeyValue
 //	mr<main><sub>                        revision index                     -> flag, key
 //	ml<lease><key>                       keys attached to a lease           -> (empty)
+//	mg<lease>                            lease records (lease.go)           -> ttl, remaining ttl
 //	mm<name>                             store state: "state" (revision and compact
 //	                                     revision), "compact" (physical compaction job)
 //	mu<name>                             the applier's SetMeta values

@@ -203,8 +203,14 @@ func (v view) executeRange(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 		resp.More = true
 	}
 	if r.KeysOnly {
+		// etcd answers keys_only from its in-memory index, which has no
+		// lease, unless it must read values to sort by them.
+		fast := r.SortTarget != pb.RangeRequest_VALUE
 		for _, kv := range kvs {
 			kv.Value = nil
+			if fast {
+				kv.Lease = 0
+			}
 		}
 	}
 	resp.Kvs = kvs

@@ -92,6 +92,7 @@ func TestRangeOptions(t *testing.T) {
 		count int64
 		more  bool
 		err   error
+		rev   int64 // nonzero: the store with l=x (lease 3) at revision 8
 	}{
 		{name: "single key", req: &pb.RangeRequest{Key: []byte("a")}, kvs: []*mvccpb.KeyValue{a}, count: 1},
 		{name: "deleted key", req: &pb.RangeRequest{Key: []byte("c")}, count: 0},
@@ -105,6 +106,10 @@ func TestRangeOptions(t *testing.T) {
 		{name: "count only", req: &pb.RangeRequest{Key: []byte("a"), RangeEnd: []byte("z"), CountOnly: true}, count: 3},
 		{name: "keys only", req: &pb.RangeRequest{Key: []byte("a"), RangeEnd: []byte("c"), KeysOnly: true},
 			kvs: []*mvccpb.KeyValue{kv("a", "", 2, 5, 2), kv("b", "", 3, 3, 1)}, count: 2},
+		{name: "keys only drops the lease too (etcd's index has none)", req: &pb.RangeRequest{Key: []byte("l"), KeysOnly: true},
+			kvs: []*mvccpb.KeyValue{kv("l", "", 8, 8, 1)}, count: 1, rev: 8},
+		{name: "keys only sorted by value keeps the lease", req: &pb.RangeRequest{Key: []byte("l"), KeysOnly: true, SortTarget: pb.RangeRequest_VALUE},
+			kvs: []*mvccpb.KeyValue{{Key: []byte("l"), CreateRevision: 8, ModRevision: 8, Version: 1, Lease: 3}}, count: 1, rev: 8},
 		{name: "at revision 4", req: &pb.RangeRequest{Key: []byte("a"), RangeEnd: []byte("z"), Revision: 4},
 			kvs: []*mvccpb.KeyValue{kv("a", "1", 2, 2, 1), b, kv("c", "333", 4, 4, 1)}, count: 3},
 		{name: "at revision 4 with limit", req: &pb.RangeRequest{Key: []byte("a"), RangeEnd: []byte("z"), Revision: 4, Limit: 2},
@@ -133,16 +138,27 @@ func TestRangeOptions(t *testing.T) {
 		{name: "filter applies before limit", req: &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, MinModRevision: 4, Limit: 1},
 			kvs: []*mvccpb.KeyValue{a}, count: 3, more: true},
 	}
+	withLease := rangeFixture(t)
+	withLease.opts.LeaseExists = func(id int64) bool { return id == 3 }
+	apply(t, withLease, func(w *WriteBatch) {
+		if _, err := w.Put(&pb.PutRequest{Key: []byte("l"), Value: []byte("x"), Lease: 3}); err != nil {
+			t.Fatal(err)
+		}
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp, err := s.Range(tt.req)
+			st, hdr := s, int64(7)
+			if tt.rev != 0 {
+				st, hdr = withLease, tt.rev
+			}
+			resp, err := st.Range(tt.req)
 			if !errors.Is(err, tt.err) {
 				t.Fatalf("err = %v, want %v", err, tt.err)
 			}
 			if err != nil {
 				return
 			}
-			want := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: 7}, Kvs: tt.kvs, Count: tt.count, More: tt.more}
+			want := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: hdr}, Kvs: tt.kvs, Count: tt.count, More: tt.more}
 			equalResp(t, "range", resp, want)
 		})
 	}
