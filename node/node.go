@@ -551,6 +551,15 @@ func (n *Node) handleReady(ctx context.Context) error {
 			return err
 		}
 	}
+	// A leader may send its messages before its own fsync (raft thesis
+	// 10.2.1, as etcd does): followers persist what it sends before they
+	// acknowledge, and the leader counts itself only once Advance confirms
+	// its own append. The disk writes of leader and followers then overlap.
+	sentEarly := false
+	if n.leader.Load() == n.cfg.ID && len(rd.Messages) > 0 && n.cfg.Transport != nil {
+		n.cfg.Transport.Send(rd.Messages)
+		sentEarly = true
+	}
 	if len(rd.Entries) > 0 || hs != nil {
 		if err := n.cfg.Log.Append(rd.Entries, hs); err != nil {
 			return fmt.Errorf("append to raft log: %w", err)
@@ -560,7 +569,7 @@ func (n *Node) handleReady(ctx context.Context) error {
 		}
 	}
 	// Step 2: messages, after the entries they acknowledge are durable.
-	if len(rd.Messages) > 0 && n.cfg.Transport != nil {
+	if !sentEarly && len(rd.Messages) > 0 && n.cfg.Transport != nil {
 		n.cfg.Transport.Send(rd.Messages)
 	}
 	// Step 3: linearizable reads.
