@@ -176,7 +176,7 @@ func (s *Store) notifyCompacted(job compactJob) {
 
 // compactKey removes key's versions that revision compaction at target
 // supersedes: every version below its newest version at or below target,
-// and that newest one too if it is a deletion.
+// and that newest one too if it is a deletion older than target.
 func compactKey(b engine.Batch, key []byte, target int64) error {
 	it := b.NewIter(historySeek(key, target), historyKeyEnd(key))
 	type version struct{ main, sub int64 }
@@ -195,8 +195,12 @@ func compactKey(b engine.Batch, key []byte, target int64) error {
 				_ = it.Close()
 				return fmt.Errorf("history of %q: %w", key, err)
 			}
-			if kv.ModRevision != 0 {
-				continue // the newest live version at target is kept
+			if kv.ModRevision != 0 || main == target {
+				// The newest version at target is kept; a deletion only
+				// if it happened at target itself, so that a watch from
+				// the compact revision still sees it (as etcd keeps it).
+				// The next compaction rescans revision target to drop it.
+				continue
 			}
 		}
 		drop = append(drop, version{main, sub})

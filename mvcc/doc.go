@@ -70,9 +70,12 @@
 // Compact(4) makes reads below revision 4 fail with ErrCompacted at once
 // and records a job; the background compactor then visits mr entries up to
 // revision 4 and, for each key named there, keeps its newest version at or
-// below 4 unless that is a tombstone, and drops everything older:
+// below 4 (unless that is a deletion before revision 4) and drops everything
+// older:
 //
-//	foo: newest <= 4 is the tombstone 4.0 -> drop 4.0, 3.0, 2.0 (and mr 4.0, 3.0, 2.0); keep 5.0
+//	foo: newest <= 4 is the tombstone 4.0 -> keep it (a deletion at the compact
+//	     revision stays for watchers from revision 4; the next compaction drops
+//	     it), drop 3.0 and 2.0 (and mr 3.0, 2.0); keep 5.0
 //	bar: newest <= 4 is 3.1 (live)        -> keep 3.1
 //
 // # Revision compaction

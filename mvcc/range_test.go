@@ -478,3 +478,45 @@ func TestWriteBatchAbortLeavesNothing(t *testing.T) {
 	}
 
 }
+
+// TestCompactionKeepsDeletionAtCompactRevision: a deletion at exactly the
+// compact revision stays (a watch from that revision must see it) until the
+// next compaction drops it.
+func TestCompactionKeepsDeletionAtCompactRevision(t *testing.T) {
+	s := rangeFixture(t) // c deleted at 7
+	s.Start()
+	defer s.Close()
+	history := func(key string) int {
+		it := s.e.NewIter(historyPrefix([]byte(key)), historyKeyEnd([]byte(key)))
+		n := 0
+		for ok := it.First(); ok; ok = it.Next() {
+			n++
+		}
+		if err := it.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	compact := func(rev int64) {
+		var done <-chan struct{}
+		apply(t, s, func(w *WriteBatch) {
+			var err error
+			if _, done, err = w.Compact(&pb.CompactionRequest{Revision: rev}); err != nil {
+				t.Fatal(err)
+			}
+		})
+		<-done
+	}
+	compact(7)
+	if n := history("c"); n != 1 {
+		t.Fatalf("after compaction at 7, c has %d history entries, want its deletion at 7", n)
+	}
+	if n := history("a"); n != 1 {
+		t.Fatalf("after compaction at 7, a has %d history entries, want 1", n)
+	}
+	apply(t, s, mustPut(t, "x", "1"))
+	compact(8)
+	if n := history("c"); n != 0 {
+		t.Fatalf("after compaction at 8, c has %d history entries, want none", n)
+	}
+}

@@ -492,6 +492,11 @@ func (w *WriteBatch) Compact(r *pb.CompactionRequest) (*pb.CompactionResponse, <
 		return nil, nil, ErrFutureRev
 	}
 	w.st.compactRev = r.Revision
+	if w.job.target > 0 && !w.job.pending() {
+		// The last job finished; start just before its target so that
+		// deletions it kept at its target revision are dropped now.
+		w.job.doneMain, w.job.doneSub = w.job.target-1, math.MaxInt64
+	}
 	w.job.target = r.Revision
 	w.jobCh = true
 	ch := make(chan struct{})
