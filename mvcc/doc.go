@@ -47,8 +47,8 @@
 //   - Range at the current revision: a scan of mc (values inline).
 //   - Range at an older revision R: per key in mh, one SeekGE to R and one
 //     SeekGE to the next key.
-//   - Watch from revision R (later): a scan of mr from R, then one Get in mh
-//     per event (the index holds key pointers, not values).
+//   - Watch from revision R (Store.Events): a scan of mr from R, then one Get
+//     in mh per put event (the index holds key pointers, not values).
 //   - Open: two Gets (mm"state", mm"compact"); nothing scales with the number
 //     of keys, unlike etcd's rebuild of its in-memory index.
 //

@@ -300,6 +300,9 @@ func runModel(t *testing.T, seed uint64) {
 				equalResp(t, fmt.Sprintf("range [%q,%q) at %d limit %d", key, end, rev, limit), got, want)
 			}
 		}
+		if rng.IntN(4) == 0 {
+			checkEvents(t, rng, s, m)
+		}
 		if rng.IntN(5) == 0 {
 			// HashKV follows etcd's rule whatever physical compaction has
 			// done so far (it runs concurrently).
@@ -476,4 +479,61 @@ func modelTxn(t *testing.T, rng *rand.Rand, w *WriteBatch, m *model) {
 	}
 	want.Header = &pb.ResponseHeader{Revision: m.rev}
 	equalResp(t, "txn", got, want)
+}
+
+// checkEvents compares Store.Events from a random revision with the model's
+// log: types, key values, previous versions and the limit rule.
+func checkEvents(t *testing.T, rng *rand.Rand, s *Store, m *model) {
+	t.Helper()
+	from := m.compactRev - 1 + rng.Int64N(m.rev-m.compactRev+3)
+	limit := rng.IntN(4)
+	got, next, err := s.Events(from, 0, limit, true)
+	if from < m.compactRev {
+		if !errors.Is(err, ErrCompacted) {
+			t.Fatalf("Events(%d) below compact revision %d: err = %v", from, m.compactRev, err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []*mvccpb.Event
+	wantNext := m.rev + 1
+	if from > m.rev {
+		wantNext = from
+	}
+	prev := map[string]*mvccpb.KeyValue{}
+	for _, e := range m.log {
+		key := string(e.kv.Key)
+		p := prev[key]
+		if e.kv.ModRevision == 0 {
+			prev[key] = nil
+		} else {
+			prev[key] = e.kv
+		}
+		if e.main < from {
+			continue
+		}
+		if limit > 0 && len(want) >= limit && e.main != want[len(want)-1].Kv.ModRevision {
+			wantNext = e.main
+			break
+		}
+		ev := &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: e.kv, PrevKv: p}
+		if e.kv.ModRevision == 0 {
+			ev = &mvccpb.Event{Type: mvccpb.Event_DELETE, Kv: &mvccpb.KeyValue{Key: e.kv.Key, ModRevision: e.main}, PrevKv: p}
+		}
+		want = append(want, ev)
+	}
+	if next != wantNext || len(got) != len(want) {
+		t.Fatalf("Events(%d, limit %d): %d events next %d, want %d next %d", from, limit, len(got), next, len(want), wantNext)
+	}
+	for i := range got {
+		if got[i].Kv.ModRevision == m.compactRev {
+			// Its previous version may or may not be compacted away yet.
+			got[i].PrevKv, want[i].PrevKv = nil, nil
+		}
+		if !proto.Equal(got[i], want[i]) {
+			t.Fatalf("Events(%d) event %d:\n got %v\nwant %v", from, i, got[i], want[i])
+		}
+	}
 }
