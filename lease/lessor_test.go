@@ -1,0 +1,331 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	epebble "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/mvcc"
+)
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// env is a lessor over a store on an in-memory engine, with a fake clock
+// and a Propose that applies requests at once, as a one-member raft would.
+type env struct {
+	t      *testing.T
+	fs     vfs.FS
+	e      *epebble.Engine
+	store  *mvcc.Store
+	l      *Lessor
+	clock  *fakeClock
+	index  uint64
+	leader bool
+	cfg    Config
+}
+
+func newEnv(t *testing.T, cfg Config) *env {
+	t.Helper()
+	v := &env{t: t, fs: vfs.NewMem(), clock: &fakeClock{now: time.Unix(1_000_000, 0)}, leader: true, cfg: cfg}
+	v.open()
+	return v
+}
+
+func (v *env) open() {
+	v.t.Helper()
+	e, err := epebble.Open("db", epebble.Options{FS: v.fs})
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	cfg := v.cfg
+	cfg.Clock = v.clock
+	cfg.IsLeader = func() bool { return v.leader }
+	cfg.Propose = func(_ context.Context, req *pb.InternalRaftRequest) error { return v.apply(req) }
+	l := New(cfg)
+	s, err := mvcc.Open(e, mvcc.Options{LeaseExists: l.Exists})
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	if err := l.Load(s); err != nil {
+		v.t.Fatal(err)
+	}
+	v.e, v.store, v.l, v.index = e, s, l, e.AppliedIndex()
+	v.t.Cleanup(func() { v.close() })
+}
+
+func (v *env) close() {
+	if v.store == nil {
+		return
+	}
+	_ = v.store.Close()
+	_ = v.e.Flush()
+	_ = v.e.Close()
+	v.store = nil
+}
+
+// restart closes and reopens the store and a new lessor on the same files.
+func (v *env) restart() {
+	v.t.Helper()
+	v.close()
+	v.open()
+}
+
+// apply applies one request in its own batch, as the applier would.
+func (v *env) apply(req *pb.InternalRaftRequest) error {
+	w := v.store.Write()
+	var err error
+	switch {
+	case req.LeaseGrant != nil:
+		_, err = v.l.Grant(w, req.LeaseGrant)
+	case req.LeaseRevoke != nil:
+		_, err = v.l.Revoke(w, req.LeaseRevoke)
+	case req.LeaseCheckpoint != nil:
+		_, err = v.l.Checkpoint(w, req.LeaseCheckpoint)
+	case req.Put != nil:
+		_, err = w.Put(req.Put)
+	}
+	v.index++
+	if cerr := w.Commit(v.index); cerr != nil {
+		v.t.Fatalf("commit: %v", cerr)
+	}
+	return err
+}
+
+func (v *env) grant(id, ttl int64) error {
+	return v.apply(&pb.InternalRaftRequest{LeaseGrant: &pb.LeaseGrantRequest{ID: id, TTL: ttl}})
+}
+
+func (v *env) put(key string, lease int64) error {
+	return v.apply(&pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte(key), Value: []byte("v"), Lease: lease}})
+}
+
+// tick runs one step of Run and waits for the proposals it made.
+func (v *env) tick() {
+	var wg sync.WaitGroup
+	v.l.step(context.Background(), &wg)
+	wg.Wait()
+}
+
+func (v *env) count(key string) int64 {
+	v.t.Helper()
+	resp, err := v.store.Range(&pb.RangeRequest{Key: []byte(key), RangeEnd: []byte{0}, CountOnly: true})
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return resp.Count
+}
+
+func TestGrantErrors(t *testing.T) {
+	v := newEnv(t, Config{MinTTL: 5})
+	tests := []struct {
+		name    string
+		id, ttl int64
+		want    error
+		wantTTL int64
+	}{
+		{"grant", 1, 60, nil, 60},
+		{"below the minimum is raised", 2, 1, nil, 5},
+		{"existing id", 1, 60, ErrLeaseExists, 0},
+		{"largest ttl", 3, MaxLeaseTTL, nil, MaxLeaseTTL},
+		{"too large", 4, MaxLeaseTTL + 1, ErrLeaseTTLTooLarge, 0},
+	}
+	for _, tc := range tests {
+		w := v.store.Write()
+		resp, err := v.l.Grant(w, &pb.LeaseGrantRequest{ID: tc.id, TTL: tc.ttl})
+		v.index++
+		if cerr := w.Commit(v.index); cerr != nil {
+			t.Fatal(cerr)
+		}
+		if !errors.Is(err, tc.want) {
+			t.Errorf("%s: err %v, want %v", tc.name, err, tc.want)
+			continue
+		}
+		if err == nil && (resp.ID != tc.id || resp.TTL != tc.wantTTL) {
+			t.Errorf("%s: got ID %d TTL %d, want %d %d", tc.name, resp.ID, resp.TTL, tc.id, tc.wantTTL)
+		}
+	}
+	if got := v.l.Leases(); len(got) != 3 || got[0] != 1 || got[1] != 2 || got[2] != 3 {
+		t.Errorf("Leases() = %v, want [1 2 3]", got)
+	}
+}
+
+func TestExpiryRevokesKeysInOneRevision(t *testing.T) {
+	v := newEnv(t, Config{ElectionTimeout: time.Second})
+	v.tick() // promote
+	if !v.l.Primary() {
+		t.Fatal("not promoted while leader")
+	}
+	if err := v.grant(7, 10); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if err := v.put(k, 7); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.put("d", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.put("x", 99); !errors.Is(err, ErrLeaseNotFound) {
+		t.Fatalf("put with missing lease: %v", err)
+	}
+	rev := v.store.Rev()
+	v.clock.advance(9 * time.Second)
+	v.tick()
+	if !v.l.Exists(7) || v.count("") != 4 {
+		t.Fatal("lease expired early")
+	}
+	v.clock.advance(time.Second)
+	v.tick()
+	if v.l.Exists(7) {
+		t.Fatal("lease not revoked at its deadline")
+	}
+	if got := v.count(""); got != 1 {
+		t.Fatalf("%d keys left, want 1 (d)", got)
+	}
+	if got := v.store.Rev(); got != rev+1 {
+		t.Fatalf("revision after revoke %d, want %d (one revision for three keys)", got, rev+1)
+	}
+	if keys, _ := v.store.LeaseKeys(7); len(keys) != 0 {
+		t.Fatalf("lease index still holds %q", keys)
+	}
+}
+
+func TestRenewHoldsLease(t *testing.T) {
+	v := newEnv(t, Config{})
+	if _, err := v.l.Renew(context.Background(), 1); !errors.Is(err, ErrNotPrimary) {
+		t.Fatalf("renew on a follower: %v, want ErrNotPrimary", err)
+	}
+	v.tick()
+	if err := v.grant(1, 10); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		v.clock.advance(8 * time.Second)
+		v.tick()
+		ttl, err := v.l.Renew(context.Background(), 1)
+		if err != nil || ttl != 10 {
+			t.Fatalf("renew: %d, %v", ttl, err)
+		}
+	}
+	if !v.l.Exists(1) {
+		t.Fatal("renewed lease revoked")
+	}
+	left, granted, err := v.l.TimeToLive(1)
+	if err != nil || left != 10 || granted != 10 {
+		t.Fatalf("TimeToLive = %d, %d, %v; want 10, 10", left, granted, err)
+	}
+	if _, err := v.l.Renew(context.Background(), 2); !errors.Is(err, ErrLeaseNotFound) {
+		t.Fatalf("renew of a missing lease: %v", err)
+	}
+	v.clock.advance(11 * time.Second)
+	if _, err := v.l.Renew(context.Background(), 1); !errors.Is(err, ErrLeaseNotFound) {
+		t.Fatalf("renew of an expired lease: %v", err)
+	}
+}
+
+// TestCheckpointSurvivesRestart: the remaining TTL a leader checkpoints
+// is where a restarted leader counts from (plus the election timeout),
+// and a renewal clears it so that it cannot shorten a renewed lease.
+func TestCheckpointSurvivesRestart(t *testing.T) {
+	v := newEnv(t, Config{CheckpointInterval: 5 * time.Second, ElectionTimeout: time.Second})
+	v.tick()
+	if err := v.grant(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.grant(2, 100); err != nil {
+		t.Fatal(err)
+	}
+	v.clock.advance(30 * time.Second)
+	v.tick() // checkpoints both at 70 s
+	if _, err := v.l.Renew(context.Background(), 2); err != nil {
+		t.Fatal(err)
+	}
+	v.restart()
+	if v.l.Primary() {
+		t.Fatal("primary before Run saw leadership")
+	}
+	v.tick()
+	for _, tc := range []struct {
+		id   int64
+		want int64
+	}{{1, 71}, {2, 101}} {
+		left, _, err := v.l.TimeToLive(tc.id)
+		if err != nil || left != tc.want {
+			t.Errorf("lease %d after restart: %d s left (%v), want %d", tc.id, left, err, tc.want)
+		}
+	}
+}
+
+func TestLeaderChange(t *testing.T) {
+	v := newEnv(t, Config{ElectionTimeout: 2 * time.Second})
+	v.tick()
+	if err := v.grant(1, 10); err != nil {
+		t.Fatal(err)
+	}
+	v.leader = false
+	v.tick()
+	if v.l.Primary() {
+		t.Fatal("still primary after losing leadership")
+	}
+	if _, _, err := v.l.TimeToLive(1); !errors.Is(err, ErrNotPrimary) {
+		t.Fatalf("TimeToLive on a follower: %v", err)
+	}
+	v.clock.advance(time.Hour)
+	v.tick()
+	if !v.l.Exists(1) {
+		t.Fatal("a follower revoked a lease")
+	}
+	v.leader = true
+	v.tick()
+	left, _, _ := v.l.TimeToLive(1)
+	if left != 12 {
+		t.Fatalf("after promotion %d s left, want TTL + election timeout = 12", left)
+	}
+	v.clock.advance(12 * time.Second)
+	v.tick()
+	if v.l.Exists(1) {
+		t.Fatal("lease not revoked by the new leader")
+	}
+}
+
+// TestRevokeRetry: a revoke that does not apply is proposed again after
+// revokeRetry, not on every tick.
+func TestRevokeRetry(t *testing.T) {
+	v := newEnv(t, Config{})
+	v.tick()
+	if err := v.grant(1, 5); err != nil {
+		t.Fatal(err)
+	}
+	now := v.clock.Now().Add(6 * time.Second)
+	if got := v.l.expired(now, 10); len(got) != 1 {
+		t.Fatalf("expired = %v, want [1]", got)
+	}
+	if got := v.l.expired(now.Add(time.Second), 10); len(got) != 0 {
+		t.Fatalf("proposed again before the retry interval: %v", got)
+	}
+	if got := v.l.expired(now.Add(revokeRetry), 10); len(got) != 1 {
+		t.Fatalf("not proposed again after the retry interval: %v", got)
+	}
+}
