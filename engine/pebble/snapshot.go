@@ -20,8 +20,9 @@ import (
 // No second database handle is ever swapped in under live readers.
 
 // allKeys is the span every engine key falls in: the reserved keys start
-// with 0x00 0x00 and the state machine's with printable prefixes.
-var allKeys = pebble.KeyRange{Start: []byte{}, End: []byte{0xff, 0xff, 0xff, 0xff}}
+// with 0x00 0x00 and the state machine's with printable prefixes; no key is
+// empty. (An empty start key trips Pebble's invariant checks.)
+var allKeys = pebble.KeyRange{Start: []byte{0x00}, End: []byte{0xff, 0xff, 0xff, 0xff}}
 
 // ExportView is a consistent view of the whole engine, reserved keys
 // included, for sending as a raft snapshot.
