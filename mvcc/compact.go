@@ -24,8 +24,10 @@ func (s *Store) Start() {
 }
 
 // Close stops the background goroutine and waits for it. It does not close
-// the engine. Channels returned by Compact whose removal has not finished
-// stay open; the work resumes after the next Open and Start.
+// the engine. Call it after the applier has stopped: a compaction step
+// waits for an open WriteBatch to finish. Channels returned by Compact whose
+// removal has not finished stay open; the work resumes after the next Open
+// and Start.
 func (s *Store) Close() error {
 	if !s.started {
 		return nil

@@ -243,9 +243,10 @@ func filterKVs(kvs []*mvccpb.KeyValue, r *pb.RangeRequest) []*mvccpb.KeyValue {
 	return out
 }
 
-// sortKVs sorts as etcd does: a sort target with order NONE means ascending;
-// the sort is not stable, as in etcd, but keys are distinct and arrive in
-// key order, and ties keep key order here because sort.Stable is used.
+// sortKVs sorts as etcd does: a sort target with order NONE means
+// ascending. It uses sort.Sort (and sort.Reverse) on the same input order
+// as etcd, so that even the order of ties, which the algorithm leaves
+// unspecified, comes out as etcd's.
 func sortKVs(kvs []*mvccpb.KeyValue, r *pb.RangeRequest) {
 	order := r.SortOrder
 	if r.SortTarget != pb.RangeRequest_KEY && order == pb.RangeRequest_NONE {
@@ -254,22 +255,32 @@ func sortKVs(kvs []*mvccpb.KeyValue, r *pb.RangeRequest) {
 	if isDefaultOrdering(r.SortTarget, order) {
 		return
 	}
-	var less func(a, b *mvccpb.KeyValue) bool
-	switch r.SortTarget {
-	case pb.RangeRequest_VERSION:
-		less = func(a, b *mvccpb.KeyValue) bool { return a.Version < b.Version }
-	case pb.RangeRequest_CREATE:
-		less = func(a, b *mvccpb.KeyValue) bool { return a.CreateRevision < b.CreateRevision }
-	case pb.RangeRequest_MOD:
-		less = func(a, b *mvccpb.KeyValue) bool { return a.ModRevision < b.ModRevision }
-	case pb.RangeRequest_VALUE:
-		less = func(a, b *mvccpb.KeyValue) bool { return bytes.Compare(a.Value, b.Value) < 0 }
-	default:
-		less = func(a, b *mvccpb.KeyValue) bool { return bytes.Compare(a.Key, b.Key) < 0 }
-	}
+	var sorter sort.Interface = kvSorter{kvs: kvs, target: r.SortTarget}
 	if order == pb.RangeRequest_DESCEND {
-		sort.SliceStable(kvs, func(i, j int) bool { return less(kvs[j], kvs[i]) })
-		return
+		sorter = sort.Reverse(sorter)
 	}
-	sort.SliceStable(kvs, func(i, j int) bool { return less(kvs[i], kvs[j]) })
+	sort.Sort(sorter)
+}
+
+type kvSorter struct {
+	kvs    []*mvccpb.KeyValue
+	target pb.RangeRequest_SortTarget
+}
+
+func (s kvSorter) Len() int      { return len(s.kvs) }
+func (s kvSorter) Swap(i, j int) { s.kvs[i], s.kvs[j] = s.kvs[j], s.kvs[i] }
+func (s kvSorter) Less(i, j int) bool {
+	a, b := s.kvs[i], s.kvs[j]
+	switch s.target {
+	case pb.RangeRequest_VERSION:
+		return a.Version < b.Version
+	case pb.RangeRequest_CREATE:
+		return a.CreateRevision < b.CreateRevision
+	case pb.RangeRequest_MOD:
+		return a.ModRevision < b.ModRevision
+	case pb.RangeRequest_VALUE:
+		return bytes.Compare(a.Value, b.Value) < 0
+	default:
+		return bytes.Compare(a.Key, b.Key) < 0
+	}
 }
