@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,21 @@ type Options struct {
 	Env []string
 	// ReadyTimeout bounds the wait for the first successful Get; 30 s if 0.
 	ReadyTimeout time.Duration
+
+	// The fields below are set by the cluster harness (StartCluster,
+	// Cluster.AddMember); a single-member test leaves them empty.
+
+	// AdvertisePeerURL is the peer URL the member advertises, e.g. the
+	// address of a Proxy in front of its listening peer port; the listening
+	// URL if empty.
+	AdvertisePeerURL string
+	// InitialCluster is --initial-cluster; "<name>=<advertised peer URL>"
+	// if empty.
+	InitialCluster string
+	// ClusterState is --initial-cluster-state; "new" if empty.
+	ClusterState string
+	// Token is --initial-cluster-token; "e2e-<name>" if empty.
+	Token string
 }
 
 // Process is one server subprocess and its data dir, kept across restarts.
@@ -98,16 +114,17 @@ func NewProcess(t testing.TB, opts Options) *Process {
 
 // Args are the command-line flags the process is started with.
 func (p *Process) Args() []string {
+	advertise := cmp.Or(p.opts.AdvertisePeerURL, p.peerURL)
 	args := []string{
 		"--name=" + p.opts.Name,
 		"--data-dir=" + p.opts.DataDir,
 		"--listen-client-urls=" + p.clientURL,
 		"--advertise-client-urls=" + p.clientURL,
 		"--listen-peer-urls=" + p.peerURL,
-		"--initial-advertise-peer-urls=" + p.peerURL,
-		"--initial-cluster=" + p.opts.Name + "=" + p.peerURL,
-		"--initial-cluster-state=new",
-		"--initial-cluster-token=e2e-" + p.opts.Name,
+		"--initial-advertise-peer-urls=" + advertise,
+		"--initial-cluster=" + cmp.Or(p.opts.InitialCluster, p.opts.Name+"="+advertise),
+		"--initial-cluster-state=" + cmp.Or(p.opts.ClusterState, "new"),
+		"--initial-cluster-token=" + cmp.Or(p.opts.Token, "e2e-"+p.opts.Name),
 		// Short timeouts make the single member elect itself quickly;
 		// loopback has no latency worth a longer heartbeat.
 		"--heartbeat-interval=25",
@@ -287,8 +304,12 @@ func (p *Process) ExitErr() error {
 // Endpoint is the client URL, e.g. "http://127.0.0.1:40123".
 func (p *Process) Endpoint() string { return p.clientURL }
 
-// PeerURL is the peer URL the member advertises.
-func (p *Process) PeerURL() string { return p.peerURL }
+// PeerURL is the peer URL the member advertises: its own listening URL,
+// or the proxy's in a cluster built by StartCluster.
+func (p *Process) PeerURL() string { return cmp.Or(p.opts.AdvertisePeerURL, p.peerURL) }
+
+// ListenPeerURL is the peer URL the member listens on.
+func (p *Process) ListenPeerURL() string { return p.peerURL }
 
 // DataDir is the member's data directory.
 func (p *Process) DataDir() string { return p.opts.DataDir }
@@ -447,4 +468,41 @@ func KillAll() {
 	for p := range live.m {
 		_ = p.Kill()
 	}
+}
+
+// Pause freezes the process with SIGSTOP: it keeps its sockets open but
+// answers nothing, like a member stuck in a long GC pause or a hung disk.
+// Resume undoes it; Kill works on a paused process.
+func (p *Process) Pause() {
+	p.t.Helper()
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		p.t.Fatalf("pause %s: %v", p.opts.Name, err)
+	}
+}
+
+// Resume continues a process frozen by Pause with SIGCONT.
+func (p *Process) Resume() {
+	p.t.Helper()
+	if err := p.signal(syscall.SIGCONT); err != nil {
+		p.t.Fatalf("resume %s: %v", p.opts.Name, err)
+	}
+}
+
+// signal sends sig to the current incarnation without waiting for anything.
+func (p *Process) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	cmd, done := p.mu.cmd, p.mu.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return fmt.Errorf("signal %v: never started", sig)
+	}
+	select {
+	case <-done:
+		return fmt.Errorf("signal %v to pid %d: already exited: %v", sig, cmd.Process.Pid, p.ExitErr())
+	default:
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %v to pid %d: %w", sig, cmd.Process.Pid, err)
+	}
+	return nil
 }

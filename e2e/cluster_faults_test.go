@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	"github.com/strata-kv/strata/internal/testutil"
+)
+
+// clusterFlags make elections fast on loopback, as the single-member
+// harness does, so a lost leader is replaced in a few hundred ms.
+var clusterFlags = []string{"--heartbeat-interval=25", "--election-timeout=250"}
+
+// faultTimeout bounds every wait for the cluster to recover.
+const faultTimeout = 20 * time.Second
+
+// startTestCluster starts a strata cluster of size members.
+func startTestCluster(t *testing.T, size int, flags ...string) *testutil.Cluster {
+	t.Helper()
+	return testutil.StartCluster(t, testutil.ClusterOptions{
+		Binary: binary(t, strata),
+		Size:   size,
+		Flags:  append(append([]string(nil), clusterFlags...), flags...),
+	})
+}
+
+// leaderIndex returns the current leader's index in c.Members.
+func leaderIndex(t *testing.T, c *testutil.Cluster) int {
+	t.Helper()
+	l, err := c.WaitLeader(faultTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// followers are the indexes of running members other than leader.
+func followers(c *testutil.Cluster, leader int) []int {
+	var fs []int
+	for i := range c.Members {
+		if i != leader {
+			fs = append(fs, i)
+		}
+	}
+	return fs
+}
+
+// recovery measures, from t0, the time until a leader is back (among the
+// members not excluded) and until the first put sent after t0 is
+// acknowledged, and logs both: the figures the report needs.
+func recovery(t *testing.T, c *testutil.Cluster, w *workload, what string, t0 time.Time, exclude ...int) {
+	t.Helper()
+	if _, err := c.WaitLeader(faultTimeout, exclude...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	leaderBack := time.Since(t0)
+	firstWrite := w.firstAckAfter(t, t0, faultTimeout)
+	t.Logf("RECOVERY %s: leader back after %v, first write acknowledged after %v",
+		what, leaderBack.Round(time.Millisecond), firstWrite.Round(time.Millisecond))
+}
+
+// TestClusterFaults runs the workload through one fault per case on a
+// fresh 3-member cluster and checks the history (cluster_history_test.go).
+func TestClusterFaults(t *testing.T) {
+	tests := []struct {
+		name string
+		// fault injects the fault and repairs it; on return every member
+		// is running and connected.
+		fault func(t *testing.T, c *testutil.Cluster, w *workload)
+	}{
+		{
+			name: "leader kill",
+			fault: func(t *testing.T, c *testutil.Cluster, w *workload) {
+				l := leaderIndex(t, c)
+				c.Members[l].Kill()
+				recovery(t, c, w, "leader kill", time.Now(), l)
+				w.waitAcks(t, 20, faultTimeout)
+				c.RestartMembers(l)
+			},
+		},
+		{
+			name: "follower kill",
+			fault: func(t *testing.T, c *testutil.Cluster, w *workload) {
+				f := followers(c, leaderIndex(t, c))[0]
+				c.Members[f].Kill()
+				recovery(t, c, w, "follower kill", time.Now(), f)
+				w.waitAcks(t, 20, faultTimeout)
+				c.RestartMembers(f)
+			},
+		},
+		{
+			name: "majority kill and restart",
+			fault: func(t *testing.T, c *testutil.Cluster, w *workload) {
+				l := leaderIndex(t, c)
+				f := followers(c, l)[0]
+				c.Members[l].Kill()
+				c.Members[f].Kill()
+				// Measured from the relaunch: process start, log replay,
+				// election.
+				t0 := time.Now()
+				c.RestartMembers(l, f)
+				recovery(t, c, w, "majority restart", t0)
+			},
+		},
+		{
+			name: "all killed and restarted",
+			fault: func(t *testing.T, c *testutil.Cluster, w *workload) {
+				for _, m := range c.Members {
+					m.Kill()
+				}
+				t0 := time.Now()
+				c.RestartMembers(0, 1, 2)
+				recovery(t, c, w, "whole-cluster restart", t0)
+			},
+		},
+		{
+			name: "leader partitioned then healed",
+			fault: func(t *testing.T, c *testutil.Cluster, w *workload) {
+				l := leaderIndex(t, c)
+				c.Members[l].Proxy.Blackhole()
+				recovery(t, c, w, "leader partition", time.Now(), l)
+				w.waitAcks(t, 20, faultTimeout)
+				c.Members[l].Proxy.Heal()
+			},
+		},
+		{
+			name: "leader paused then resumed",
+			fault: func(t *testing.T, c *testutil.Cluster, w *workload) {
+				l := leaderIndex(t, c)
+				c.Members[l].Pause()
+				recovery(t, c, w, "leader pause", time.Now(), l)
+				w.waitAcks(t, 20, faultTimeout)
+				c.Members[l].Resume()
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := startTestCluster(t, 3)
+			w := startWorkload(t, c)
+			w.waitAcks(t, 20, faultTimeout)
+			tt.fault(t, c, w)
+			w.waitAcks(t, 20, faultTimeout)
+			w.stopAndCheck(t, c.Members)
+		})
+	}
+}
