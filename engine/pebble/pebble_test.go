@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/strata-kv/strata/engine"
+	"github.com/strata-kv/strata/engine/enginetest"
 )
 
 func openMem(t *testing.T, fs vfs.FS, opts Options) *Engine {
@@ -261,5 +262,19 @@ func TestAutomaticFlushRaisesDurable(t *testing.T) {
 	}
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	for _, wal := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wal=%v", wal), func(t *testing.T) {
+			enginetest.Run(t, func(t *testing.T, dir string) engine.Engine {
+				e, err := Open(dir, Options{EnableWAL: wal, CacheSize: 1 << 20})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return e
+			})
+		})
 	}
 }
