@@ -221,7 +221,7 @@ func (c *Cluster) WaitLeader(timeout time.Duration, exclude ...int) (int, error)
 // serves a serializable Get. The new member gets the next free name.
 func (c *Cluster) AddMember(learner bool) *Member {
 	c.t.Helper()
-	m := c.newMember(fmt.Sprintf("m%d", len(c.Members)+1))
+	m := c.PrepareMember()
 	cli := c.Client(c.t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -237,31 +237,49 @@ func (c *Cluster) AddMember(learner bool) *Member {
 	if err != nil {
 		c.t.Fatalf("member add %s (learner %v): %v", m.PeerURL(), learner, err)
 	}
-	m.ID = resp.Member.ID
 	var initial []string
 	for _, mm := range resp.Members {
 		name := mm.Name
-		if mm.ID == m.ID {
+		if mm.ID == resp.Member.ID {
 			name = m.Name()
 		}
 		for _, u := range mm.PeerURLs {
 			initial = append(initial, name+"="+u)
 		}
 	}
-	m.opts.InitialCluster = strings.Join(initial, ",")
+	c.JoinMember(m, resp.Member.ID, strings.Join(initial, ","))
+	return m
+}
+
+// PrepareMember makes the next member (name m<N+1>, ports, proxy) without
+// adding it to the cluster or starting it: the test adds it, e.g. with
+// etcdctl member add --peer-urls=<m.PeerURL()>, then calls JoinMember.
+func (c *Cluster) PrepareMember() *Member {
+	c.t.Helper()
+	return c.newMember(fmt.Sprintf("m%d", len(c.Members)+1))
+}
+
+// JoinMember starts a prepared member that the cluster has accepted with
+// ID id, with --initial-cluster-state=existing and the given
+// --initial-cluster, appends it to Members and waits until it serves a
+// serializable Get (a learner serves no linearizable reads).
+func (c *Cluster) JoinMember(m *Member, id uint64, initialCluster string) {
+	c.t.Helper()
+	m.ID = id
+	m.opts.InitialCluster = initialCluster
 	m.opts.ClusterState = "existing"
 	c.Members = append(c.Members, m)
 	m.Launch()
 	if err := m.waitServing(c.opts.ReadyTimeout); err != nil {
 		c.t.Fatalf("start added member %s: %v", m.Name(), err)
 	}
-	return m
 }
 
-// RemoveMember asks the cluster to remove member i and waits (bounded)
-// for its process to exit, killing it if it does not: a removed member
-// stops by itself in etcd, and a test must not depend on that.
-func (c *Cluster) RemoveMember(i int) {
+// RemoveMember asks the cluster to remove member i, then waits (bounded)
+// for its process to exit and kills it if it does not: a removed member
+// stops by itself in etcd, and a test must not hang on that. It reports
+// whether the member exited by itself.
+func (c *Cluster) RemoveMember(i int) (exitedByItself bool) {
 	c.t.Helper()
 	m := c.Members[i]
 	cli := c.Client(c.t)
@@ -270,9 +288,11 @@ func (c *Cluster) RemoveMember(i int) {
 	if _, err := cli.MemberRemove(ctx, m.ID); err != nil {
 		c.t.Fatalf("member remove %s (%x): %v", m.Name(), m.ID, err)
 	}
-	if _, ok := m.WaitExit(5 * time.Second); !ok {
-		m.Kill()
+	if _, ok := m.WaitExit(3 * time.Second); ok {
+		return true
 	}
+	m.Kill()
+	return false
 }
 
 // waitServing waits until the member answers a serializable Get: a learner
