@@ -1,0 +1,350 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/strata-kv/strata/lease"
+)
+
+// forwardedKey marks a lease request a follower forwarded to the leader:
+// a member that receives one and is not the leader refuses it instead of
+// forwarding it again, so that a stale view of the leader cannot make a
+// request go round in circles.
+const forwardedKey = "strata-lease-forwarded"
+
+// primaryWait bounds how long the leader waits for its lessor to be
+// promoted (the lessor notices leadership on its next tick).
+const primaryWait = 2 * time.Second
+
+// Lease implements etcd's Lease service. Grant and Revoke go through
+// raft from any member. KeepAlive and TimeToLive need the deadlines only
+// the leader keeps: a follower forwards them to the leader's client URL,
+// as etcd forwards them to its leader. Leases answers from the local
+// lessor, as etcd's does.
+//
+// Concurrency: handlers run on many goroutines; Close once, after the gRPC
+// server stopped.
+type Lease struct {
+	pb.UnimplementedLeaseServer
+	kv *KV
+	b  Backend
+	l  *lease.Lessor
+
+	idSeq atomic.Uint64
+
+	mu struct {
+		sync.Mutex
+		conns  map[string]*grpc.ClientConn // client URL host -> connection
+		closed bool
+	}
+}
+
+// NewLease returns the Lease service over b and its lessor l.
+func NewLease(b Backend, l *lease.Lessor, limits Limits) *Lease {
+	s := &Lease{kv: NewKV(b, limits), b: b, l: l}
+	s.mu.conns = map[string]*grpc.ClientConn{}
+	return s
+}
+
+// Close closes the connections used to forward requests to the leader.
+func (s *Lease) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.closed = true
+	var errs []error
+	for _, c := range s.mu.conns {
+		errs = append(errs, c.Close())
+	}
+	s.mu.conns = nil
+	return errors.Join(errs...)
+}
+
+// LeaseGrant creates a lease. An ID of 0 asks the server to choose one.
+func (s *Lease) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	if r.TTL > lease.MaxLeaseTTL {
+		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
+	}
+	req := &pb.LeaseGrantRequest{TTL: r.TTL, ID: r.ID}
+	if req.ID == 0 {
+		req.ID = s.nextID()
+	}
+	res, err := s.kv.propose(ctx, &pb.InternalRaftRequest{LeaseGrant: req})
+	if err != nil {
+		return nil, leaseError(err)
+	}
+	resp := res.Response.(*pb.LeaseGrantResponse)
+	fillHeader(s.b, &resp.Header, 0)
+	return resp, nil
+}
+
+// nextID returns a lease ID unique across members and restarts, built as
+// etcd builds its: the member ID's low 16 bits, the start time in
+// milliseconds, a counter; the sign bit cleared.
+func (s *Lease) nextID() int64 {
+	if s.idSeq.Load() == 0 {
+		prefix := (s.b.MemberID() & 0xffff) << 48
+		start := (uint64(time.Now().UnixMilli()) & (1<<40 - 1)) << 8
+		s.idSeq.CompareAndSwap(0, prefix|start)
+	}
+	return int64(s.idSeq.Add(1) & (1<<63 - 1))
+}
+
+// LeaseRevoke deletes a lease and, in one revision, its keys.
+func (s *Lease) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	res, err := s.kv.propose(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: r.ID}})
+	if err != nil {
+		return nil, leaseError(err)
+	}
+	resp := res.Response.(*pb.LeaseRevokeResponse)
+	fillHeader(s.b, &resp.Header, 0)
+	return resp, nil
+}
+
+// LeaseKeepAlive renews leases for as long as the client streams requests.
+// A lease that does not exist (or has just expired) is answered with TTL 0,
+// as etcd answers it; clientv3 then ends its keepalive.
+func (s *Lease) LeaseKeepAlive(stream grpc.BidiStreamingServer[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse]) error {
+	ctx := stream.Context()
+	var fwd *keepAliveForward
+	defer func() { fwd.close() }()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp, err := s.keepAliveOne(ctx, req, &fwd)
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// keepAliveForward is one follower's stream to the leader, carrying the
+// keepalives of one client stream.
+type keepAliveForward struct {
+	leader uint64
+	stream grpc.BidiStreamingClient[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse]
+	cancel context.CancelFunc
+}
+
+func (f *keepAliveForward) close() {
+	if f != nil {
+		f.cancel()
+	}
+}
+
+func (s *Lease) keepAliveOne(ctx context.Context, req *pb.LeaseKeepAliveRequest, fwd **keepAliveForward) (*pb.LeaseKeepAliveResponse, error) {
+	local, err := s.local(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if local {
+		ttl, err := s.l.Renew(ctx, req.ID)
+		if err != nil && !errors.Is(err, lease.ErrLeaseNotFound) {
+			return nil, leaseError(err)
+		}
+		resp := &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}
+		fillHeader(s.b, &resp.Header, s.b.Store().Rev())
+		return resp, nil
+	}
+	leader := s.b.Leader()
+	if *fwd != nil && (*fwd).leader != leader {
+		(*fwd).close()
+		*fwd = nil
+	}
+	if *fwd == nil {
+		client, err := s.leaderClient(leader)
+		if err != nil {
+			return nil, err
+		}
+		fctx, cancel := context.WithCancel(forwardContext(ctx))
+		stream, err := client.LeaseKeepAlive(fctx)
+		if err != nil {
+			cancel()
+			return nil, rpctypes.ErrGRPCNoLeader
+		}
+		*fwd = &keepAliveForward{leader: leader, stream: stream, cancel: cancel}
+	}
+	if err := (*fwd).stream.Send(req); err != nil {
+		(*fwd).close()
+		*fwd = nil
+		return nil, rpctypes.ErrGRPCNoLeader
+	}
+	resp, err := (*fwd).stream.Recv()
+	if err != nil {
+		(*fwd).close()
+		*fwd = nil
+		return nil, forwardError(err)
+	}
+	return resp, nil
+}
+
+// LeaseTimeToLive reports a lease's remaining and granted TTL and, if
+// asked, its keys. A lease that does not exist is answered with TTL -1, as
+// etcd answers it.
+func (s *Lease) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	local, err := s.local(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !local {
+		client, err := s.leaderClient(s.b.Leader())
+		if err != nil {
+			return nil, err
+		}
+		resp, err := client.LeaseTimeToLive(forwardContext(ctx), r)
+		if err != nil {
+			return nil, forwardError(err)
+		}
+		return resp, nil
+	}
+	// Answer after every committed grant and revoke is applied, as etcd
+	// waits for its applied index.
+	if err := s.kv.barrier(ctx); err != nil {
+		return nil, err
+	}
+	remaining, granted, err := s.l.TimeToLive(r.ID)
+	resp := &pb.LeaseTimeToLiveResponse{ID: r.ID, TTL: remaining, GrantedTTL: granted}
+	switch {
+	case errors.Is(err, lease.ErrLeaseNotFound):
+		resp = &pb.LeaseTimeToLiveResponse{ID: r.ID, TTL: -1}
+	case err != nil:
+		return nil, leaseError(err)
+	case r.Keys:
+		keys, err := s.b.Store().LeaseKeys(r.ID)
+		if err != nil {
+			return nil, fmt.Errorf("keys of lease %x: %w", r.ID, err)
+		}
+		resp.Keys = keys
+	}
+	fillHeader(s.b, &resp.Header, s.b.Store().Rev())
+	return resp, nil
+}
+
+// LeaseLeases lists every lease this member knows.
+func (s *Lease) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	ids := s.l.Leases()
+	resp := &pb.LeaseLeasesResponse{Leases: make([]*pb.LeaseStatus, len(ids))}
+	for i, id := range ids {
+		resp.Leases[i] = &pb.LeaseStatus{ID: id}
+	}
+	fillHeader(s.b, &resp.Header, s.b.Store().Rev())
+	return resp, nil
+}
+
+// local reports whether this member answers a keepalive or TimeToLive
+// itself: it is the leader, with its lessor promoted. A request already
+// forwarded once that reaches a member that is not the leader is refused
+// with "no leader", which clients retry.
+func (s *Lease) local(ctx context.Context) (bool, error) {
+	self := s.b.MemberID()
+	if s.b.Leader() != self {
+		if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
+			return false, rpctypes.ErrGRPCNoLeader
+		}
+		return false, nil
+	}
+	if s.l.Primary() {
+		return true, nil
+	}
+	// Just elected: the lessor is promoted on its next tick.
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.After(primaryWait)
+	for !s.l.Primary() {
+		select {
+		case <-t.C:
+		case <-deadline:
+			return false, rpctypes.ErrGRPCNoLeader
+		case <-ctx.Done():
+			return false, toGRPCError(ctx.Err())
+		}
+		if s.b.Leader() != self {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// leaderClient returns a Lease client on the leader's first client URL.
+func (s *Lease) leaderClient(leader uint64) (pb.LeaseClient, error) {
+	if leader == 0 {
+		return nil, rpctypes.ErrGRPCNoLeader
+	}
+	var host string
+	for _, m := range s.b.Members() {
+		if m.ID == leader && len(m.ClientURLs) > 0 {
+			u, err := url.Parse(m.ClientURLs[0])
+			if err != nil || u.Host == "" {
+				return nil, rpctypes.ErrGRPCNoLeader
+			}
+			host = u.Host
+		}
+	}
+	if host == "" {
+		return nil, rpctypes.ErrGRPCNoLeader // the leader has not published its client URLs yet
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return nil, rpctypes.ErrGRPCStopped
+	}
+	conn, ok := s.mu.conns[host]
+	if !ok {
+		var err error
+		conn, err = grpc.NewClient(host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, fmt.Errorf("connect to leader %x at %s: %w", leader, host, err)
+		}
+		s.mu.conns[host] = conn
+	}
+	return pb.NewLeaseClient(conn), nil
+}
+
+func forwardContext(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+}
+
+// forwardError passes on the leader's etcd errors; a broken connection to
+// the leader becomes "no leader", which clients retry.
+func forwardError(err error) error {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Unknown, codes.Internal:
+		return rpctypes.ErrGRPCNoLeader
+	}
+	return err
+}
+
+// leaseError maps the lessor's errors to etcd's gRPC errors.
+func leaseError(err error) error {
+	switch {
+	case errors.Is(err, lease.ErrLeaseExists):
+		return rpctypes.ErrGRPCLeaseExist
+	case errors.Is(err, lease.ErrLeaseTTLTooLarge):
+		return rpctypes.ErrGRPCLeaseTTLTooLarge
+	case errors.Is(err, lease.ErrNotPrimary):
+		return rpctypes.ErrGRPCNoLeader
+	}
+	return toGRPCError(err)
+}
