@@ -27,15 +27,31 @@ func benchStore(b *testing.B) (*epebble.Engine, *Store) {
 }
 
 // BenchmarkApplyPut applies puts of 8-byte keys and 256-byte values, 100 per
-// batch, on real disk (WAL off, no sync, as in production).
+// batch, on real disk: wal=off is production (no engine WAL, no sync);
+// wal=on is the double-logging baseline (Pebble's WAL, a sync per batch).
 func BenchmarkApplyPut(b *testing.B) {
-	_, s := benchStore(b)
+	for _, wal := range []bool{false, true} {
+		b.Run(fmt.Sprintf("wal=%v", map[bool]string{false: "off", true: "on"}[wal]), func(b *testing.B) {
+			benchApplyPut(b, wal)
+		})
+	}
+}
+
+func benchApplyPut(b *testing.B, wal bool) {
+	e, err := epebble.Open(filepath.Join(b.TempDir(), "db"), epebble.Options{EnableWAL: wal})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	s, err := Open(e, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	val := make([]byte, 256)
 	const perBatch = 100
 	b.ReportAllocs()
 	b.SetBytes(int64(perBatch * (8 + len(val))))
-	b.ResetTimer()
 	index := uint64(0)
 	for b.Loop() {
 		w := s.Write()
