@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/internal/failpoint"
+	"github.com/strata-kv/strata/lease"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/node"
 )
@@ -73,6 +74,7 @@ type Applier struct {
 	// Set before Run, read only by the applier goroutine.
 	install          func(snap *raftpb.Snapshot) error
 	onMembersChanged func(members []*pb.Member)
+	lessor           *lease.Lessor // nil: lease requests are refused
 }
 
 // New creates an applier over store, whose state it reads back: the applied
@@ -130,6 +132,10 @@ func (a *Applier) SetInstaller(install func(snap *raftpb.Snapshot) error) { a.in
 // with the new member list after every applied membership change. It must
 // be called before Run.
 func (a *Applier) SetMembersChanged(f func(members []*pb.Member)) { a.onMembersChanged = f }
+
+// SetLessor sets the lessor that applies lease requests. It must be called
+// before Run.
+func (a *Applier) SetLessor(l *lease.Lessor) { a.lessor = l }
 
 // ConfState returns the raft membership the state machine holds, or nil
 // before the first membership entry was applied.
@@ -381,6 +387,15 @@ func (a *Applier) applyRequest(w *mvcc.WriteBatch, r *pb.InternalRaftRequest, me
 	case r.Compaction != nil:
 		resp, done, err := w.Compact(r.Compaction)
 		return Result{Response: resp, Err: err, Compacted: done}, false, nil
+	case r.LeaseGrant != nil && a.lessor != nil:
+		resp, err := a.lessor.Grant(w, r.LeaseGrant)
+		return Result{Response: resp, Err: err}, false, nil
+	case r.LeaseRevoke != nil && a.lessor != nil:
+		resp, err := a.lessor.Revoke(w, r.LeaseRevoke)
+		return Result{Response: resp, Err: err}, false, nil
+	case r.LeaseCheckpoint != nil && a.lessor != nil:
+		resp, err := a.lessor.Checkpoint(w, r.LeaseCheckpoint)
+		return Result{Response: resp, Err: err}, false, nil
 	case r.ClusterMemberAttrSet != nil:
 		set := r.ClusterMemberAttrSet
 		changed := false

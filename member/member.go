@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -41,6 +42,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/membershippb"
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -49,6 +51,7 @@ import (
 
 	"github.com/strata-kv/strata/apply"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/lease"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/node"
 	"github.com/strata-kv/strata/raftlog"
@@ -103,6 +106,8 @@ type Member struct {
 	log     *raftlog.Log
 	node    *node.Node
 	applier *apply.Applier
+	lessor  *lease.Lessor
+	leases  *server.Lease
 	// transport carries raft messages to peers; nil while the member has
 	// none to talk to.
 	transport peerTransport
@@ -196,7 +201,10 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
-	m.store, err = mvcc.Open(m.engine, mvcc.Options{Logger: cfg.Logger.Named("mvcc")})
+	m.store, err = mvcc.Open(m.engine, mvcc.Options{
+		LeaseExists: func(id int64) bool { return m.lessor.Exists(id) },
+		Logger:      cfg.Logger.Named("mvcc"),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open mvcc store: %w", err)
 	}
@@ -240,7 +248,31 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	m.applier.SetProgress(m.node)
 	snaps := &snapshotter{m: m}
-	m.applier.SetInstaller(snaps.install)
+	// etcd's minimum lease TTL: a lease outlives an election.
+	minTTL := time.Duration(3*max(electionTicks, 2)/2) * tick
+	m.lessor = lease.New(lease.Config{
+		MinTTL:          int64(math.Ceil(minTTL.Seconds())),
+		ElectionTimeout: cfg.ElectionTimeout,
+		IsLeader:        func() bool { return m.node.Leader() == m.memberID },
+		Propose: func(ctx context.Context, req *pb.InternalRaftRequest) error {
+			res, err := m.Propose(ctx, req)
+			if err != nil {
+				return err
+			}
+			return res.Err
+		},
+		Logger: cfg.Logger.Named("lease"),
+	})
+	if err := m.lessor.Load(m.store); err != nil {
+		return nil, err
+	}
+	m.applier.SetLessor(m.lessor)
+	m.applier.SetInstaller(func(snap *raftpb.Snapshot) error {
+		if err := snaps.install(snap); err != nil {
+			return err
+		}
+		return m.lessor.Load(m.store)
+	})
 	m.applier.SetMembersChanged(m.membersChanged)
 
 	if period > 0 || revisions > 0 {
@@ -266,6 +298,8 @@ func Start(cfg Config) (_ *Member, err error) {
 	limits := server.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, RequestTimeout: 5*time.Second + 2*cfg.ElectionTimeout}
 	m.grpc = grpc.NewServer(limits.ServerOptions()...)
 	pb.RegisterKVServer(m.grpc, server.NewKV(m, limits))
+	m.leases = server.NewLease(m, m.lessor, limits)
+	pb.RegisterLeaseServer(m.grpc, m.leases)
 	pb.RegisterMaintenanceServer(m.grpc, server.NewMaintenance(m, cfg.QuotaBackendBytes))
 	cluster := server.NewCluster(m, membership{m})
 	pb.RegisterClusterServer(m.grpc, cluster)
@@ -321,6 +355,11 @@ func Start(cfg Config) (_ *Member, err error) {
 	if m.compactor != nil {
 		m.compactor.Run()
 	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.lessor.Run(ctx)
+	}()
 	m.logger.Info("strata member started",
 		zap.String("name", cfg.Name),
 		zap.String("member-id", fmt.Sprintf("%x", m.memberID)),
@@ -629,6 +668,7 @@ func (m *Member) Stop() error {
 	if m.peerGRPC != nil {
 		m.peerGRPC.Stop()
 	}
+	_ = m.leases.Close()
 	if m.compactor != nil {
 		m.compactor.Stop()
 	}
