@@ -4,16 +4,14 @@ import (
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-
-	"github.com/strata-kv/strata/engine"
 )
 
 // Events returns the changes with main revision in [from, to] (to <= 0: up
 // to the current revision), in revision order, for watchers: a put carries
 // the new KeyValue, a delete a KeyValue holding only the key and the
 // deletion's revision as mod_revision (as etcd's watch sends it). With
-// prevKV each event also carries the key's previous live version, if
-// revision compaction has not removed it.
+// prevKV each event also carries the key's live version at the revision
+// before it, as etcd's watch does, unless that revision is compacted.
 //
 // It stops after limit events (0: no limit) but never inside a revision,
 // and returns next, the first revision it did not read (or to+1).
@@ -73,30 +71,15 @@ func (s *Store) Events(from, to int64, limit int, prevKV bool) (events []*mvccpb
 				return nil, 0, err
 			}
 		}
-		if prevKV {
-			if ev.PrevKv, err = previousVersion(snap, key, main, sub); err != nil {
+		// etcd's watch reads prev_kv with a Range at the event's revision
+		// minus one, which fails below the compact revision; create events
+		// (version 1) have none.
+		if prevKV && main-1 >= v.compactRev && (tomb || ev.Kv.Version > 1) {
+			if ev.PrevKv, err = v.getAtHistory(key, main-1); err != nil {
 				return nil, 0, err
 			}
 		}
 		events = append(events, ev)
 	}
 	return events, next, nil
-}
-
-// previousVersion returns the live version of key just before (main, sub),
-// or nil if there is none (never written, deleted, or compacted away).
-func previousVersion(r engine.Reader, key []byte, main, sub int64) (*mvccpb.KeyValue, error) {
-	// History is newest first: the entry after (main, sub) is the older one.
-	it := r.NewIter(append(historyKey(key, main, sub), 0), historyKeyEnd(key))
-	var kv *mvccpb.KeyValue
-	var err error
-	if it.First() {
-		if kv, err = decodeKV(it.Value()); err == nil && kv.ModRevision == 0 {
-			kv = nil
-		}
-	}
-	if cerr := it.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("previous version of %q: %w", key, cerr)
-	}
-	return kv, err
 }

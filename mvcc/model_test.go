@@ -502,21 +502,20 @@ func checkEvents(t *testing.T, rng *rand.Rand, s *Store, m *model) {
 	if from > m.rev {
 		wantNext = from
 	}
-	prev := map[string]*mvccpb.KeyValue{}
 	for _, e := range m.log {
 		key := string(e.kv.Key)
-		p := prev[key]
-		if e.kv.ModRevision == 0 {
-			prev[key] = nil
-		} else {
-			prev[key] = e.kv
-		}
 		if e.main < from {
 			continue
 		}
 		if limit > 0 && len(want) >= limit && e.main != want[len(want)-1].Kv.ModRevision {
 			wantNext = e.main
 			break
+		}
+		// prev_kv is etcd's Range at main-1: none for a create event or a
+		// compacted revision.
+		var p *mvccpb.KeyValue
+		if e.main-1 >= m.compactRev && e.kv.Version != 1 {
+			p = m.at(key, e.main-1)
 		}
 		ev := &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: e.kv, PrevKv: p}
 		if e.kv.ModRevision == 0 {
@@ -528,10 +527,6 @@ func checkEvents(t *testing.T, rng *rand.Rand, s *Store, m *model) {
 		t.Fatalf("Events(%d, limit %d): %d events next %d, want %d next %d", from, limit, len(got), next, len(want), wantNext)
 	}
 	for i := range got {
-		if got[i].Kv.ModRevision == m.compactRev {
-			// Its previous version may or may not be compacted away yet.
-			got[i].PrevKv, want[i].PrevKv = nil, nil
-		}
 		if !proto.Equal(got[i], want[i]) {
 			t.Fatalf("Events(%d) event %d:\n got %v\nwant %v", from, i, got[i], want[i])
 		}

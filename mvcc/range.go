@@ -88,6 +88,11 @@ func (v view) getAt(key []byte, rev int64) (*mvccpb.KeyValue, error) {
 	if rev == v.rev {
 		return v.get(key)
 	}
+	return v.getAtHistory(key, rev)
+}
+
+// getAtHistory returns key's version at rev from its history, or nil.
+func (v view) getAtHistory(key []byte, rev int64) (*mvccpb.KeyValue, error) {
 	it := v.r.NewIter(historySeek(key, rev), historyKeyEnd(key))
 	var kv *mvccpb.KeyValue
 	var err error
