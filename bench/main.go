@@ -248,7 +248,7 @@ func registerFlags(fs *flag.FlagSet, o *options) {
 	fs.BoolVar(&o.keep, "keep", o.keep, "keep server data directories and logs after the run")
 	fs.BoolVar(&o.quiet, "quiet", o.quiet, "no progress line, warnings only")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "random seed of the key choices")
-	fs.IntVar(&o.members, "members", o.members, "members per cluster (only 1 is supported until replication lands)")
+	fs.IntVar(&o.members, "members", o.members, "members per cluster, all on this machine (Kill and restart act on member 0)")
 	fs.StringVar(&o.etcdBin, "etcd-bin", o.etcdBin, "use this etcd binary instead of building tools/cmd/etcd")
 	fs.StringVar(&o.strataBin, "strata-bin", o.strataBin, "use this strata binary instead of building cmd/strata")
 	fs.StringVar(&o.fsyncCount, "fsync-count", o.fsyncCount, "how fsyncs are counted: metrics (etcd's Prometheus counters; strata exports none) or strace (every server runs under strace, counting its sync calls; adds a ptrace stop per sync)")

@@ -127,3 +127,41 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("plots: %d CDF and %d throughput/latency PNGs, want some of each", cdf, tput)
 	}
 }
+
+// TestSmokeThreeMembers runs the multi-member path (bootstrap of three
+// members, load over all endpoints, kill -9 and restart of member 0) on the
+// put and restart steps.
+func TestSmokeThreeMembers(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the go command is needed to build etcd:", err)
+	}
+	o := smokeOptions()
+	o.steps = []string{"put", "restart"}
+	o.members = 3
+	o.out = t.TempDir()
+	o.workDir = t.TempDir()
+	o.quiet = true
+	if bin := os.Getenv("STRATA_BENCH_ETCD"); bin != "" {
+		o.etcdBin = bin
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rep, err := runSuite(ctx, o, "go test -run TestSmokeThreeMembers", zap.NewNop())
+	if err != nil {
+		t.Fatalf("three-member smoke run: %v", err)
+	}
+	restarts := map[string]bool{}
+	for _, r := range rep.Results {
+		if r.Phase == "restart" && r.RestartSeconds > 0 {
+			restarts[r.Server] = true
+		}
+	}
+	for _, s := range rep.Servers {
+		if !restarts[s.Name] {
+			t.Errorf("server %s: no restart measured", s.Name)
+		}
+		if n := strings.Count(strings.Join(s.Command, " "), "=http://127.0.0.1:"); n < 3 {
+			t.Errorf("server %s: command %q does not name three members", s.Name, s.Command)
+		}
+	}
+}

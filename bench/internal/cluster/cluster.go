@@ -24,9 +24,11 @@
 // Concurrency: a Cluster is used by one goroutine (the benchmark driver);
 // Endpoints may be read from any goroutine.
 //
-// Members: only single-member clusters are started today. Spec.Members is the
-// hook for three-member runs; Start refuses anything other than 1 with a clear
-// error until replication lands in strata.
+// Members: Spec.Members starts that many members on one machine, bootstrapped
+// together with one --initial-cluster; the load goes to all their client URLs
+// (clientv3 balances round-robin), resource counters are summed over members
+// (peak RSS: the largest), and Kill/Restart act on member 0. Single-member
+// clusters are the default until strata's replication is measured.
 package cluster
 
 import (
@@ -69,7 +71,7 @@ type Spec struct {
 	Binary string
 	// ExtraArgs are appended after the generated flags (e.g. "--engine-wal").
 	ExtraArgs []string
-	// Members is the cluster size; 0 means 1. Only 1 is supported today.
+	// Members is the cluster size, 1 to MaxMembers; 0 means 1.
 	Members int
 	// FsyncMetrics names Prometheus counters, served on the client URL's
 	// /metrics, whose sum is the server's fsync count. Empty means the count
@@ -81,9 +83,12 @@ type Spec struct {
 	Strace string
 }
 
-// ErrUnsupportedMembers is returned by Start for multi-member specs, which
-// wait for replication in strata.
-var ErrUnsupportedMembers = errors.New("cluster: only single-member clusters are supported for now")
+// MaxMembers bounds Spec.Members: every member runs on this machine.
+const MaxMembers = 7
+
+// ErrUnsupportedMembers is returned by Start for a member count outside
+// [1, MaxMembers].
+var ErrUnsupportedMembers = errors.New("cluster: unsupported member count")
 
 // Timeouts bound every wait: a server that does not answer within them is
 // reported as failed instead of hanging the run.
@@ -132,10 +137,8 @@ func Start(ctx context.Context, spec Spec, dir string, log *zap.Logger) (*Cluste
 	if n == 0 {
 		n = 1
 	}
-	if n != 1 {
-		// Hook for replication: allocate n peer URLs, join them into one
-		// --initial-cluster string, and start n members below.
-		return nil, fmt.Errorf("start %s with %d members: %w", spec.Name, n, ErrUnsupportedMembers)
+	if n < 1 || n > MaxMembers {
+		return nil, fmt.Errorf("start %s with %d members (want 1 to %d): %w", spec.Name, n, MaxMembers, ErrUnsupportedMembers)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create cluster dir %s: %w", dir, err)
@@ -366,10 +369,12 @@ func (c *Cluster) waitMember(ctx context.Context, m *member) error {
 	}
 }
 
-// Stop terminates every member: SIGTERM, a bounded wait, then SIGKILL, always
-// by PID. It is safe to call more than once.
+// Stop terminates every member: SIGTERM to all, a bounded wait, then
+// SIGKILL to those still running, always by PID. It is safe to call more
+// than once.
 func (c *Cluster) Stop() error {
 	var errs []error
+	var running []*member
 	for _, m := range c.members {
 		if m.cmd == nil || m.exited() {
 			continue
@@ -377,16 +382,29 @@ func (c *Cluster) Stop() error {
 		if err := m.proc.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			errs = append(errs, fmt.Errorf("signal %s member %s: %w", c.spec.Name, m.name, err))
 		}
+		running = append(running, m)
+	}
+	deadline := time.NewTimer(stopTimeout)
+	defer deadline.Stop()
+	for _, m := range running {
 		select {
 		case <-m.done:
-		case <-time.After(stopTimeout):
-			c.log.Warn("server ignored SIGTERM; killing", zap.String("server", c.spec.Name), zap.Int("pid", m.proc.Pid))
-			_ = m.proc.Kill()
-			if m.proc != m.cmd.Process {
-				_ = m.cmd.Process.Kill() // strace itself
-			}
-			<-m.done
+			continue
+		case <-deadline.C:
 		}
+		// The deadline passed: kill this member and every one after it.
+		for _, k := range running {
+			if k.exited() {
+				continue
+			}
+			c.log.Warn("server ignored SIGTERM; killing", zap.String("server", c.spec.Name), zap.Int("pid", k.proc.Pid))
+			_ = k.proc.Kill()
+			if k.proc != k.cmd.Process {
+				_ = k.cmd.Process.Kill() // strace itself
+			}
+			<-k.done
+		}
+		break
 	}
 	return errors.Join(errs...)
 }

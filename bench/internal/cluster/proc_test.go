@@ -152,10 +152,12 @@ func TestDirSize(t *testing.T) {
 	}
 }
 
-func TestStartRefusesMultiMember(t *testing.T) {
-	_, err := Start(t.Context(), Spec{Name: "etcd", Kind: KindEtcd, Binary: "/nonexistent", Members: 3}, t.TempDir(), nil)
-	if !errors.Is(err, ErrUnsupportedMembers) {
-		t.Fatalf("Start with 3 members: %v, want ErrUnsupportedMembers", err)
+func TestStartRefusesMemberCounts(t *testing.T) {
+	for _, n := range []int{-1, MaxMembers + 1} {
+		_, err := Start(t.Context(), Spec{Name: "etcd", Kind: KindEtcd, Binary: "/nonexistent", Members: n}, t.TempDir(), nil)
+		if !errors.Is(err, ErrUnsupportedMembers) {
+			t.Errorf("Start with %d members: %v, want ErrUnsupportedMembers", n, err)
+		}
 	}
 }
 
