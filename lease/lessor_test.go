@@ -329,3 +329,24 @@ func TestRevokeRetry(t *testing.T) {
 		t.Fatalf("not proposed again after the retry interval: %v", got)
 	}
 }
+
+// TestLoadWhilePrimary: a primary that reloads its table (after a raft
+// snapshot install) gives every lease a deadline, so none lives forever.
+func TestLoadWhilePrimary(t *testing.T) {
+	v := newEnv(t, Config{ElectionTimeout: time.Second})
+	v.tick()
+	if err := v.grant(1, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.l.Load(v.store); err != nil {
+		t.Fatal(err)
+	}
+	if left, granted, err := v.l.TimeToLive(1); err != nil || left != 11 || granted != 10 {
+		t.Fatalf("after Load: %d, %d, %v; want 11, 10", left, granted, err)
+	}
+	v.clock.advance(11 * time.Second)
+	v.tick()
+	if v.l.Exists(1) {
+		t.Fatal("reloaded lease never expired")
+	}
+}
