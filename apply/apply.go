@@ -75,6 +75,10 @@ type Applier struct {
 	install          func(snap *raftpb.Snapshot) error
 	onMembersChanged func(members []*pb.Member)
 	lessor           *lease.Lessor // nil: lease requests are refused
+
+	// onCommit is told after every engine commit (the watch hub's Notify);
+	// set before Run.
+	onCommit func()
 }
 
 // New creates an applier over store, whose state it reads back: the applied
@@ -132,6 +136,11 @@ func (a *Applier) SetInstaller(install func(snap *raftpb.Snapshot) error) { a.in
 // with the new member list after every applied membership change. It must
 // be called before Run.
 func (a *Applier) SetMembersChanged(f func(members []*pb.Member)) { a.onMembersChanged = f }
+
+// SetOnCommit sets a function called on the applier goroutine after every
+// engine commit and snapshot install, once the new state is readable (the
+// watch hub's Notify). It must not block. It must be called before Run.
+func (a *Applier) SetOnCommit(f func()) { a.onCommit = f }
 
 // SetLessor sets the lessor that applies lease requests. It must be called
 // before Run.
@@ -246,6 +255,9 @@ func (a *Applier) installSnapshot(c node.Committed) error {
 		if a.progress != nil {
 			a.progress.Applied(a.applied.Load())
 		}
+		if a.onCommit != nil {
+			a.onCommit()
+		}
 	}
 	c.Installed <- err
 	return err
@@ -347,6 +359,9 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 		}
 	}
 	a.applied.Store(last)
+	if a.onCommit != nil {
+		a.onCommit()
+	}
 	a.mu.Lock()
 	close(a.mu.appliedCh)
 	a.mu.appliedCh = make(chan struct{})

@@ -56,6 +56,7 @@ import (
 	"github.com/strata-kv/strata/node"
 	"github.com/strata-kv/strata/raftlog"
 	"github.com/strata-kv/strata/server"
+	"github.com/strata-kv/strata/watch"
 )
 
 // Config is a member's configuration, in etcd's terms.
@@ -91,6 +92,9 @@ type Config struct {
 	// EngineWAL turns the engine's own WAL on, synced per apply batch: the
 	// double-logging baseline of seed 002.
 	EngineWAL bool
+	// WatchProgressNotifyInterval is etcd's --watch-progress-notify-interval
+	// (0: 10 minutes).
+	WatchProgressNotifyInterval time.Duration
 
 	Logger *zap.Logger
 }
@@ -133,6 +137,9 @@ type Member struct {
 	doneOnce sync.Once
 	errMu    sync.Mutex
 	err      error
+
+	// watchHub serves the Watch service from the store's revision index.
+	watchHub *watch.Hub
 }
 
 // peerTransport is what the member needs from the peer transport.
@@ -274,6 +281,10 @@ func Start(cfg Config) (_ *Member, err error) {
 		return m.lessor.Load(m.store)
 	})
 	m.applier.SetMembersChanged(m.membersChanged)
+	m.watchHub = watch.New(m.store, watch.Options{
+		ProgressInterval: cfg.WatchProgressNotifyInterval, Logger: cfg.Logger.Named("watch"),
+	})
+	m.applier.SetOnCommit(m.watchHub.Notify)
 
 	if period > 0 || revisions > 0 {
 		m.compactor, err = mvcc.NewAutoCompactor(mvcc.AutoCompactOptions{
@@ -298,6 +309,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	limits := server.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, RequestTimeout: 5*time.Second + 2*cfg.ElectionTimeout}
 	m.grpc = grpc.NewServer(limits.ServerOptions()...)
 	pb.RegisterKVServer(m.grpc, server.NewKV(m, limits))
+	pb.RegisterWatchServer(m.grpc, server.NewWatch(m, m.watchHub, limits))
 	m.leases = server.NewLease(m, m.lessor, limits)
 	pb.RegisterLeaseServer(m.grpc, m.leases)
 	pb.RegisterMaintenanceServer(m.grpc, server.NewMaintenance(m, cfg.QuotaBackendBytes))
@@ -324,6 +336,7 @@ func Start(cfg Config) (_ *Member, err error) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
+	m.watchHub.Start()
 	m.wg.Add(2)
 	go func() {
 		defer m.wg.Done()
@@ -655,6 +668,9 @@ func (m *Member) fail(err error) {
 // Stop stops serving, stops raft and the applier, flushes the engine so
 // that the next start replays little, and closes the data directory.
 func (m *Member) Stop() error {
+	// Watch streams never end by themselves: end them first, so that the
+	// graceful stop does not wait for them.
+	m.watchHub.Close()
 	stopped := make(chan struct{})
 	go func() {
 		m.grpc.GracefulStop()

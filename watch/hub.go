@@ -1,0 +1,513 @@
+package watch
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.uber.org/zap"
+
+	"github.com/strata-kv/strata/mvcc"
+)
+
+// Errors a watch creation is refused with; the server sends them as the
+// created-and-canceled response's cancel_reason, with etcd's texts.
+var (
+	// ErrEmptyRange: range_end is not above key.
+	ErrEmptyRange = errors.New("mvcc: watcher range is empty")
+	// ErrDuplicateID: the client chose a watch ID in use on the stream.
+	ErrDuplicateID = errors.New("mvcc: duplicate watch ID provided on the WatchStream")
+	// ErrClosed: the hub or the stream was closed.
+	ErrClosed = errors.New("watch: closed")
+)
+
+// ProgressWatchID is the watch ID of the answer to a RequestProgress: it
+// speaks for every watcher of the stream (clientv3.InvalidWatchID).
+const ProgressWatchID = -1
+
+// Source is what the hub reads: *mvcc.Store.
+type Source interface {
+	// Rev is the revision of committed state.
+	Rev() int64
+	// CompactRev is the compact revision (-1: none).
+	CompactRev() int64
+	// Events reads the events of revisions [from, to] from an engine
+	// snapshot, at most limit of them but never part of a revision, and
+	// returns the first revision not read; mvcc.ErrCompacted if from is
+	// below the compact revision.
+	Events(from, to int64, limit int, prevKV bool) ([]*mvccpb.Event, int64, error)
+}
+
+// Options configure a Hub.
+type Options struct {
+	// ProgressInterval is how often watchers created with progress_notify
+	// get an empty response carrying the revision they have reached, when
+	// they are synced (etcd's --watch-progress-notify-interval). 0 means
+	// 10 minutes, etcd's default.
+	ProgressInterval time.Duration
+	// QueueLen bounds the responses a stream queues for its client; a
+	// watcher whose response does not fit falls behind (unsynced) and
+	// catches up from the engine later. 0 means 1024.
+	QueueLen int
+	// ScanLimit bounds the events one engine scan returns. 0 means 1000.
+	ScanLimit int
+	// Logger; nil means zap.NewNop().
+	Logger *zap.Logger
+}
+
+// Hub delivers the store's events to watchers. See the package comment.
+//
+// Concurrency: all methods are safe from any goroutine. Start runs the
+// hub goroutine until Close.
+type Hub struct {
+	src  Source
+	opts Options
+	lg   *zap.Logger
+
+	kick    chan struct{} // wakes the hub goroutine; capacity 1
+	stop    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+	started bool // Start and Close are called from one goroutine
+
+	mu struct {
+		sync.Mutex
+		// rev is the hub's revision: every synced watcher has been
+		// offered every event up to rev.
+		rev      int64
+		synced   *group
+		unsynced map[*watcher]struct{}
+		// progress are streams owed an answer to RequestProgress once
+		// every watcher of theirs is synced and the hub has reached the
+		// store revision of the request (so that a client sees, as with
+		// etcd, a revision at least that of the writes it saw acknowledged).
+		progress map[*Stream]int64
+		streams  map[*Stream]struct{}
+		closed   bool
+	}
+}
+
+// watcher is one watch. Its range and options never change after
+// creation; nextRev and the group it is in are guarded by Hub.mu.
+type watcher struct {
+	s        *Stream
+	id       int64
+	key, end []byte // end: nil for one key, empty for every key >= key
+	prevKV   bool
+	progress bool
+	fragment bool
+	noPut    bool
+	noDelete bool
+
+	nextRev  int64 // first revision not yet offered (guarded by Hub.mu)
+	synced   bool  // in Hub.mu.synced, else in Hub.mu.unsynced (guarded by Hub.mu)
+	canceled bool  // guarded by Hub.mu; read by Stream.Next under qmu after being set under both
+	pos      int   // index in its group's list (guarded by Hub.mu)
+}
+
+// New returns a hub over src, at src's current revision. It starts no
+// goroutine.
+func New(src Source, opts Options) *Hub {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.ProgressInterval <= 0 {
+		opts.ProgressInterval = 10 * time.Minute
+	}
+	if opts.QueueLen <= 0 {
+		opts.QueueLen = 1024
+	}
+	if opts.ScanLimit <= 0 {
+		opts.ScanLimit = 1000
+	}
+	h := &Hub{src: src, opts: opts, lg: opts.Logger, kick: make(chan struct{}, 1),
+		stop: make(chan struct{}), stopped: make(chan struct{})}
+	h.mu.rev = src.Rev()
+	h.mu.synced = newGroup()
+	h.mu.unsynced = map[*watcher]struct{}{}
+	h.mu.progress = map[*Stream]int64{}
+	h.mu.streams = map[*Stream]struct{}{}
+	return h
+}
+
+// Start starts the hub goroutine.
+func (h *Hub) Start() {
+	if h.started {
+		return
+	}
+	h.started = true
+	go h.run()
+}
+
+// Close stops the hub goroutine and ends every stream: their Next returns
+// ErrClosed.
+func (h *Hub) Close() {
+	h.once.Do(func() {
+		close(h.stop)
+		if h.started {
+			<-h.stopped
+		}
+		h.mu.Lock()
+		h.mu.closed = true
+		streams := h.mu.streams
+		h.mu.streams = map[*Stream]struct{}{}
+		h.mu.Unlock()
+		for s := range streams {
+			s.qmu.Lock()
+			s.closed = true
+			s.qmu.Unlock()
+			s.signal()
+		}
+	})
+}
+
+// Notify tells the hub that the store's revision may have moved. It never
+// blocks: the applier calls it after every commit.
+func (h *Hub) Notify() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Rev returns the hub's revision: every synced watcher has been offered
+// every event up to it.
+func (h *Hub) Rev() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mu.rev
+}
+
+// Stats counts watchers, for tests and metrics.
+type Stats struct {
+	Streams, Synced, Unsynced int
+}
+
+// Stats returns the current watcher counts.
+func (h *Hub) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return Stats{Streams: len(h.mu.streams), Synced: h.mu.synced.n, Unsynced: len(h.mu.unsynced)}
+}
+
+func (h *Hub) run() {
+	defer close(h.stopped)
+	tick := time.NewTicker(h.opts.ProgressInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-h.kick:
+		case <-tick.C:
+			h.progressNotify()
+		}
+		for {
+			select {
+			case <-h.stop:
+				return
+			default:
+			}
+			moreSynced, err := h.dispatch()
+			if err != nil {
+				h.lg.Error("watch: reading events failed; retrying on the next commit", zap.Error(err))
+				break
+			}
+			moreUnsynced, err := h.catchUp()
+			if err != nil {
+				h.lg.Error("watch: catching up watchers failed; retrying on the next commit", zap.Error(err))
+				break
+			}
+			if !moreSynced && !moreUnsynced {
+				break
+			}
+		}
+	}
+}
+
+// dispatch offers the events after the hub's revision to the synced
+// watchers, one scan for all of them, and reports whether the store is
+// still ahead.
+func (h *Hub) dispatch() (more bool, err error) {
+	target := h.src.Rev()
+	h.mu.Lock()
+	from := h.mu.rev
+	if target <= from {
+		h.mu.Unlock()
+		return false, nil
+	}
+	if h.mu.synced.n == 0 {
+		h.mu.rev = target
+		h.answerProgressLocked()
+		h.mu.Unlock()
+		return false, nil
+	}
+	wantPrev := false
+	for w := range h.syncedAll() {
+		wantPrev = wantPrev || w.prevKV
+	}
+	h.mu.Unlock()
+
+	// The scan reads every event, without the lock: Watch and Cancel go on
+	// meanwhile, and matching happens below against the group as it is
+	// then. A watcher added meanwhile is synced only if its next revision
+	// is above from, so it wants no event this scan misses.
+	evs, next, err := h.src.Events(from+1, target, h.opts.ScanLimit, wantPrev)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if errors.Is(err, mvcc.ErrCompacted) {
+		// Compacted past revisions not yet dispatched: every synced
+		// watcher falls back and the catch-up pass cancels those that need
+		// compacted revisions, as etcd does.
+		for _, w := range h.syncedList() {
+			h.unsyncLocked(w, from+1)
+		}
+		h.mu.rev = max(h.mu.rev, target)
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("dispatch (%d, %d]: %w", from, target, err)
+	}
+	through := next - 1
+	per := map[*watcher][]*mvccpb.Event{}
+	var order []*watcher
+	for _, ev := range evs {
+		h.mu.synced.each(ev.Kv.Key, func(w *watcher) {
+			if !w.wants(ev) {
+				return
+			}
+			if _, ok := per[w]; !ok {
+				order = append(order, w)
+			}
+			per[w] = append(per[w], w.shape(ev))
+		})
+	}
+	for _, w := range order {
+		resp := &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: through}, WatchId: w.id, Events: per[w]}
+		if !w.s.push(item{resp: resp, w: w}, h.opts.QueueLen) {
+			h.unsyncLocked(w, from+1)
+		}
+	}
+	h.mu.rev = through
+	h.answerProgressLocked()
+	return through < target, nil
+}
+
+// syncedAll iterates the synced group. REQUIRES: h.mu held.
+func (h *Hub) syncedAll() func(yield func(*watcher) bool) {
+	return func(yield func(*watcher) bool) {
+		for _, l := range h.mu.synced.keys {
+			for _, w := range l {
+				if !yield(w) {
+					return
+				}
+			}
+		}
+		for _, w := range h.mu.synced.ranges {
+			if !yield(w) {
+				return
+			}
+		}
+	}
+}
+
+// syncedList copies the synced group. REQUIRES: h.mu held.
+func (h *Hub) syncedList() []*watcher {
+	var out []*watcher
+	for w := range h.syncedAll() {
+		out = append(out, w)
+	}
+	return out
+}
+
+// unsyncLocked moves a synced watcher to unsynced; from is the first
+// revision it has not been offered. REQUIRES: h.mu held.
+func (h *Hub) unsyncLocked(w *watcher, from int64) {
+	if !w.synced {
+		return
+	}
+	h.mu.synced.remove(w)
+	w.synced = false
+	w.nextRev = max(w.nextRev, from)
+	h.mu.unsynced[w] = struct{}{}
+}
+
+// syncLocked moves an unsynced watcher to synced. REQUIRES: h.mu held.
+func (h *Hub) syncLocked(w *watcher) {
+	if w.synced {
+		return
+	}
+	delete(h.mu.unsynced, w)
+	w.synced = true
+	h.mu.synced.add(w)
+}
+
+// catchUp runs one catch-up pass for the unsynced watchers whose streams
+// have room, and reports whether another pass may make progress.
+func (h *Hub) catchUp() (more bool, err error) {
+	h.mu.Lock()
+	if len(h.mu.unsynced) == 0 {
+		h.mu.Unlock()
+		return false, nil
+	}
+	hubRev := h.mu.rev
+	pass := newGroup()
+	var ws []*watcher
+	minRev := int64(-1)
+	for w := range h.mu.unsynced {
+		if !w.s.hasRoom(h.opts.QueueLen) {
+			continue
+		}
+		// pos of an unsynced watcher is unused by the hub's groups, so
+		// the pass group may own it until the watcher is synced again.
+		pass.add(w)
+		ws = append(ws, w)
+		if minRev < 0 || w.nextRev < minRev {
+			minRev = w.nextRev
+		}
+	}
+	h.mu.Unlock()
+	if len(ws) == 0 {
+		return false, nil
+	}
+	wantPrev := false
+	for _, w := range ws {
+		wantPrev = wantPrev || w.prevKV
+	}
+	evs, next, err := h.src.Events(minRev, hubRev, h.opts.ScanLimit, wantPrev)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if errors.Is(err, mvcc.ErrCompacted) {
+		compactRev, rev := h.src.CompactRev(), h.src.Rev()
+		for _, w := range ws {
+			if w.canceled || w.nextRev >= compactRev {
+				continue
+			}
+			h.removeLocked(w)
+			w.s.push(item{resp: &pb.WatchResponse{
+				Header: &pb.ResponseHeader{Revision: rev}, WatchId: w.id,
+				CompactRevision: compactRev, Canceled: true,
+			}, force: true}, 0)
+		}
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("catch up from %d: %w", minRev, err)
+	}
+	through := max(next-1, minRev-1)
+	per := map[*watcher][]*mvccpb.Event{}
+	for _, ev := range evs {
+		pass.each(ev.Kv.Key, func(w *watcher) {
+			if !w.canceled && w.wants(ev) {
+				per[w] = append(per[w], w.shape(ev))
+			}
+		})
+	}
+	delivered := false
+	for _, w := range ws {
+		if w.canceled || w.synced {
+			continue
+		}
+		if evs := per[w]; len(evs) > 0 {
+			resp := &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: through}, WatchId: w.id, Events: evs}
+			if !w.s.push(item{resp: resp, w: w}, h.opts.QueueLen) {
+				continue
+			}
+		}
+		delivered = true
+		w.nextRev = max(w.nextRev, through+1)
+		if through >= h.mu.rev {
+			h.syncLocked(w)
+		}
+	}
+	h.answerProgressLocked()
+	return delivered && len(h.mu.unsynced) > 0, nil
+}
+
+// wants applies the watcher's filters and its start revision.
+func (w *watcher) wants(ev *mvccpb.Event) bool {
+	if ev.Kv.ModRevision < w.nextRev {
+		return false
+	}
+	if ev.Type == mvccpb.PUT {
+		return !w.noPut
+	}
+	return !w.noDelete
+}
+
+// shape returns ev as w receives it: without the previous version unless
+// w asked for it. Events are shared between watchers and never modified.
+func (w *watcher) shape(ev *mvccpb.Event) *mvccpb.Event {
+	if w.prevKV || ev.PrevKv == nil {
+		return ev
+	}
+	return &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
+}
+
+// removeLocked forgets a watcher. REQUIRES: h.mu held.
+func (h *Hub) removeLocked(w *watcher) {
+	if w.canceled {
+		return
+	}
+	if w.synced {
+		h.mu.synced.remove(w)
+	} else {
+		delete(h.mu.unsynced, w)
+	}
+	w.s.qmu.Lock()
+	w.canceled = true
+	w.s.qmu.Unlock()
+	delete(w.s.watchers, w.id)
+}
+
+// progressNotify sends each synced watcher created with progress_notify
+// the hub's revision, if its stream has room (etcd skips it otherwise).
+func (h *Hub) progressNotify() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.syncedAll() {
+		// A watcher waiting for a future start revision has nothing to
+		// report: a resume at rev+1 would ask for revisions before it.
+		if !w.progress || w.nextRev > h.mu.rev+1 {
+			continue
+		}
+		w.s.push(item{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: h.mu.rev}, WatchId: w.id}, w: w}, h.opts.QueueLen)
+	}
+}
+
+// answerProgressLocked answers the RequestProgress calls of streams whose
+// watchers are all synced. REQUIRES: h.mu held.
+func (h *Hub) answerProgressLocked() {
+	for s, need := range h.mu.progress {
+		if h.tryProgressLocked(s, need) {
+			delete(h.mu.progress, s)
+		}
+	}
+}
+
+// tryProgressLocked queues a progress answer on s if every watcher of s
+// is synced and the hub has reached need. REQUIRES: h.mu held.
+func (h *Hub) tryProgressLocked(s *Stream, need int64) bool {
+	if h.mu.rev < need {
+		return false
+	}
+	for _, w := range s.watchers {
+		if !w.synced {
+			return false
+		}
+	}
+	s.push(item{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: h.mu.rev}, WatchId: ProgressWatchID}, force: true}, 0)
+	return true
+}
+
+// validRange checks a watch range as etcd does.
+func validRange(key, end []byte) error {
+	if len(end) > 0 && bytes.Compare(key, end) >= 0 {
+		return ErrEmptyRange
+	}
+	return nil
+}

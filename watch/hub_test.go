@@ -1,0 +1,453 @@
+package watch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.uber.org/zap/zaptest"
+
+	epebble "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/mvcc"
+)
+
+// env is a store on an in-memory engine with a running hub; writes go
+// through WriteBatch as the applier's do, and Notify the hub after each
+// commit.
+type env struct {
+	t     *testing.T
+	store *mvcc.Store
+	hub   *Hub
+	index uint64
+}
+
+func newEnv(t *testing.T, opts Options) *env {
+	t.Helper()
+	e, err := epebble.Open("db", epebble.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := mvcc.Open(e, mvcc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	h := New(s, opts)
+	h.Start()
+	t.Cleanup(func() {
+		h.Close()
+		_ = s.Close()
+		_ = e.Close()
+	})
+	return &env{t: t, store: s, hub: h}
+}
+
+func (e *env) write(f func(w *mvcc.WriteBatch) error) {
+	e.t.Helper()
+	w := e.store.Write()
+	if err := f(w); err != nil {
+		w.Abort()
+		e.t.Fatal(err)
+	}
+	e.index++
+	if err := w.Commit(e.index); err != nil {
+		e.t.Fatal(err)
+	}
+	e.hub.Notify()
+}
+
+func (e *env) put(key, val string) {
+	e.t.Helper()
+	e.write(func(w *mvcc.WriteBatch) error {
+		_, err := w.Put(&pb.PutRequest{Key: []byte(key), Value: []byte(val)})
+		return err
+	})
+}
+
+func (e *env) del(key string) {
+	e.t.Helper()
+	e.write(func(w *mvcc.WriteBatch) error {
+		_, err := w.DeleteRange(&pb.DeleteRangeRequest{Key: []byte(key)})
+		return err
+	})
+}
+
+func (e *env) compact(rev int64) {
+	e.t.Helper()
+	e.write(func(w *mvcc.WriteBatch) error {
+		_, _, err := w.Compact(&pb.CompactionRequest{Revision: rev})
+		return err
+	})
+}
+
+// next reads one response, failing the test after a bounded wait.
+func next(t *testing.T, s *Stream) *pb.WatchResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := s.Next(ctx)
+	if err != nil {
+		t.Fatalf("next response: %v", err)
+	}
+	return r.WatchResponse
+}
+
+// none checks that nothing more is queued once the hub has dispatched
+// everything up to the store's revision.
+func none(t *testing.T, e *env, s *Stream) {
+	t.Helper()
+	waitFor(t, func() bool { return e.hub.Rev() == e.store.Rev() && e.hub.Stats().Unsynced == 0 })
+	if n := s.Queued(); n != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		r, _ := s.Next(ctx)
+		t.Fatalf("%d unexpected responses queued, first: %v", n, r.WatchResponse)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// eventsOf reads responses for watch id until n events arrived.
+func eventsOf(t *testing.T, s *Stream, id int64, n int) []*mvccpb.Event {
+	t.Helper()
+	var evs []*mvccpb.Event
+	for len(evs) < n {
+		r := next(t, s)
+		if r.WatchId != id || r.Created || r.Canceled {
+			t.Fatalf("want events of watch %d, got %v", id, r)
+		}
+		evs = append(evs, r.Events...)
+	}
+	if len(evs) != n {
+		t.Fatalf("want %d events, got %d", n, len(evs))
+	}
+	return evs
+}
+
+func describe(evs []*mvccpb.Event) string {
+	var b bytes.Buffer
+	for _, ev := range evs {
+		fmt.Fprintf(&b, "%s %s@%d", ev.Type, ev.Kv.Key, ev.Kv.ModRevision)
+		if ev.Type == mvccpb.PUT {
+			fmt.Fprintf(&b, "=%s", ev.Kv.Value)
+		}
+		if ev.PrevKv != nil {
+			fmt.Fprintf(&b, " prev=%s", ev.PrevKv.Value)
+		}
+		b.WriteString("; ")
+	}
+	return b.String()
+}
+
+func TestWatchRequests(t *testing.T) {
+	// History: rev 2 a=1, 3 b=1, 4 a=2, 5 del a, 6 ab=1, 7 c=1.
+	history := func(e *env) {
+		e.put("a", "1")
+		e.put("b", "1")
+		e.put("a", "2")
+		e.del("a")
+		e.put("ab", "1")
+		e.put("c", "1")
+	}
+	tests := []struct {
+		name string
+		req  Request
+		want string
+	}{
+		{name: "key from start", req: Request{Key: []byte("a"), StartRev: 1},
+			want: "PUT a@2=1; PUT a@4=2; DELETE a@5; "},
+		{name: "key from middle", req: Request{Key: []byte("a"), StartRev: 4},
+			want: "PUT a@4=2; DELETE a@5; "},
+		{name: "prefix", req: Request{Key: []byte("a"), End: []byte("b"), StartRev: 2},
+			want: "PUT a@2=1; PUT a@4=2; DELETE a@5; PUT ab@6=1; "},
+		{name: "from key on", req: Request{Key: []byte("b"), End: []byte{}, StartRev: 2},
+			want: "PUT b@3=1; PUT c@7=1; "},
+		{name: "prev kv", req: Request{Key: []byte("a"), StartRev: 2, PrevKV: true},
+			want: "PUT a@2=1; PUT a@4=2 prev=1; DELETE a@5 prev=2; "},
+		{name: "no put", req: Request{Key: []byte("a"), End: []byte("b"), StartRev: 2, NoPut: true},
+			want: "DELETE a@5; "},
+		{name: "no delete", req: Request{Key: []byte("a"), StartRev: 2, NoDelete: true},
+			want: "PUT a@2=1; PUT a@4=2; "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, live := range []bool{false, true} {
+				// Past: the history exists before the watch (catch-up from
+				// the engine). Live: the watch exists first (synced).
+				e := newEnv(t, Options{})
+				if !live {
+					history(e)
+				}
+				s := e.hub.NewStream()
+				id, err := s.Watch(tc.req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r := next(t, s); !r.Created || r.WatchId != id {
+					t.Fatalf("want created, got %v", r)
+				}
+				if live {
+					history(e)
+				}
+				n := bytes.Count([]byte(tc.want), []byte(";"))
+				if got := describe(eventsOf(t, s, id, n)); got != tc.want {
+					t.Errorf("live=%v: events\n got %s\nwant %s", live, got, tc.want)
+				}
+				none(t, e, s)
+			}
+		})
+	}
+}
+
+func TestWatchIDs(t *testing.T) {
+	e := newEnv(t, Options{})
+	s := e.hub.NewStream()
+	for _, tc := range []struct {
+		id      int64
+		wantID  int64
+		wantErr error
+	}{
+		{id: 0, wantID: 0},
+		{id: 0, wantID: 1},
+		{id: 7, wantID: 7},
+		{id: 7, wantID: -1, wantErr: ErrDuplicateID},
+		{id: 2, wantID: 2},
+		{id: 0, wantID: 3}, // automatic IDs skip the ones in use
+	} {
+		got, err := s.Watch(Request{Key: []byte("k"), WatchID: tc.id})
+		if got != tc.wantID || err != tc.wantErr {
+			t.Fatalf("Watch(id %d) = %d, %v; want %d, %v", tc.id, got, err, tc.wantID, tc.wantErr)
+		}
+		r := next(t, s)
+		if !r.Created || r.WatchId != tc.wantID || r.Canceled != (tc.wantErr != nil) {
+			t.Fatalf("created response %v", r)
+		}
+		if tc.wantErr != nil && r.CancelReason != tc.wantErr.Error() {
+			t.Fatalf("cancel reason %q", r.CancelReason)
+		}
+	}
+	if _, err := s.Watch(Request{Key: []byte("b"), End: []byte("a")}); err != ErrEmptyRange {
+		t.Fatalf("empty range: %v", err)
+	}
+	next(t, s)
+	// Cancel: a canceled response, then nothing for that watch.
+	if !s.Cancel(7) || s.Cancel(7) {
+		t.Fatal("cancel 7 twice: want true then false")
+	}
+	if r := next(t, s); !r.Canceled || r.WatchId != 7 {
+		t.Fatalf("canceled response %v", r)
+	}
+	if _, err := s.Watch(Request{Key: []byte("k"), WatchID: 7}); err != nil {
+		t.Fatalf("a canceled ID is free again: %v", err)
+	}
+	next(t, s)
+	e.put("k", "v")
+	seen := map[int64]bool{}
+	for range 5 { // watches 0, 1, 2, 3 and the new 7
+		r := next(t, s)
+		seen[r.WatchId] = true
+		if len(r.Events) != 1 {
+			t.Fatalf("want one event, got %v", r)
+		}
+	}
+	if len(seen) != 5 {
+		t.Fatalf("events for watches %v", seen)
+	}
+	none(t, e, s)
+}
+
+func TestWatchCompacted(t *testing.T) {
+	e := newEnv(t, Options{})
+	for i := range 6 {
+		e.put("k", fmt.Sprint(i)) // revs 2..7
+	}
+	e.compact(5)
+	s := e.hub.NewStream()
+	id, _ := s.Watch(Request{Key: []byte("k"), StartRev: 3})
+	next(t, s)
+	r := next(t, s)
+	if !r.Canceled || r.CompactRevision != 5 || r.WatchId != id {
+		t.Fatalf("want canceled with compact revision 5, got %v", r)
+	}
+	// At the compact revision itself, etcd still answers.
+	id, _ = s.Watch(Request{Key: []byte("k"), StartRev: 5})
+	next(t, s)
+	if got := describe(eventsOf(t, s, id, 3)); got != "PUT k@5=3; PUT k@6=4; PUT k@7=5; " {
+		t.Fatalf("from the compact revision: %s", got)
+	}
+	none(t, e, s)
+}
+
+func TestProgress(t *testing.T) {
+	e := newEnv(t, Options{ProgressInterval: 20 * time.Millisecond})
+	e.put("x", "1")
+	s := e.hub.NewStream()
+	s.RequestProgress() // no watcher: answered at once
+	if r := next(t, s); r.WatchId != ProgressWatchID || r.Header.Revision != 2 || len(r.Events) != 0 {
+		t.Fatalf("progress %v", r)
+	}
+	id, _ := s.Watch(Request{Key: []byte("k"), ProgressNotify: true})
+	next(t, s)
+	e.put("y", "1")
+	waitFor(t, func() bool { return e.hub.Rev() == 3 })
+	r := next(t, s) // periodic, at the hub's revision
+	if r.WatchId != id || len(r.Events) != 0 || r.Header.Revision != 3 {
+		t.Fatalf("periodic progress %v", r)
+	}
+	s.Close()
+
+	// A stream with a watcher catching up answers RequestProgress only
+	// once it has caught up, after its events.
+	e2 := newEnv(t, Options{QueueLen: 1})
+	for i := range 5 {
+		e2.put("k", fmt.Sprint(i)) // revs 2..6
+	}
+	s2 := e2.hub.NewStream()
+	id2, _ := s2.Watch(Request{Key: []byte("k"), StartRev: 2})
+	s2.RequestProgress()
+	next(t, s2)
+	n := 0
+	for {
+		r := next(t, s2)
+		if r.WatchId == ProgressWatchID {
+			if n != 5 || r.Header.Revision != 6 {
+				t.Fatalf("progress after %d events at %d; want 5 at 6", n, r.Header.Revision)
+			}
+			break
+		}
+		if r.WatchId != id2 {
+			t.Fatalf("unexpected %v", r)
+		}
+		n += len(r.Events)
+	}
+}
+
+// TestSlowStreamModel runs random watchers on streams with tiny queues,
+// some of which are not read while writes go on, and checks every
+// watcher's events against a model: all matching events from its start
+// revision, in order, no gaps, no repeats.
+func TestSlowStreamModel(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	e := newEnv(t, Options{QueueLen: 2, ScanLimit: 7, Logger: zaptest.NewLogger(t)})
+	keys := []string{"a", "ab", "b", "ba", "c"}
+	var ws []*watchModel
+	var streams []*Stream
+	for range 4 {
+		streams = append(streams, e.hub.NewStream())
+	}
+	writes := 0
+	write := func() {
+		writes++
+		k := keys[rng.Intn(len(keys))]
+		if rng.Intn(4) == 0 {
+			e.del(k)
+		} else {
+			e.put(k, fmt.Sprint(writes))
+		}
+	}
+	for round := range 40 {
+		for range 5 {
+			write()
+		}
+		s := streams[round%len(streams)]
+		k := keys[rng.Intn(len(keys))]
+		req := Request{Key: []byte(k), StartRev: int64(rng.Intn(int(e.store.Rev()) + 2)), PrevKV: rng.Intn(2) == 0}
+		switch rng.Intn(3) {
+		case 0:
+			req.End = []byte(k + "\xff")
+		case 1:
+			req.End = []byte{}
+		}
+		id, err := s.Watch(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, &watchModel{s: s, id: id, req: req})
+		// Streams 0 and 1 are read as we go, the others only at the end.
+		for _, rs := range streams[:2] {
+			for rs.Queued() > 0 {
+				collect(t, rs, ws)
+			}
+		}
+	}
+	waitFor(t, func() bool { return e.hub.Rev() == e.store.Rev() })
+	// Drain everything: the stalled streams catch up from the engine.
+	deadline := time.Now().Add(20 * time.Second)
+	for e.hub.Stats().Unsynced > 0 || anyQueued(streams) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not drained: %+v", e.hub.Stats())
+		}
+		for _, s := range streams {
+			for s.Queued() > 0 {
+				collect(t, s, ws)
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	all, _, err := e.store.Events(1, 0, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range ws {
+		var want []*mvccpb.Event
+		start := max(m.req.StartRev, 1)
+		w := &watcher{key: m.req.Key, end: m.req.End}
+		for _, ev := range all {
+			if ev.Kv.ModRevision >= start && w.contains(ev.Kv.Key) {
+				if !m.req.PrevKV {
+					ev = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
+				}
+				want = append(want, ev)
+			}
+		}
+		if m.req.StartRev == 0 {
+			continue // its start depends on when it was created; covered elsewhere
+		}
+		if got, exp := describe(m.got), describe(want); got != exp {
+			t.Errorf("watcher %d %+v:\n got %s\nwant %s", i, m.req, got, exp)
+		}
+	}
+}
+
+func anyQueued(ss []*Stream) bool {
+	for _, s := range ss {
+		if s.Queued() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// watchModel is one watcher of TestSlowStreamModel and what it received.
+type watchModel struct {
+	s   *Stream
+	id  int64
+	req Request
+	got []*mvccpb.Event
+}
+
+func collect(t *testing.T, s *Stream, ws []*watchModel) {
+	t.Helper()
+	r := next(t, s)
+	for _, m := range ws {
+		if m.s == s && m.id == r.WatchId {
+			m.got = append(m.got, r.Events...)
+			return
+		}
+	}
+}
