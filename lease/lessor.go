@@ -120,6 +120,13 @@ type Config struct {
 	Tick time.Duration
 	// IsLeader reports whether this member is the raft leader.
 	IsLeader func() bool
+	// LastIndex and AppliedIndex report the last index of the raft log and
+	// the applier's applied index. A new leader is promoted only once it
+	// has applied its log as it was when it noticed its leadership (a
+	// leader's log holds every committed entry), so that deadlines count
+	// from the checkpoints and grants the log holds, not from what the
+	// engine had before replay. nil: promote at once.
+	LastIndex, AppliedIndex func() uint64
 	// Propose replicates a request through raft and waits until it is
 	// applied; it returns the request's error, if any.
 	Propose func(ctx context.Context, req *pb.InternalRaftRequest) error
@@ -161,6 +168,9 @@ type Lessor struct {
 		// lastCheckpoint is when the primary last proposed checkpoints.
 		lastCheckpoint time.Time
 	}
+	// promoteAt is the index the applier must reach before a leader's
+	// lessor is promoted; 0 while not waiting. Only Run's goroutine uses it.
+	promoteAt uint64
 }
 
 // New returns an empty lessor; call Load to fill it from the store.
@@ -486,13 +496,20 @@ func (l *Lessor) step(ctx context.Context, wg *sync.WaitGroup) {
 	leader := l.cfg.IsLeader != nil && l.cfg.IsLeader()
 	switch primary := l.Primary(); {
 	case leader && !primary:
+		if !l.caughtUp() {
+			return
+		}
 		l.Promote(l.cfg.ElectionTimeout)
 		l.lg.Info("lessor promoted", zap.Duration("extend", l.cfg.ElectionTimeout))
 	case !leader && primary:
 		l.Demote()
 		l.lg.Info("lessor demoted")
 	}
-	if !leader || l.cfg.Propose == nil {
+	if !leader {
+		l.promoteAt = 0
+		return
+	}
+	if l.cfg.Propose == nil {
 		return
 	}
 	now := l.clock.Now()
@@ -520,6 +537,22 @@ func (l *Lessor) step(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		}()
 	}
+}
+
+// caughtUp reports whether a leader has applied its log as it was when it
+// first looked, so that its lessor may be promoted.
+func (l *Lessor) caughtUp() bool {
+	if l.cfg.LastIndex == nil || l.cfg.AppliedIndex == nil {
+		return true
+	}
+	if l.promoteAt == 0 {
+		l.promoteAt = max(l.cfg.LastIndex(), 1)
+	}
+	if l.cfg.AppliedIndex() < l.promoteAt {
+		return false
+	}
+	l.promoteAt = 0
+	return true
 }
 
 // dueHeap orders leases by due time, earliest first.

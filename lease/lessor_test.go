@@ -350,3 +350,34 @@ func TestLoadWhilePrimary(t *testing.T) {
 		t.Fatal("reloaded lease never expired")
 	}
 }
+
+// TestPromoteWaitsForReplay: a new leader is promoted only once it has
+// applied its log, so a checkpoint replayed after a restart still counts.
+func TestPromoteWaitsForReplay(t *testing.T) {
+	var last, applied uint64 = 10, 7
+	v := newEnv(t, Config{
+		LastIndex:    func() uint64 { return last },
+		AppliedIndex: func() uint64 { return applied },
+	})
+	if err := v.grant(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	v.tick()
+	if v.l.Primary() {
+		t.Fatal("promoted before applying its log")
+	}
+	// Replay reaches a checkpoint, then the end of the log as it was.
+	if err := v.apply(&pb.InternalRaftRequest{LeaseCheckpoint: &pb.LeaseCheckpointRequest{
+		Checkpoints: []*pb.LeaseCheckpoint{{ID: 1, Remaining_TTL: 30}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	last, applied = 12, 10
+	v.tick()
+	if !v.l.Primary() {
+		t.Fatal("not promoted after applying its log")
+	}
+	if left, _, _ := v.l.TimeToLive(1); left != 30 {
+		t.Fatalf("%d s left, want the replayed checkpoint's 30", left)
+	}
+}

@@ -261,6 +261,11 @@ func Start(cfg Config) (_ *Member, err error) {
 		MinTTL:          int64(math.Ceil(minTTL.Seconds())),
 		ElectionTimeout: cfg.ElectionTimeout,
 		IsLeader:        func() bool { return m.node.Leader() == m.memberID },
+		LastIndex: func() uint64 {
+			last, _ := m.log.LastIndex()
+			return last
+		},
+		AppliedIndex: m.applier.AppliedIndex,
 		Propose: func(ctx context.Context, req *pb.InternalRaftRequest) error {
 			res, err := m.Propose(ctx, req)
 			if err != nil {
