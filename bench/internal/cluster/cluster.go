@@ -144,18 +144,20 @@ func Start(ctx context.Context, spec Spec, dir string, log *zap.Logger) (*Cluste
 		return nil, fmt.Errorf("create cluster dir %s: %w", dir, err)
 	}
 	c := &Cluster{spec: spec, dir: dir, log: log}
+	// All ports in one call: the listeners stay open until every port is
+	// chosen, so no two members can be given the same one.
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
 	for i := 0; i < n; i++ {
-		ports, err := freePorts(2)
-		if err != nil {
-			return nil, err
-		}
 		name := fmt.Sprintf("m%d", i)
 		mdir := filepath.Join(dir, name)
 		m := &member{
 			name:      name,
 			dataDir:   filepath.Join(mdir, "data"),
-			clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
-			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+			clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
 			logPath:   filepath.Join(mdir, "server.log"),
 		}
 		if spec.Kind == KindStrata {
