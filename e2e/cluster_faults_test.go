@@ -85,6 +85,7 @@ func TestClusterFaults(t *testing.T) {
 				c.Members[f].Kill()
 				recovery(t, c, w, "follower kill", time.Now(), f)
 				w.waitAcks(t, 20, faultTimeout)
+				t.Logf("restarting %s at %v", c.Members[f].Name(), time.Since(w.rec.start).Round(time.Millisecond))
 				c.RestartMembers(f)
 			},
 		},

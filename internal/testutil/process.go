@@ -70,6 +70,7 @@ type Process struct {
 		done     chan struct{} // closed when the current incarnation has exited
 		waitErr  error         // cmd.Wait's result, valid once done is closed
 		startOff int           // offset in out where the current incarnation began
+		starts   int           // incarnations launched so far
 	}
 }
 
@@ -178,6 +179,7 @@ func (p *Process) Launch() {
 	done := make(chan struct{})
 	p.mu.Lock()
 	p.mu.cmd, p.mu.done, p.mu.waitErr, p.mu.startOff = cmd, done, nil, start
+	p.mu.starts++
 	p.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
@@ -291,6 +293,14 @@ func (p *Process) Exited() <-chan struct{} {
 		return c
 	}
 	return p.mu.done
+}
+
+// Starts is the number of incarnations launched so far: a test that must
+// tell answers of one incarnation from the next reads it around a request.
+func (p *Process) Starts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.starts
 }
 
 // ExitErr is the current incarnation's exit status (nil for exit code 0);
