@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -128,8 +129,44 @@ func machineInfo(workDir string) report.Machine {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		if kb, err := meminfoKB(b, "MemTotal"); err == nil {
+			m.Memory = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+		}
+	}
 	m.Disk = diskInfo(workDir)
+	m.LoadStart = loadAvg()
 	return m
+}
+
+// meminfoKB returns a "Key: N kB" value of /proc/meminfo.
+func meminfoKB(b []byte, key string) (int64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || k != key {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			break
+		}
+		return strconv.ParseInt(f[0], 10, 64)
+	}
+	return 0, fmt.Errorf("meminfo: no %s", key)
+}
+
+// loadAvg returns the first three fields of /proc/loadavg, or "unknown".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // diskInfo names the file system and block device under path, and whether

@@ -131,6 +131,7 @@ func runSuite(ctx context.Context, o options, command string, log *zap.Logger) (
 	if err := ctx.Err(); err != nil {
 		s.errs = append(s.errs, fmt.Errorf("run interrupted: %w", err))
 	}
+	s.rep.Machine.LoadEnd = loadAvg()
 	if err := report.WriteJSON(s.rep, filepath.Join(o.out, "results.json")); err != nil {
 		s.errs = append(s.errs, err)
 	}

@@ -77,7 +77,8 @@ func Markdown(rep *Report) string {
 	fmt.Fprintf(&b, "- started: %s\n", rep.Started.UTC().Format("2006-01-02 15:04:05 UTC"))
 	fmt.Fprintf(&b, "- command: `%s`\n", rep.Command)
 	m := rep.Machine
-	fmt.Fprintf(&b, "- machine: %d CPUs, %s; kernel %s; disk %s; %s\n", m.NProc, m.CPUModel, m.Kernel, m.Disk, m.GoVersion)
+	fmt.Fprintf(&b, "- machine: %d CPUs, %s; memory %s; kernel %s; disk %s; %s\n", m.NProc, m.CPUModel, m.Memory, m.Kernel, m.Disk, m.GoVersion)
+	fmt.Fprintf(&b, "- load average (1, 5, 15 min) at start: %s; at end: %s\n", m.LoadStart, m.LoadEnd)
 	for _, s := range rep.Servers {
 		fmt.Fprintf(&b, "- server `%s`: %s\n", s.Name, s.Version)
 		if len(s.Command) > 0 {

@@ -42,9 +42,14 @@ type Report struct {
 type Machine struct {
 	NProc     int    `json:"nproc"`
 	CPUModel  string `json:"cpu_model"`
+	Memory    string `json:"memory"`
 	Kernel    string `json:"kernel"`
 	Disk      string `json:"disk"`
 	GoVersion string `json:"go_version"`
+	// LoadStart and LoadEnd are /proc/loadavg at the start and end of the
+	// run: on a shared machine they say how much else was running.
+	LoadStart string `json:"loadavg_start"`
+	LoadEnd   string `json:"loadavg_end"`
 }
 
 // ServerInfo describes one server flavour.
