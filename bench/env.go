@@ -214,9 +214,9 @@ func diskInfo(path string) string {
 	}
 	if r, err := os.ReadFile(filepath.Join(sys, "queue", "rotational")); err == nil {
 		if strings.TrimSpace(string(r)) == "0" {
-			desc += ", non-rotational"
+			desc += ", kernel flags it non-rotational"
 		} else {
-			desc += ", rotational"
+			desc += ", kernel flags it rotational (virtio disks often are, whatever backs them)"
 		}
 	}
 	if mdl, err := os.ReadFile(filepath.Join(sys, "device", "model")); err == nil && len(bytes.TrimSpace(mdl)) > 0 {
