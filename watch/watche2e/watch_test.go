@@ -443,3 +443,59 @@ func TestWatchAcrossRestart(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 }
+
+// TestWatchAcrossLeaderChange: on a three-member cluster, the leader is
+// killed and later restarted while writes go on. A watcher on a follower
+// and a watcher whose client fails over between members each see every
+// revision once, in order.
+func TestWatchAcrossLeaderChange(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three members")
+	}
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: strataBin, Size: 3})
+	leader, err := c.WaitLeader(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower := (leader + 1) % 3
+	writer := c.Client(t)
+	onFollower := c.Client(t, c.Members[follower].Endpoint())
+	failingOver := c.Client(t)
+	first := mustPut(t, writer, "l/0", "0")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w1 := onFollower.Watch(ctx, "l/", clientv3.WithPrefix(), clientv3.WithRev(first))
+	w2 := failingOver.Watch(ctx, "l/", clientv3.WithPrefix(), clientv3.WithRev(first))
+	put := func(i int) int64 {
+		t.Helper()
+		for range 100 {
+			resp, err := writer.Put(ctxT(t, 5*time.Second), fmt.Sprintf("l/%d", i%5), strconv.Itoa(i))
+			if err == nil {
+				return resp.Header.Revision
+			}
+			time.Sleep(100 * time.Millisecond) // retry while a leader is elected
+		}
+		t.Fatalf("put %d failed for 10 s", i)
+		return 0
+	}
+	for i := 1; i < 30; i++ {
+		put(i)
+	}
+	c.Members[leader].Kill()
+	var last int64
+	for i := 30; i < 60; i++ {
+		last = put(i)
+	}
+	c.Members[leader].Restart()
+	for i := 60; i < 90; i++ {
+		last = put(i)
+	}
+	for name, wch := range map[string]clientv3.WatchChan{"on a follower": w1, "failing over": w2} {
+		evs := recv(t, wch, int(last-first+1))
+		for i, ev := range evs {
+			if ev.Kv.ModRevision != first+int64(i) {
+				t.Fatalf("watcher %s: event %d has revision %d, want %d", name, i, ev.Kv.ModRevision, first+int64(i))
+			}
+		}
+	}
+}
