@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/watch"
@@ -34,9 +36,21 @@ func NewWatch(b Backend, hub *watch.Hub, limits Limits) *Watch {
 }
 
 // Watch serves one watch stream until the client or the member ends it.
+//
+// A client that asks for a leader (clientv3.WithRequireLeader, as
+// Kubernetes does) is refused when the member knows none, and its stream
+// ends with etcd's "no leader" error once the member has had none for
+// noLeaderChecks checks in a row, as etcd's monitorLeader ends it; the
+// client then moves to another member.
 func (s *Watch) Watch(stream pb.Watch_WatchServer) error {
-	ctx, cancel := context.WithCancel(stream.Context())
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	if requiresLeader(ctx) {
+		if s.b.Leader() == 0 {
+			return rpctypes.ErrGRPCNoLeader
+		}
+		go s.monitorLeader(ctx, cancel)
+	}
 	ws := s.hub.NewStream()
 	defer ws.Close()
 	recvErr := make(chan error, 1)
@@ -44,6 +58,9 @@ func (s *Watch) Watch(stream pb.Watch_WatchServer) error {
 	for {
 		resp, err := ws.Next(ctx)
 		if err != nil {
+			if errors.Is(context.Cause(ctx), errLostLeader) {
+				return rpctypes.ErrGRPCNoLeader
+			}
 			select {
 			case rerr := <-recvErr:
 				if rerr != nil {
@@ -58,6 +75,48 @@ func (s *Watch) Watch(stream pb.Watch_WatchServer) error {
 		}
 		if err := s.send(stream, resp); err != nil {
 			return err
+		}
+	}
+}
+
+// Leader monitoring of streams that require a leader.
+const (
+	noLeaderInterval = time.Second
+	noLeaderChecks   = 3
+)
+
+var errLostLeader = errors.New("watch: member lost its leader")
+
+// requiresLeader reports whether the client sent etcd's require-leader
+// metadata.
+func requiresLeader(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return false
+	}
+	v := md.Get(rpctypes.MetadataRequireLeaderKey)
+	return len(v) > 0 && v[0] == rpctypes.MetadataHasLeader
+}
+
+// monitorLeader cancels ctx with errLostLeader once the member has had no
+// leader for noLeaderChecks checks in a row.
+func (s *Watch) monitorLeader(ctx context.Context, cancel context.CancelCauseFunc) {
+	tick := time.NewTicker(noLeaderInterval)
+	defer tick.Stop()
+	missed := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if s.b.Leader() != 0 {
+			missed = 0
+			continue
+		}
+		if missed++; missed >= noLeaderChecks {
+			cancel(errLostLeader)
+			return
 		}
 	}
 }
@@ -121,16 +180,31 @@ func createRequest(c *pb.WatchCreateRequest) watch.Request {
 	return r
 }
 
-// send fills the header and sends resp, split into fragments if its
-// watcher asked for them and it is larger than the request size limit
-// (etcd's rule: never fewer than one event per fragment).
+// send fills the header and sends the response, in fragments if its
+// watcher asked for them.
 func (s *Watch) send(stream pb.Watch_WatchServer, r watch.Response) error {
-	resp := r.WatchResponse
-	fillHeader(s.b, &resp.Header, s.b.Store().Rev())
-	limit := s.limits.MaxRequestBytes
-	if !r.Fragment || limit <= 0 || len(resp.Events) < 2 || proto.Size(resp) < limit {
-		return stream.Send(resp)
+	fillHeader(s.b, &r.Header, s.b.Store().Rev())
+	limit := 0
+	if r.Fragment {
+		limit = s.limits.MaxRequestBytes
 	}
+	for _, part := range fragments(r.WatchResponse, limit) {
+		if err := stream.Send(part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fragments splits resp as etcd does when its encoding reaches limit
+// (0: never): each part carries as many events as fit under the limit but
+// at least one, all parts but the last are marked fragment, and each
+// carries the header and watch ID.
+func fragments(resp *pb.WatchResponse, limit int) []*pb.WatchResponse {
+	if limit <= 0 || len(resp.Events) < 2 || proto.Size(resp) < limit {
+		return []*pb.WatchResponse{resp}
+	}
+	var parts []*pb.WatchResponse
 	evs := resp.Events
 	for len(evs) > 0 {
 		part := &pb.WatchResponse{Header: resp.Header, WatchId: resp.WatchId, Fragment: true}
@@ -145,9 +219,7 @@ func (s *Watch) send(stream pb.Watch_WatchServer, r watch.Response) error {
 		part.Events = evs[:n]
 		evs = evs[n:]
 		part.Fragment = len(evs) > 0
-		if err := stream.Send(part); err != nil {
-			return err
-		}
+		parts = append(parts, part)
 	}
-	return nil
+	return parts
 }

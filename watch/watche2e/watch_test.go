@@ -499,3 +499,42 @@ func TestWatchAcrossLeaderChange(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchRequireLeader: a watcher created with WithRequireLeader on a
+// member that loses its quorum ends with etcd's "no leader" error, and a
+// new one is refused at once.
+func TestWatchRequireLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three members")
+	}
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: strataBin, Size: 3})
+	leader, err := c.WaitLeader(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := (leader + 1) % 3
+	cli := c.Client(t, c.Members[keep].Endpoint())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wch := cli.Watch(clientv3.WithRequireLeader(ctx), "k", clientv3.WithCreatedNotify())
+	if wr := <-wch; !wr.Created {
+		t.Fatalf("want created, got %+v", wr)
+	}
+	for i := range c.Members {
+		if i != keep {
+			c.Members[i].Kill()
+		}
+	}
+	select {
+	case wr := <-wch:
+		if wr.Err() != rpctypes.ErrNoLeader {
+			t.Fatalf("want no leader, got %+v (err %v)", wr, wr.Err())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("watch still open 20 s after the quorum was lost")
+	}
+	wr := <-cli.Watch(clientv3.WithRequireLeader(ctx), "k")
+	if wr.Err() != rpctypes.ErrNoLeader {
+		t.Fatalf("new watch without a leader: %+v (err %v)", wr, wr.Err())
+	}
+}
