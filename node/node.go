@@ -134,6 +134,9 @@ type Node struct {
 	flushc   chan uint64 // durable index reached by a background flush
 	committc chan Committed
 	done     chan struct{}
+	// flushes counts the background engine flush (at most one at a time);
+	// Run waits for it, so that nothing touches the engine after Run.
+	flushes sync.WaitGroup
 	stopOnce sync.Once
 
 	// Published by the Run goroutine for readers on other goroutines.
@@ -426,6 +429,7 @@ func (n *Node) err() error {
 // must not go on as if the write had happened.
 func (n *Node) Run(ctx context.Context) error {
 	err := n.run(ctx)
+	n.flushes.Wait()
 	if err == nil {
 		err = ErrStopped
 	}
@@ -788,7 +792,9 @@ func (n *Node) handleApplied(idx uint64) {
 		return
 	}
 	n.flushing = true
+	n.flushes.Add(1)
 	go func() {
+		defer n.flushes.Done()
 		// Flushing may take a while; it runs off the node goroutine and
 		// reports the durable index it reached.
 		if err := n.cfg.Engine.Flush(); err != nil {
