@@ -136,7 +136,7 @@ type Node struct {
 	done     chan struct{}
 	// flushes counts the background engine flush (at most one at a time);
 	// Run waits for it, so that nothing touches the engine after Run.
-	flushes sync.WaitGroup
+	flushes  sync.WaitGroup
 	stopOnce sync.Once
 
 	// Published by the Run goroutine for readers on other goroutines.
