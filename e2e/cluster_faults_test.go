@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"testing"
 	"time"
 
@@ -64,6 +65,7 @@ func recovery(t *testing.T, c *testutil.Cluster, w *workload, what string, t0 ti
 func TestClusterFaults(t *testing.T) {
 	tests := []struct {
 		name string
+		size int // members; 3 if 0
 		// fault injects the fault and repairs it; on return every member
 		// is running and connected.
 		fault func(t *testing.T, c *testutil.Cluster, w *workload)
@@ -125,6 +127,19 @@ func TestClusterFaults(t *testing.T) {
 			},
 		},
 		{
+			name: "five members: leader and a follower killed",
+			size: 5,
+			fault: func(t *testing.T, c *testutil.Cluster, w *workload) {
+				l := leaderIndex(t, c)
+				f := followers(c, l)[0]
+				c.Members[l].Kill()
+				c.Members[f].Kill()
+				recovery(t, c, w, "5 members, leader+follower kill", time.Now(), l, f)
+				w.waitAcks(t, 20, faultTimeout)
+				c.RestartMembers(l, f)
+			},
+		},
+		{
 			name: "leader paused then resumed",
 			fault: func(t *testing.T, c *testutil.Cluster, w *workload) {
 				l := leaderIndex(t, c)
@@ -137,7 +152,7 @@ func TestClusterFaults(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := startTestCluster(t, 3)
+			c := startTestCluster(t, cmp.Or(tt.size, 3))
 			w := startWorkload(t, c)
 			w.waitAcks(t, 20, faultTimeout)
 			tt.fault(t, c, w)

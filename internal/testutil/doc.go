@@ -26,6 +26,25 @@
 //	p.Kill()    // SIGKILL, then wait for the exit
 //	p.Restart() // same data dir, same ports; waits until ready
 //
+// # Clusters
+//
+// StartCluster starts N members of one binary with etcd's bootstrap flags
+// (--initial-cluster, --initial-cluster-token, --initial-cluster-state) and
+// waits for every member and a leader. Each member's advertised peer URL
+// is a Proxy, a TCP forwarder in the test process in front of its real
+// peer port, so a test can partition a member (Proxy.Blackhole drops its
+// links and refuses new ones; Heal lets them through). Members can be
+// killed (Kill), frozen (Pause/Resume: SIGSTOP/SIGCONT), restarted
+// together (Cluster.RestartMembers: a member without quorum serves only
+// serializable reads), added (AddMember, or PrepareMember + etcdctl member
+// add + JoinMember) and removed (RemoveMember). Cluster.Leader and
+// WaitLeader find the leader a majority of the reachable members agree on.
+//
+//	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: bins.Strata, Size: 3})
+//	l, _ := c.WaitLeader(10 * time.Second)
+//	c.Members[l].Proxy.Blackhole() // partition the leader
+//	l2, _ := c.WaitLeader(10*time.Second, l)
+//
 // Processes are tracked by PID only and signalled through their os.Process;
 // the harness never kills by name, and KillAll ends only what it started.
 //

@@ -1,0 +1,114 @@
+package testutil
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// echoServer accepts connections and echoes each line back until closed.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// roundTrip sends a line through a new or given connection and reads it
+// back, with a deadline so a refused link fails instead of hanging.
+func roundTrip(c net.Conn, line string) error {
+	if err := c.SetDeadline(time.Now().Add(2 * time.Second)); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		return err
+	}
+	got, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if got != line+"\n" {
+		return errors.New("echo mismatch: " + got)
+	}
+	return nil
+}
+
+func TestProxy(t *testing.T) {
+	p, err := NewProxy(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start()
+	defer p.Close()
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatalf("dial proxy: %v", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	open := dial()
+	if err := roundTrip(open, "before"); err != nil {
+		t.Fatalf("through a healthy proxy: %v", err)
+	}
+
+	p.Blackhole()
+	if !p.Blackholed() {
+		t.Fatal("Blackholed() is false after Blackhole")
+	}
+	if err := roundTrip(open, "cut"); err == nil {
+		t.Error("a connection open before Blackhole still carries data")
+	}
+	if err := roundTrip(dial(), "refused"); err == nil {
+		t.Error("a connection opened after Blackhole carries data")
+	}
+
+	p.Heal()
+	if err := roundTrip(dial(), "after"); err != nil {
+		t.Errorf("after Heal: %v", err)
+	}
+}
+
+func TestProxyTargetDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	p, err := NewProxy(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start()
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("dial proxy: %v", err)
+	}
+	defer c.Close()
+	if err := roundTrip(c, "x"); err == nil {
+		t.Error("a connection to a proxy whose target is down carries data")
+	}
+}
