@@ -154,8 +154,9 @@ func (s *KV) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.Del
 	return resp, nil
 }
 
-// Txn runs a transaction. Every transaction goes through raft, read-only
-// ones included, which keeps them linearizable.
+// Txn runs a transaction. One without writes is served like a read, from
+// the local store after a ReadIndex barrier (none if every range in it is
+// serializable), as etcd does; the others go through raft.
 func (s *KV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	if err := checkTxn(r, s.limits.MaxTxnOps); err != nil {
 		return nil, err
@@ -165,6 +166,19 @@ func (s *KV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error)
 	}
 	if _, _, err := checkIntervals(r.Failure); err != nil {
 		return nil, err
+	}
+	if mvcc.IsTxnReadOnly(r) {
+		if !txnSerializable(r) {
+			if err := s.barrier(ctx); err != nil {
+				return nil, err
+			}
+		}
+		resp, err := s.b.Store().ReadTxn(r)
+		if err != nil {
+			return nil, toGRPCError(err)
+		}
+		fillHeader(s.b, &resp.Header, s.b.Store().Rev())
+		return resp, nil
 	}
 	res, err := s.propose(ctx, &pb.InternalRaftRequest{Txn: r})
 	if err != nil {
@@ -243,4 +257,20 @@ func toGRPCError(err error) error {
 		return rpctypes.ErrGRPCTimeout
 	}
 	return err
+}
+
+// txnSerializable reports whether every range of a read-only transaction,
+// nested ones included, asks for a serializable read.
+func txnSerializable(r *pb.TxnRequest) bool {
+	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
+		for _, op := range ops {
+			if rr := op.GetRequestRange(); rr != nil && !rr.Serializable {
+				return false
+			}
+			if t := op.GetRequestTxn(); t != nil && !txnSerializable(t) {
+				return false
+			}
+		}
+	}
+	return true
 }
