@@ -153,6 +153,11 @@ type workload struct {
 	c       *testutil.Cluster
 	rec     *recorder
 	initRev int64
+	// probe is the client of probeWrite, probeID its client number;
+	// probeSeq numbers its values (used only by the test goroutine).
+	probe    *clientv3.Client
+	probeID  int
+	probeSeq int
 	// pinned names the member each serializable reader is pinned to.
 	pinned map[int]string
 	stop   chan struct{}
@@ -186,6 +191,8 @@ func startWorkload(t *testing.T, c *testutil.Cluster) *workload {
 		w.run(client, c.Client(t), w.linReader)
 		client++
 	}
+	w.probe, w.probeID = c.Client(t), client
+	client++
 	w.pinned = map[int]string{}
 	for _, m := range c.Members {
 		w.pinned[client] = m.Name()
@@ -325,29 +332,42 @@ func (w *workload) waitAcks(t *testing.T, n int, timeout time.Duration) time.Tim
 	return w.rec.mu.acks[from]
 }
 
-// firstAckAfter waits (bounded) for the first put acknowledged after t0
-// whose request was also sent after t0, and returns how long after t0 it
-// was acknowledged: the write outage a fault caused.
-func (w *workload) firstAckAfter(t *testing.T, t0 time.Time, timeout time.Duration) time.Duration {
+// probeWrite measures a fault's write outage as a client sees it that
+// retries quickly: from t0 it puts with a short timeout (250 ms) on a
+// client of its own until one put is acknowledged, and returns how long
+// after t0 that was. The probe's puts enter the history like any writer's.
+// The workload's own writers are no measure: a put in flight when the
+// leader dies waits for its client's full timeout.
+func (w *workload) probeWrite(t *testing.T, t0 time.Time, timeout time.Duration) time.Duration {
 	t.Helper()
-	call0 := t0.Sub(w.rec.start).Nanoseconds()
-	deadline := time.Now().Add(timeout)
-	for {
+	deadline := t0.Add(timeout)
+	for seq := 0; ; seq++ {
+		key, value := seq%linKeys, fmt.Sprintf("probe-%d", w.probeSeq)
+		w.probeSeq++
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		call := w.rec.now()
+		resp, err := w.probe.Put(ctx, linKey(key), value)
+		ret := w.rec.now()
+		cancel()
 		w.rec.mu.Lock()
-		best := int64(math.MaxInt64)
-		for _, op := range w.rec.mu.ops {
-			if op.Input.(linInput).put && op.Call >= call0 && op.Return < best {
-				best = op.Return
-			}
+		if err == nil {
+			w.rec.mu.ops = append(w.rec.mu.ops, porcupine.Operation{
+				ClientId: w.probeID, Call: call, Return: ret,
+				Input:  linInput{put: true, key: key, value: value},
+				Output: linOutput{rev: resp.Header.Revision},
+			})
+			w.rec.mu.acks = append(w.rec.mu.acks, time.Now())
+		} else {
+			w.rec.mu.failed = append(w.rec.mu.failed, failedPut{client: w.probeID, key: key, value: value, call: call})
 		}
 		w.rec.mu.Unlock()
-		if best != math.MaxInt64 {
-			return time.Duration(best - call0)
+		if err == nil {
+			return time.Since(t0)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("workload: no put acknowledged within %v of the fault", timeout)
+			t.Fatalf("write probe: no put acknowledged within %v of the fault: %v", timeout, err)
 		}
-		time.Sleep(10 * time.Millisecond) // poll interval
+		time.Sleep(10 * time.Millisecond) // retry interval
 	}
 }
 
