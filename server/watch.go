@@ -183,7 +183,11 @@ func createRequest(c *pb.WatchCreateRequest) watch.Request {
 // send fills the header and sends the response, in fragments if its
 // watcher asked for them.
 func (s *Watch) send(stream pb.Watch_WatchServer, r watch.Response) error {
-	fillHeader(s.b, &r.Header, s.b.Store().Rev())
+	rev := s.b.Store().Rev()
+	if r.CompactRevision != 0 {
+		rev = 0 // etcd's compacted answer carries header revision 0
+	}
+	fillHeader(s.b, &r.Header, rev)
 	limit := 0
 	if r.Fragment {
 		limit = s.limits.MaxRequestBytes

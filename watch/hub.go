@@ -382,14 +382,15 @@ func (h *Hub) catchUp() (more bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if errors.Is(err, mvcc.ErrCompacted) {
-		compactRev, rev := h.src.CompactRev(), h.src.Rev()
+		compactRev := h.src.CompactRev()
 		for _, w := range ws {
 			if w.canceled || w.nextRev >= compactRev {
 				continue
 			}
 			h.removeLocked(w)
+			// etcd's compacted answer carries header revision 0.
 			w.s.push(item{resp: &pb.WatchResponse{
-				Header: &pb.ResponseHeader{Revision: rev}, WatchId: w.id,
+				Header: &pb.ResponseHeader{}, WatchId: w.id,
 				CompactRevision: compactRev, Canceled: true,
 			}, force: true}, 0)
 		}

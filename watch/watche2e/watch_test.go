@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -22,7 +21,12 @@ import (
 	"github.com/strata-kv/strata/internal/testutil"
 )
 
-var strataBin string
+// bins are built once by TestMain: strata, and real etcd from tools/ to
+// check that the tests' expectations are etcd's.
+var (
+	bins      testutil.Binaries
+	strataBin string
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -40,18 +44,31 @@ func run(m *testing.M) int {
 		return 2
 	}
 	defer os.RemoveAll(dir)
-	strataBin = filepath.Join(dir, "strata")
-	cmd := exec.Command(filepath.Join(os.Getenv("GOROOT"), "bin", "go"), "build", "-o", strataBin, "./cmd/strata")
-	if os.Getenv("GOROOT") == "" {
-		cmd = exec.Command("go", "build", "-o", strataBin, "./cmd/strata")
-	}
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build strata: %v\n%s", err, out)
+	if bins, err = testutil.BuildBinaries(root, dir); err != nil {
+		fmt.Fprintln(os.Stderr, "build etcd from tools/:", err)
 		return 2
 	}
+	if bins.StrataErr != nil {
+		fmt.Fprintln(os.Stderr, "build strata:", bins.StrataErr)
+		return 2
+	}
+	strataBin = bins.Strata
 	defer testutil.KillAll()
 	return m.Run()
+}
+
+// flavors are the servers the semantic tests run against: strata, and
+// etcd itself as the reference.
+var flavors = []string{"strata", "etcd"}
+
+func startFlavor(t *testing.T, flavor string) (*testutil.Process, *clientv3.Client) {
+	t.Helper()
+	bin := strataBin
+	if flavor == "etcd" {
+		bin = bins.Etcd
+	}
+	p := testutil.StartProcess(t, testutil.Options{Binary: bin})
+	return p, p.Client(t)
 }
 
 func start(t *testing.T) (*testutil.Process, *clientv3.Client) {
@@ -113,127 +130,143 @@ func describe(evs []*clientv3.Event) string {
 }
 
 func TestWatchOptions(t *testing.T) {
-	_, cli := start(t)
-	r1 := mustPut(t, cli, "p/a", "1")
-	mustPut(t, cli, "q", "x")
-	mustPut(t, cli, "p/b", "1")
-	mustPut(t, cli, "p/a", "2")
-	if _, err := cli.Delete(ctxT(t, 10*time.Second), "p/a"); err != nil {
-		t.Fatal(err)
-	}
-	r := r1
-	tests := []struct {
-		name string
-		key  string
-		opts []clientv3.OpOption
-		want string
-	}{
-		{"prefix from the past", "p/", []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(r)},
-			fmt.Sprintf("PUT p/a@%d=1; PUT p/b@%d=1; PUT p/a@%d=2; DELETE p/a@%d; ", r, r+2, r+3, r+4)},
-		{"one key with prev_kv", "p/a", []clientv3.OpOption{clientv3.WithRev(r), clientv3.WithPrevKV()},
-			fmt.Sprintf("PUT p/a@%d=1; PUT p/a@%d=2 prev=1; DELETE p/a@%d prev=2; ", r, r+3, r+4)},
-		{"no put", "p/", []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(r), clientv3.WithFilterPut()},
-			fmt.Sprintf("DELETE p/a@%d; ", r+4)},
-		{"no delete", "p/a", []clientv3.OpOption{clientv3.WithRev(r + 1), clientv3.WithFilterDelete()},
-			fmt.Sprintf("PUT p/a@%d=2; ", r+3)},
-		{"range", "p/b", []clientv3.OpOption{clientv3.WithRange("r"), clientv3.WithRev(r)},
-			fmt.Sprintf("PUT q@%d=x; PUT p/b@%d=1; ", r+1, r+2)},
-		{"from key", "q", []clientv3.OpOption{clientv3.WithFromKey(), clientv3.WithRev(r)},
-			fmt.Sprintf("PUT q@%d=x; ", r+1)},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, flavor := range flavors {
+		t.Run(flavor, func(t *testing.T) {
+			_, cli := startFlavor(t, flavor)
+			r1 := mustPut(t, cli, "p/a", "1")
+			mustPut(t, cli, "q", "x")
+			mustPut(t, cli, "p/b", "1")
+			mustPut(t, cli, "p/a", "2")
+			if _, err := cli.Delete(ctxT(t, 10*time.Second), "p/a"); err != nil {
+				t.Fatal(err)
+			}
+			r := r1
+			tests := []struct {
+				name string
+				key  string
+				opts []clientv3.OpOption
+				want string
+			}{
+				{"prefix from the past", "p/", []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(r)},
+					fmt.Sprintf("PUT p/a@%d=1; PUT p/b@%d=1; PUT p/a@%d=2; DELETE p/a@%d; ", r, r+2, r+3, r+4)},
+				{"one key with prev_kv", "p/a", []clientv3.OpOption{clientv3.WithRev(r), clientv3.WithPrevKV()},
+					fmt.Sprintf("PUT p/a@%d=1; PUT p/a@%d=2 prev=1; DELETE p/a@%d prev=2; ", r, r+3, r+4)},
+				{"no put", "p/", []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(r), clientv3.WithFilterPut()},
+					fmt.Sprintf("DELETE p/a@%d; ", r+4)},
+				{"no delete", "p/a", []clientv3.OpOption{clientv3.WithRev(r + 1), clientv3.WithFilterDelete()},
+					fmt.Sprintf("PUT p/a@%d=2; ", r+3)},
+				{"range", "p/b", []clientv3.OpOption{clientv3.WithRange("r"), clientv3.WithRev(r)},
+					fmt.Sprintf("PUT q@%d=x; PUT p/b@%d=1; ", r+1, r+2)},
+				{"from key", "q", []clientv3.OpOption{clientv3.WithFromKey(), clientv3.WithRev(r)},
+					fmt.Sprintf("PUT q@%d=x; ", r+1)},
+			}
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					wch := cli.Watch(ctx, tc.key, tc.opts...)
+					n := strings.Count(tc.want, ";")
+					got := recv(t, wch, n)
+					if describe(got) != tc.want {
+						t.Fatalf("events\n got %s\nwant %s", describe(got), tc.want)
+					}
+				})
+			}
+			// Live events after the watch is created.
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			wch := cli.Watch(ctx, tc.key, tc.opts...)
-			n := strings.Count(tc.want, ";")
-			got := recv(t, wch, n)
-			if describe(got) != tc.want {
-				t.Fatalf("events\n got %s\nwant %s", describe(got), tc.want)
+			wch := cli.Watch(ctx, "live", clientv3.WithCreatedNotify())
+			if wr := <-wch; !wr.Created {
+				t.Fatalf("want created notification, got %+v", wr)
+			}
+			rev := mustPut(t, cli, "live", "v")
+			if got := describe(recv(t, wch, 1)); got != fmt.Sprintf("PUT live@%d=v; ", rev) {
+				t.Fatalf("live event %s", got)
 			}
 		})
-	}
-	// Live events after the watch is created.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	wch := cli.Watch(ctx, "live", clientv3.WithCreatedNotify())
-	if wr := <-wch; !wr.Created {
-		t.Fatalf("want created notification, got %+v", wr)
-	}
-	rev := mustPut(t, cli, "live", "v")
-	if got := describe(recv(t, wch, 1)); got != fmt.Sprintf("PUT live@%d=v; ", rev) {
-		t.Fatalf("live event %s", got)
 	}
 }
 
 func TestWatchCompacted(t *testing.T) {
-	_, cli := start(t)
-	first := mustPut(t, cli, "c", "0")
-	for i := 1; i < 10; i++ {
-		mustPut(t, cli, "c", strconv.Itoa(i))
-	}
-	if _, err := cli.Compact(ctxT(t, 10*time.Second), first+5); err != nil {
-		t.Fatal(err)
-	}
-	wch := cli.Watch(ctxT(t, 20*time.Second), "c", clientv3.WithRev(first))
-	wr := <-wch
-	if wr.CompactRevision != first+5 || !wr.Canceled || wr.Err() != rpctypes.ErrCompacted {
-		t.Fatalf("want canceled with compact revision %d, got %+v (err %v)", first+5, wr, wr.Err())
-	}
-	if _, ok := <-wch; ok {
-		t.Fatal("watch channel not closed after compaction")
-	}
-	// From the compact revision on, history is there.
-	got := recv(t, cli.Watch(ctxT(t, 20*time.Second), "c", clientv3.WithRev(first+5)), 5)
-	if got[0].Kv.ModRevision != first+5 || got[4].Kv.ModRevision != first+9 {
-		t.Fatalf("events from the compact revision: %s", describe(got))
+	for _, flavor := range flavors {
+		t.Run(flavor, func(t *testing.T) {
+			_, cli := startFlavor(t, flavor)
+			first := mustPut(t, cli, "c", "0")
+			for i := 1; i < 10; i++ {
+				mustPut(t, cli, "c", strconv.Itoa(i))
+			}
+			if _, err := cli.Compact(ctxT(t, 10*time.Second), first+5); err != nil {
+				t.Fatal(err)
+			}
+			wch := cli.Watch(ctxT(t, 20*time.Second), "c", clientv3.WithRev(first))
+			wr := <-wch
+			if wr.CompactRevision != first+5 || !wr.Canceled || wr.Err() != rpctypes.ErrCompacted {
+				t.Fatalf("want canceled with compact revision %d, got %+v (err %v)", first+5, wr, wr.Err())
+			}
+			if _, ok := <-wch; ok {
+				t.Fatal("watch channel not closed after compaction")
+			}
+			// From the compact revision on, history is there.
+			got := recv(t, cli.Watch(ctxT(t, 20*time.Second), "c", clientv3.WithRev(first+5)), 5)
+			if got[0].Kv.ModRevision != first+5 || got[4].Kv.ModRevision != first+9 {
+				t.Fatalf("events from the compact revision: %s", describe(got))
+			}
+		})
 	}
 }
 
 func TestWatchProgress(t *testing.T) {
-	_, cli := start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	wch := cli.Watch(ctx, "nothing-here", clientv3.WithCreatedNotify())
-	<-wch
-	rev := mustPut(t, cli, "elsewhere", "v")
-	if err := cli.RequestProgress(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case wr := <-wch:
-		if !wr.IsProgressNotify() || wr.Header.Revision < rev {
-			t.Fatalf("want a progress notification at >= %d, got %+v", rev, wr)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no progress notification")
+	for _, flavor := range flavors {
+		t.Run(flavor, func(t *testing.T) {
+			_, cli := startFlavor(t, flavor)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			wch := cli.Watch(ctx, "nothing-here", clientv3.WithCreatedNotify())
+			<-wch
+			rev := mustPut(t, cli, "elsewhere", "v")
+			if err := cli.RequestProgress(ctx); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case wr := <-wch:
+				if !wr.IsProgressNotify() || wr.Header.Revision < rev {
+					t.Fatalf("want a progress notification at >= %d, got %+v", rev, wr)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no progress notification")
+			}
+		})
 	}
 }
 
 func TestWatchFragment(t *testing.T) {
-	// 3 MiB in one transaction, over the 1.5 MiB request limit: with
-	// fragment the response arrives in pieces and clientv3 joins them.
-	p, cli := start(t)
-	_ = p
-	val := strings.Repeat("x", 500*1024)
-	var ops []clientv3.Op
-	for i := range 6 {
-		ops = append(ops, clientv3.OpPut(fmt.Sprintf("f/%d", i), val))
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	wch := cli.Watch(ctx, "f/", clientv3.WithPrefix(), clientv3.WithFragment(), clientv3.WithCreatedNotify())
-	<-wch
-	if _, err := cli.Txn(ctxT(t, 20*time.Second)).Then(ops[:2]...).Commit(); err != nil {
-		t.Fatal(err)
-	}
-	for i := 2; i < 6; i += 2 {
-		if _, err := cli.Txn(ctxT(t, 20*time.Second)).Then(ops[i : i+2]...).Commit(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if got := recv(t, wch, 6); len(got) != 6 {
-		t.Fatalf("want 6 events, got %d", len(got))
+	for _, flavor := range flavors {
+		t.Run(flavor, func(t *testing.T) {
+			// 3 MiB in one transaction, over the 1.5 MiB request limit: with
+			// fragment the response arrives in pieces and clientv3 joins them.
+			p, cli := startFlavor(t, flavor)
+			_ = p
+			val := strings.Repeat("x", 500*1024)
+			var ops []clientv3.Op
+			for i := range 6 {
+				ops = append(ops, clientv3.OpPut(fmt.Sprintf("f/%d", i), val))
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			wch := cli.Watch(ctx, "f/", clientv3.WithPrefix(), clientv3.WithFragment(), clientv3.WithCreatedNotify())
+			<-wch
+			if _, err := cli.Txn(ctxT(t, 20*time.Second)).Then(ops[:2]...).Commit(); err != nil {
+				t.Fatal(err)
+			}
+			for i := 2; i < 6; i += 2 {
+				if _, err := cli.Txn(ctxT(t, 20*time.Second)).Then(ops[i : i+2]...).Commit(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := recv(t, wch, 6); len(got) != 6 {
+				t.Fatalf("want 6 events, got %d", len(got))
+			}
+		})
 	}
 }
 
@@ -537,4 +570,126 @@ func TestWatchRequireLeader(t *testing.T) {
 	if wr.Err() != rpctypes.ErrNoLeader {
 		t.Fatalf("new watch without a leader: %+v (err %v)", wr, wr.Err())
 	}
+}
+
+// TestWatchProtocolMatchesEtcd runs one script of raw watch requests
+// against strata and against etcd and compares every response, field by
+// field (headers reduced to the revision): automatic and chosen watch IDs,
+// duplicate IDs, an empty range, cancel of a known and an unknown ID,
+// RequestProgress, a compacted start revision, prev_kv and filters.
+func TestWatchProtocolMatchesEtcd(t *testing.T) {
+	create := func(c *pb.WatchCreateRequest) *pb.WatchRequest {
+		return &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: c}}
+	}
+	cancelReq := func(id int64) *pb.WatchRequest {
+		return &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{CancelRequest: &pb.WatchCancelRequest{WatchId: id}}}
+	}
+	progress := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}}
+	type step struct {
+		name string
+		req  *pb.WatchRequest
+		do   func(t *testing.T, cli *clientv3.Client)
+	}
+	steps := []step{
+		{name: "history", do: func(t *testing.T, cli *clientv3.Client) {
+			mustPut(t, cli, "a", "1")                                          // 2
+			mustPut(t, cli, "b", "1")                                          // 3
+			mustPut(t, cli, "a", "2")                                          // 4
+			if _, err := cli.Delete(ctxT(t, 5*time.Second), "a"); err != nil { // 5
+				t.Fatal(err)
+			}
+		}},
+		{name: "auto id, past, prev_kv", req: create(&pb.WatchCreateRequest{Key: []byte("a"), StartRevision: 2, PrevKv: true})},
+		{name: "auto id, prefix, no put", req: create(&pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: []byte("b"), StartRevision: 1, Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT}})},
+		{name: "chosen id", req: create(&pb.WatchCreateRequest{Key: []byte("b"), WatchId: 5})},
+		{name: "duplicate id", req: create(&pb.WatchCreateRequest{Key: []byte("c"), WatchId: 5})},
+		{name: "empty range", req: create(&pb.WatchCreateRequest{Key: []byte("b"), RangeEnd: []byte("a")})},
+		{name: "empty key, from key", req: create(&pb.WatchCreateRequest{RangeEnd: []byte{0}, StartRevision: 3})},
+		{name: "live", do: func(t *testing.T, cli *clientv3.Client) { mustPut(t, cli, "b", "2") }},
+		{name: "cancel", req: cancelReq(5)},
+		{name: "cancel unknown", req: cancelReq(99)},
+		{name: "progress", req: progress},
+		{name: "compact", do: func(t *testing.T, cli *clientv3.Client) {
+			if _, err := cli.Compact(ctxT(t, 5*time.Second), 4); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "compacted start", req: create(&pb.WatchCreateRequest{Key: []byte("a"), StartRevision: 3})},
+		{name: "at compact revision", req: create(&pb.WatchCreateRequest{Key: []byte("a"), StartRevision: 4})},
+	}
+	got := map[string][]string{}
+	for _, flavor := range flavors {
+		_, cli := startFlavor(t, flavor)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		stream, err := pb.NewWatchClient(cli.ActiveConnection()).Watch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resps := make(chan *pb.WatchResponse, 100)
+		go func() {
+			for {
+				r, err := stream.Recv()
+				if err != nil {
+					close(resps)
+					return
+				}
+				resps <- r
+			}
+		}()
+		for _, st := range steps {
+			if st.do != nil {
+				st.do(t, cli)
+			} else if err := stream.Send(st.req); err != nil {
+				t.Fatal(err)
+			}
+			// Everything a step causes arrives well within 500 ms of
+			// silence on loopback; this is a quiet period, not a sync.
+			var out []string
+			for done := false; !done; {
+				select {
+				case r, ok := <-resps:
+					if !ok {
+						t.Fatalf("%s: stream ended", flavor)
+					}
+					r.Header = &pb.ResponseHeader{Revision: r.Header.GetRevision()}
+					out = append(out, prototextOf(r))
+				case <-time.After(500 * time.Millisecond):
+					done = true
+				}
+			}
+			got[flavor] = append(got[flavor], st.name+": "+strings.Join(out, " | "))
+		}
+	}
+	for i := range steps {
+		if got["strata"][i] != got["etcd"][i] {
+			t.Errorf("step %d differs:\nstrata %s\netcd   %s", i, got["strata"][i], got["etcd"][i])
+		}
+	}
+}
+
+func prototextOf(r *pb.WatchResponse) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "{rev %d id %d", r.Header.GetRevision(), r.WatchId)
+	if r.Created {
+		b.WriteString(" created")
+	}
+	if r.Canceled {
+		fmt.Fprintf(&b, " canceled %q", r.CancelReason)
+	}
+	if r.CompactRevision != 0 {
+		fmt.Fprintf(&b, " compact %d", r.CompactRevision)
+	}
+	if r.Fragment {
+		b.WriteString(" fragment")
+	}
+	for _, ev := range r.Events {
+		fmt.Fprintf(&b, " [%s %v", ev.Type, ev.Kv)
+		if ev.PrevKv != nil {
+			fmt.Fprintf(&b, " prev %v", ev.PrevKv)
+		}
+		b.WriteString("]")
+	}
+	b.WriteString("}")
+	return b.String()
 }
