@@ -13,6 +13,7 @@ type group struct {
 	keys   map[string][]*watcher
 	ranges []*watcher
 	n      int
+	prev   int // watchers that want prev_kv
 }
 
 func newGroup() *group { return &group{keys: map[string][]*watcher{}} }
@@ -27,6 +28,9 @@ func (g *group) add(w *watcher) {
 		g.ranges = append(g.ranges, w)
 	}
 	g.n++
+	if w.prevKV {
+		g.prev++
+	}
 }
 
 // remove takes w out of the group in O(1) (swap with the last).
@@ -48,6 +52,9 @@ func (g *group) remove(w *watcher) {
 		g.ranges = g.ranges[:len(g.ranges)-1]
 	}
 	g.n--
+	if w.prevKV {
+		g.prev--
+	}
 }
 
 // each calls fn for every watcher whose range holds key.

@@ -246,10 +246,7 @@ func (h *Hub) dispatch() (more bool, err error) {
 		h.mu.Unlock()
 		return false, nil
 	}
-	wantPrev := false
-	for w := range h.syncedAll() {
-		wantPrev = wantPrev || w.prevKV
-	}
+	wantPrev := h.mu.synced.prev > 0
 	h.mu.Unlock()
 
 	// The scan reads every event, without the lock: Watch and Cancel go on

@@ -451,3 +451,103 @@ func collect(t *testing.T, s *Stream, ws []*watchModel) {
 		}
 	}
 }
+
+func TestGroup(t *testing.T) {
+	g := newGroup()
+	ws := map[string]*watcher{
+		"a":     {key: []byte("a")},
+		"a2":    {key: []byte("a")},
+		"b":     {key: []byte("b")},
+		"[a,c)": {key: []byte("a"), end: []byte("c")},
+		"[b,)":  {key: []byte("b"), end: []byte{}},
+		"[c,d)": {key: []byte("c"), end: []byte("d")},
+	}
+	for _, w := range ws {
+		g.add(w)
+	}
+	g.remove(ws["a"])
+	g.remove(ws["[a,c)"])
+	g.add(ws["[a,c)"])
+	g.remove(ws["[c,d)"])
+	tests := []struct {
+		key  string
+		want []string
+	}{
+		{"a", []string{"[a,c)", "a2"}},
+		{"b", []string{"[a,c)", "[b,)", "b"}},
+		{"bz", []string{"[a,c)", "[b,)"}},
+		{"c", []string{"[b,)"}},
+		{"", nil},
+	}
+	for _, tc := range tests {
+		var got []string
+		g.each([]byte(tc.key), func(w *watcher) {
+			for name, x := range ws {
+				if x == w {
+					got = append(got, name)
+				}
+			}
+		})
+		sortStrings(got)
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("key %q: got %v, want %v", tc.key, got, tc.want)
+		}
+	}
+	if g.n != 4 {
+		t.Fatalf("n = %d, want 4", g.n)
+	}
+}
+
+func sortStrings(s []string) {
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+}
+
+// TestStalledStreamBounded: a stream nobody reads holds at most QueueLen
+// event responses however many writes go on; its watcher falls back to
+// unsynced and, once the stream is read, catches up from the engine with
+// every event once, in order.
+func TestStalledStreamBounded(t *testing.T) {
+	const queue, writes = 8, 500
+	e := newEnv(t, Options{QueueLen: queue, ScanLimit: 50})
+	s := e.hub.NewStream()
+	id, _ := s.Watch(Request{Key: []byte("k/"), End: []byte("k0"), PrevKV: true})
+	next(t, s)
+	other := e.hub.NewStream()
+	oid, _ := other.Watch(Request{Key: []byte("k/"), End: []byte("k0")})
+	next(t, other)
+	got := 0
+	for i := range writes {
+		e.put(fmt.Sprintf("k/%d", i%10), fmt.Sprint(i))
+		// The other stream is read as writes go on and keeps up.
+		for other.Queued() > 0 {
+			r := next(t, other)
+			if r.WatchId != oid {
+				t.Fatalf("unexpected %v", r)
+			}
+			got += len(r.Events)
+		}
+		if n := s.Queued(); n > queue {
+			t.Fatalf("stalled stream holds %d responses, bound %d", n, queue)
+		}
+	}
+	waitFor(t, func() bool { return e.hub.Rev() == e.store.Rev() })
+	for got < writes {
+		got += len(next(t, other).Events)
+	}
+	if st := e.hub.Stats(); st.Unsynced != 1 {
+		t.Fatalf("stats %+v: want the stalled watcher unsynced", st)
+	}
+	evs := eventsOf(t, s, id, writes)
+	for i, ev := range evs {
+		if ev.Kv.ModRevision != int64(i+2) || (i >= 10 && ev.PrevKv == nil) {
+			t.Fatalf("event %d: %s", i, describe(evs[i:i+1]))
+		}
+	}
+	none(t, e, s)
+}
