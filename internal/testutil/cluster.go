@@ -299,13 +299,9 @@ func (c *Cluster) RemoveMember(i int) (exitedByItself bool) {
 // serves no linearizable reads, so WaitReady's Get would never succeed.
 func (p *Process) waitServing(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{p.clientURL},
-		DialTimeout: time.Second,
-		Logger:      zap.NewNop(),
-	})
+	cli, err := probeClient(p.clientURL)
 	if err != nil {
-		return fmt.Errorf("client for %s: %w", p.clientURL, err)
+		return err
 	}
 	defer cli.Close()
 	var lastErr error
@@ -328,13 +324,9 @@ func (p *Process) waitServing(timeout time.Duration) error {
 
 // status asks one endpoint for its Maintenance.Status.
 func status(ctx context.Context, endpoint string) (*clientv3.StatusResponse, error) {
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{endpoint},
-		DialTimeout: time.Second,
-		Logger:      zap.NewNop(),
-	})
+	cli, err := probeClient(endpoint)
 	if err != nil {
-		return nil, fmt.Errorf("client for %s: %w", endpoint, err)
+		return nil, err
 	}
 	defer cli.Close()
 	return cli.Status(ctx, endpoint)
