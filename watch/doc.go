@@ -33,7 +33,8 @@
 // not fit; here a watcher whose response does not fit keeps nothing: it
 // goes to unsynced and reads those events again from the engine later. So
 // the memory a watcher costs is its fixed state, plus at most its stream's
-// queue (QueueLen responses), however far it falls behind.
+// queue (QueueLen responses and QueueBytes of keys and values, give or
+// take one response), however far it falls behind.
 //
 // # Invariants
 //

@@ -53,6 +53,10 @@ type Options struct {
 	// watcher whose response does not fit falls behind (unsynced) and
 	// catches up from the engine later. 0 means 1024.
 	QueueLen int
+	// QueueBytes bounds the keys and values (previous ones included) a
+	// stream queues, the same way; a response is always accepted by an
+	// empty queue, so one larger than the bound still goes. 0 means 16 MiB.
+	QueueBytes int
 	// ScanLimit bounds the events one engine scan returns. 0 means 1000.
 	ScanLimit int
 	// Logger; nil means zap.NewNop().
@@ -120,6 +124,9 @@ func New(src Source, opts Options) *Hub {
 	}
 	if opts.QueueLen <= 0 {
 		opts.QueueLen = 1024
+	}
+	if opts.QueueBytes <= 0 {
+		opts.QueueBytes = 16 << 20
 	}
 	if opts.ScanLimit <= 0 {
 		opts.ScanLimit = 1000
@@ -285,7 +292,7 @@ func (h *Hub) dispatch() (more bool, err error) {
 	}
 	for _, w := range order {
 		resp := &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: through}, WatchId: w.id, Events: per[w]}
-		if !w.s.push(item{resp: resp, w: w}, h.opts.QueueLen) {
+		if !w.s.push(item{resp: resp, w: w}) {
 			h.unsyncLocked(w, from+1)
 		}
 	}
@@ -356,7 +363,7 @@ func (h *Hub) catchUp() (more bool, err error) {
 	var ws []*watcher
 	minRev := int64(-1)
 	for w := range h.mu.unsynced {
-		if !w.s.hasRoom(h.opts.QueueLen) {
+		if !w.s.hasRoom() {
 			continue
 		}
 		// pos of an unsynced watcher is unused by the hub's groups, so
@@ -389,7 +396,7 @@ func (h *Hub) catchUp() (more bool, err error) {
 			w.s.push(item{resp: &pb.WatchResponse{
 				Header: &pb.ResponseHeader{}, WatchId: w.id,
 				CompactRevision: compactRev, Canceled: true,
-			}, force: true}, 0)
+			}, force: true})
 		}
 		return true, nil
 	}
@@ -412,7 +419,7 @@ func (h *Hub) catchUp() (more bool, err error) {
 		}
 		if evs := per[w]; len(evs) > 0 {
 			resp := &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: through}, WatchId: w.id, Events: evs}
-			if !w.s.push(item{resp: resp, w: w}, h.opts.QueueLen) {
+			if !w.s.push(item{resp: resp, w: w}) {
 				continue
 			}
 		}
@@ -473,7 +480,7 @@ func (h *Hub) progressNotify() {
 		if !w.progress || w.nextRev > h.mu.rev+1 {
 			continue
 		}
-		w.s.push(item{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: h.mu.rev}, WatchId: w.id}, w: w}, h.opts.QueueLen)
+		w.s.push(item{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: h.mu.rev}, WatchId: w.id}, w: w})
 	}
 }
 
@@ -498,7 +505,7 @@ func (h *Hub) tryProgressLocked(s *Stream, need int64) bool {
 			return false
 		}
 	}
-	s.push(item{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: h.mu.rev}, WatchId: ProgressWatchID}, force: true}, 0)
+	s.push(item{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: h.mu.rev}, WatchId: ProgressWatchID}, force: true})
 	return true
 }
 

@@ -551,3 +551,28 @@ func TestStalledStreamBounded(t *testing.T) {
 	}
 	none(t, e, s)
 }
+
+// TestStalledStreamByteBound: with large values the byte bound, not the
+// response count, limits what a stalled stream holds.
+func TestStalledStreamByteBound(t *testing.T) {
+	const valSize, bound = 10 << 10, 64 << 10
+	e := newEnv(t, Options{QueueBytes: bound})
+	s := e.hub.NewStream()
+	id, _ := s.Watch(Request{Key: []byte("k")})
+	next(t, s)
+	val := string(bytes.Repeat([]byte("v"), valSize))
+	for range 100 {
+		e.put("k", val)
+		waitFor(t, func() bool { return e.hub.Rev() == e.store.Rev() })
+		s.qmu.Lock()
+		b := s.bytes
+		s.qmu.Unlock()
+		if b > bound+valSize+1 {
+			t.Fatalf("stalled stream holds %d bytes, bound %d", b, bound)
+		}
+	}
+	if n := len(eventsOf(t, s, id, 100)); n != 100 {
+		t.Fatalf("%d events after catch-up", n)
+	}
+	none(t, e, s)
+}

@@ -46,6 +46,7 @@ type Stream struct {
 	qmu    sync.Mutex
 	queue  []item
 	events int  // queued items that may be dropped (event or periodic progress)
+	bytes  int  // keys and values in those items
 	full   bool // a push was refused since the queue last shrank
 	closed bool
 }
@@ -56,6 +57,20 @@ type item struct {
 	resp  *pb.WatchResponse
 	w     *watcher
 	force bool // a control response: queued even when the queue is full
+	size  int  // keys and values it carries, set by push
+}
+
+// payload counts the keys and values of resp's events, the part of a
+// response that can be large.
+func payload(resp *pb.WatchResponse) int {
+	n := 0
+	for _, ev := range resp.Events {
+		n += len(ev.Kv.GetKey()) + len(ev.Kv.GetValue())
+		if ev.PrevKv != nil {
+			n += len(ev.PrevKv.Key) + len(ev.PrevKv.Value)
+		}
+	}
+	return n
 }
 
 // Response is what Next returns: a response and whether its watcher asked
@@ -88,7 +103,7 @@ func (s *Stream) Watch(r Request) (int64, error) {
 	storeRev := h.src.Rev()
 	fail := func(err error) (int64, error) {
 		s.push(item{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: storeRev}, WatchId: -1,
-			Created: true, Canceled: true, CancelReason: err.Error()}, force: true}, 0)
+			Created: true, Canceled: true, CancelReason: err.Error()}, force: true})
 		return -1, err
 	}
 	if h.mu.closed {
@@ -121,7 +136,7 @@ func (s *Stream) Watch(r Request) (int64, error) {
 	s.watchers[id] = w
 	// Created before any event: the push comes before the watcher joins a
 	// group, and both happen under Hub.mu, which every event push holds.
-	s.push(item{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: storeRev}, WatchId: id, Created: true}, force: true}, 0)
+	s.push(item{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: storeRev}, WatchId: id, Created: true}, force: true})
 	if start > h.mu.rev {
 		w.synced = true
 		h.mu.synced.add(w)
@@ -143,7 +158,7 @@ func (s *Stream) Cancel(id int64) bool {
 		return false
 	}
 	h.removeLocked(w)
-	s.push(item{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: h.src.Rev()}, WatchId: id, Canceled: true}, force: true}, 0)
+	s.push(item{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: h.src.Rev()}, WatchId: id, Canceled: true}, force: true})
 	h.answerProgressLocked() // the canceled watcher may have been the one holding it back
 	return true
 }
@@ -183,22 +198,25 @@ func (s *Stream) Close() {
 	s.signal()
 }
 
-// push queues a response. A droppable item is refused when limit such
-// items are queued already (then the stream is marked full and the hub is
-// woken when it drains); a forced one is always queued.
-func (s *Stream) push(it item, limit int) bool {
+// push queues a response. A droppable item is refused when QueueLen such
+// items, or QueueBytes of keys and values, are queued already (then the
+// stream is marked full and wakes the hub when it drains); a forced one is
+// always queued.
+func (s *Stream) push(it item) bool {
 	s.qmu.Lock()
 	if s.closed {
 		s.qmu.Unlock()
 		return true // nobody will read it; the watcher need not fall behind
 	}
 	if !it.force {
-		if s.events >= limit {
+		it.size = payload(it.resp)
+		if s.events >= s.h.opts.QueueLen || (s.events > 0 && s.bytes+it.size > s.h.opts.QueueBytes) {
 			s.full = true
 			s.qmu.Unlock()
 			return false
 		}
 		s.events++
+		s.bytes += it.size
 	}
 	s.queue = append(s.queue, it)
 	s.qmu.Unlock()
@@ -213,12 +231,12 @@ func (s *Stream) signal() {
 	}
 }
 
-// hasRoom reports whether a droppable push would be accepted. If not,
-// the stream wakes the hub when it drains, as after a refused push.
-func (s *Stream) hasRoom(limit int) bool {
+// hasRoom reports whether a droppable push may be accepted. If not, the
+// stream wakes the hub when it drains, as after a refused push.
+func (s *Stream) hasRoom() bool {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
-	if s.events >= limit {
+	if s.events >= s.h.opts.QueueLen || s.bytes >= s.h.opts.QueueBytes {
 		s.full = true
 		return false
 	}
@@ -274,6 +292,7 @@ func (s *Stream) Next(ctx context.Context) (Response, error) {
 			}
 			if !it.force {
 				s.events--
+				s.bytes -= it.size
 			}
 			wake := s.full
 			s.full = false
