@@ -589,6 +589,7 @@ func TestWatchProtocolMatchesEtcd(t *testing.T) {
 		name string
 		req  *pb.WatchRequest
 		do   func(t *testing.T, cli *clientv3.Client)
+		n    int // responses the step causes on etcd
 	}
 	steps := []step{
 		{name: "history", do: func(t *testing.T, cli *clientv3.Client) {
@@ -599,23 +600,23 @@ func TestWatchProtocolMatchesEtcd(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{name: "auto id, past, prev_kv", req: create(&pb.WatchCreateRequest{Key: []byte("a"), StartRevision: 2, PrevKv: true})},
-		{name: "auto id, prefix, no put", req: create(&pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: []byte("b"), StartRevision: 1, Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT}})},
-		{name: "chosen id", req: create(&pb.WatchCreateRequest{Key: []byte("b"), WatchId: 5})},
-		{name: "duplicate id", req: create(&pb.WatchCreateRequest{Key: []byte("c"), WatchId: 5})},
-		{name: "empty range", req: create(&pb.WatchCreateRequest{Key: []byte("b"), RangeEnd: []byte("a")})},
-		{name: "empty key, from key", req: create(&pb.WatchCreateRequest{RangeEnd: []byte{0}, StartRevision: 3})},
-		{name: "live", do: func(t *testing.T, cli *clientv3.Client) { mustPut(t, cli, "b", "2") }},
-		{name: "cancel", req: cancelReq(5)},
+		{name: "auto id, past, prev_kv", req: create(&pb.WatchCreateRequest{Key: []byte("a"), StartRevision: 2, PrevKv: true}), n: 2},
+		{name: "auto id, prefix, no put", req: create(&pb.WatchCreateRequest{Key: []byte("a"), RangeEnd: []byte("b"), StartRevision: 1, Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT}}), n: 2},
+		{name: "chosen id", req: create(&pb.WatchCreateRequest{Key: []byte("b"), WatchId: 5}), n: 1},
+		{name: "duplicate id", req: create(&pb.WatchCreateRequest{Key: []byte("c"), WatchId: 5}), n: 1},
+		{name: "empty range", req: create(&pb.WatchCreateRequest{Key: []byte("b"), RangeEnd: []byte("a")}), n: 1},
+		{name: "empty key, from key", req: create(&pb.WatchCreateRequest{RangeEnd: []byte{0}, StartRevision: 3}), n: 2},
+		{name: "live", do: func(t *testing.T, cli *clientv3.Client) { mustPut(t, cli, "b", "2") }, n: 2},
+		{name: "cancel", req: cancelReq(5), n: 1},
 		{name: "cancel unknown", req: cancelReq(99)},
-		{name: "progress", req: progress},
+		{name: "progress", req: progress, n: 1},
 		{name: "compact", do: func(t *testing.T, cli *clientv3.Client) {
 			if _, err := cli.Compact(ctxT(t, 5*time.Second), 4); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{name: "compacted start", req: create(&pb.WatchCreateRequest{Key: []byte("a"), StartRevision: 3})},
-		{name: "at compact revision", req: create(&pb.WatchCreateRequest{Key: []byte("a"), StartRevision: 4})},
+		{name: "compacted start", req: create(&pb.WatchCreateRequest{Key: []byte("a"), StartRevision: 3}), n: 2},
+		{name: "at compact revision", req: create(&pb.WatchCreateRequest{Key: []byte("a"), StartRevision: 4}), n: 2},
 	}
 	got := map[string][]string{}
 	for _, flavor := range flavors {
@@ -643,10 +644,14 @@ func TestWatchProtocolMatchesEtcd(t *testing.T) {
 			} else if err := stream.Send(st.req); err != nil {
 				t.Fatal(err)
 			}
-			// Everything a step causes arrives well within 500 ms of
-			// silence on loopback; this is a quiet period, not a sync.
+			// Wait (bounded) for the responses etcd gives, then a short
+			// quiet period to catch any extra one.
 			var out []string
 			for done := false; !done; {
+				wait := 200 * time.Millisecond
+				if len(out) < st.n {
+					wait = 10 * time.Second
+				}
 				select {
 				case r, ok := <-resps:
 					if !ok {
@@ -654,9 +659,13 @@ func TestWatchProtocolMatchesEtcd(t *testing.T) {
 					}
 					r.Header = &pb.ResponseHeader{Revision: r.Header.GetRevision()}
 					out = append(out, prototextOf(r))
-				case <-time.After(500 * time.Millisecond):
+				case <-time.After(wait):
 					done = true
 				}
+			}
+			// etcd notifies the watchers of one key in map order.
+			if st.name == "live" {
+				sort.Strings(out)
 			}
 			got[flavor] = append(got[flavor], st.name+": "+strings.Join(out, " | "))
 		}
