@@ -70,6 +70,7 @@ type Applier struct {
 	}
 	members   atomic.Pointer[[]*pb.Member]
 	confState atomic.Pointer[raftpb.ConfState]
+	alarms    atomic.Pointer[[]*pb.AlarmMember] // see alarm.go
 
 	// Set before Run, read only by the applier goroutine.
 	install          func(snap *raftpb.Snapshot) error
@@ -121,7 +122,7 @@ func (a *Applier) load() error {
 		}
 		a.confState.Store(&cs)
 	}
-	return nil
+	return a.loadAlarms()
 }
 
 // SetProgress sets the receiver of applied-index reports. It must be called
@@ -389,7 +390,13 @@ func requestID(r *pb.InternalRaftRequest) uint64 {
 // refuses (a compacted revision, a missing lease) is a Result with an
 // error, not a failure of the applier: every member refuses it the same way.
 func (a *Applier) applyRequest(w *mvcc.WriteBatch, r *pb.InternalRaftRequest, members *[]*pb.Member) (Result, bool, error) {
+	if err := a.refusedByAlarm(r); err != nil {
+		return Result{Err: err}, false, nil
+	}
 	switch {
+	case r.Alarm != nil:
+		res, err := a.applyAlarm(w, r.Alarm)
+		return res, false, err
 	case r.Put != nil:
 		resp, err := w.Put(r.Put)
 		return Result{Response: resp, Err: err}, false, nil

@@ -95,6 +95,11 @@ type Config struct {
 	// WatchProgressNotifyInterval is etcd's --watch-progress-notify-interval
 	// (0: 10 minutes).
 	WatchProgressNotifyInterval time.Duration
+	// InitialCorruptCheck and CorruptCheckTime are etcd's corruption
+	// checks (--experimental-initial-corrupt-check, --corrupt-check-time;
+	// 0: no periodic check); see maintenance.go.
+	InitialCorruptCheck bool
+	CorruptCheckTime    time.Duration
 
 	Logger *zap.Logger
 }
@@ -378,6 +383,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	if m.compactor != nil {
 		m.compactor.Run()
 	}
+	m.startMaintenance(ctx)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -605,6 +611,9 @@ func equalStrings(a, b []string) bool {
 
 // Propose implements server.Backend.
 func (m *Member) Propose(ctx context.Context, req *pb.InternalRaftRequest) (apply.Result, error) {
+	if err := m.checkQuota(ctx, req); err != nil {
+		return apply.Result{}, err
+	}
 	id := m.nextRequestID()
 	req.Header = &pb.RequestHeader{ID: id}
 	data, err := proto.Marshal(req)

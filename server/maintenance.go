@@ -2,6 +2,12 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/version"
@@ -12,23 +18,42 @@ import (
 // server version treat strata as that etcd.
 var EtcdVersion = version.Version
 
-// Maintenance implements the parts of etcd's Maintenance service that a
-// single member answers today: Status and Alarm listing. The rest answer
-// codes.Unimplemented.
+// Maintenance implements etcd's Maintenance service. Status, HashKV and
+// MoveLeader need only the Backend; Snapshot, Hash, Defragment and alarms
+// need a MaintenanceBackend (the member), and answer codes.Unimplemented
+// without one. Downgrade is refused: strata has one storage version.
 type Maintenance struct {
 	pb.UnimplementedMaintenanceServer
 	b     Backend
 	quota int64
 }
 
+// MaintenanceBackend is what the member provides beyond Backend for the
+// Maintenance service.
+type MaintenanceBackend interface {
+	// WriteBackup streams a backup of a consistent view of the store to w
+	// (snapshot.WriteBackup's format) and returns the bytes written.
+	WriteBackup(ctx context.Context, w io.Writer) (int64, error)
+	// Hash hashes the whole MVCC key space and returns the revision the
+	// hashed view holds.
+	Hash() (hash uint32, rev int64, err error)
+	// Defragment starts reclaiming space and returns.
+	Defragment() error
+	// Alarms lists the raised alarms.
+	Alarms() []*pb.AlarmMember
+	// ProposeAlarm replicates an alarm (de)activation.
+	ProposeAlarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error)
+}
+
 // NewMaintenance returns the Maintenance service over b. quota is
-// --quota-backend-bytes, reported as is (strata enforces no quota).
+// --quota-backend-bytes (0: no quota), reported by Status.
 func NewMaintenance(b Backend, quota int64) *Maintenance {
 	return &Maintenance{b: b, quota: quota}
 }
 
 // Status reports the member's raft and storage state, as `etcdctl endpoint
-// status` shows it.
+// status` shows it. DbSize and DbSizeInUse are both the engine's files on
+// disk: an LSM tree has no free pages inside its files to tell apart.
 func (m *Maintenance) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
 	st := m.b.Status()
 	resp := &pb.StatusResponse{
@@ -40,26 +65,155 @@ func (m *Maintenance) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.Stat
 		RaftTerm:         m.b.Term(),
 		RaftAppliedIndex: st.AppliedIndex,
 		IsLearner:        st.IsLearner,
-		StorageVersion:   EtcdVersion,
+		StorageVersion:   StorageVersion,
 		DbSizeQuota:      m.quota,
+		DowngradeInfo:    &pb.DowngradeInfo{Enabled: false},
 	}
 	if resp.Leader == 0 {
 		resp.Errors = append(resp.Errors, "etcdserver: no leader")
+	}
+	if mb, ok := m.b.(MaintenanceBackend); ok {
+		for _, a := range mb.Alarms() {
+			resp.Errors = append(resp.Errors, fmt.Sprintf("memberID:%d alarm:%s", a.MemberID, a.Alarm))
+		}
 	}
 	fillHeader(m.b, &resp.Header, m.b.Store().Rev())
 	return resp, nil
 }
 
-// Alarm lists alarms. strata raises none yet (no space quota, no
-// corruption check), so the list is empty; activating or deactivating an
-// alarm is refused as unimplemented by the embedded server.
-func (m *Maintenance) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	if r.Action != pb.AlarmRequest_GET {
-		return m.UnimplementedMaintenanceServer.Alarm(ctx, r)
+// StorageVersion is the storage version Status reports: etcd's major.minor
+// whose API strata serves.
+var StorageVersion = func() string {
+	v := EtcdVersion
+	if i := strings.LastIndexByte(v, '.'); i > 0 {
+		return v[:i] + ".0"
 	}
+	return v
+}()
+
+// Alarm lists, raises or clears alarms. GET lists the raised alarms of the
+// type asked (NONE: all); ACTIVATE and DEACTIVATE go through raft, so every
+// member applies them, and answer the alarms they changed, as etcd does.
+func (m *Maintenance) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	mb, ok := m.b.(MaintenanceBackend)
 	resp := &pb.AlarmResponse{}
+	switch {
+	case r.Action == pb.AlarmRequest_GET:
+		if ok {
+			for _, a := range mb.Alarms() {
+				if r.Alarm == pb.AlarmType_NONE || a.Alarm == r.Alarm {
+					resp.Alarms = append(resp.Alarms, a)
+				}
+			}
+		}
+	case !ok:
+		return m.UnimplementedMaintenanceServer.Alarm(ctx, r)
+	default:
+		var err error
+		if resp, err = mb.ProposeAlarm(ctx, r); err != nil {
+			return nil, toGRPCError(err)
+		}
+	}
 	fillHeader(m.b, &resp.Header, m.b.Store().Rev())
 	return resp, nil
+}
+
+// Hash hashes the whole MVCC key space at the current revision (etcd's
+// Hash over its whole backend). Its value depends on strata's engine
+// layout and on physical compaction; compare members with HashKV.
+func (m *Maintenance) Hash(ctx context.Context, r *pb.HashRequest) (*pb.HashResponse, error) {
+	mb, ok := m.b.(MaintenanceBackend)
+	if !ok {
+		return m.UnimplementedMaintenanceServer.Hash(ctx, r)
+	}
+	h, rev, err := mb.Hash()
+	if err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp := &pb.HashResponse{Hash: h}
+	fillHeader(m.b, &resp.Header, rev)
+	return resp, nil
+}
+
+// Defragment asks the engine to rewrite its files and returns at once: a
+// compaction runs in the background and blocks neither reads nor writes.
+func (m *Maintenance) Defragment(ctx context.Context, r *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
+	mb, ok := m.b.(MaintenanceBackend)
+	if !ok {
+		return m.UnimplementedMaintenanceServer.Defragment(ctx, r)
+	}
+	if err := mb.Defragment(); err != nil {
+		return nil, toGRPCError(err)
+	}
+	resp := &pb.DefragmentResponse{}
+	fillHeader(m.b, &resp.Header, m.b.Store().Rev())
+	return resp, nil
+}
+
+// snapshotChunk is the blob size of one Snapshot message (etcd's).
+const snapshotChunk = 32 << 10
+
+// Snapshot streams a backup of this member's store: a strata snapshot
+// stream padded to 512 bytes and followed by its SHA-256, so that `etcdctl
+// snapshot save` accepts and checks it as it does etcd's bbolt file
+// (snapshot/FORMAT.md). RemainingBytes is not known in advance and is 0;
+// the first message carries the version, as etcd 3.6's does.
+func (m *Maintenance) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_SnapshotServer) error {
+	mb, ok := m.b.(MaintenanceBackend)
+	if !ok {
+		return m.UnimplementedMaintenanceServer.Snapshot(r, srv)
+	}
+	cw := &chunkSender{srv: srv, b: m.b, buf: make([]byte, 0, snapshotChunk)}
+	if _, err := mb.WriteBackup(srv.Context(), cw); err != nil {
+		return toGRPCError(fmt.Errorf("snapshot: %w", err))
+	}
+	return cw.flush()
+}
+
+// chunkSender cuts what is written to it into Snapshot messages.
+type chunkSender struct {
+	srv  pb.Maintenance_SnapshotServer
+	b    Backend
+	buf  []byte
+	sent bool
+}
+
+func (c *chunkSender) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		k := min(len(p), snapshotChunk-len(c.buf))
+		c.buf = append(c.buf, p[:k]...)
+		p = p[k:]
+		if len(c.buf) == snapshotChunk {
+			if err := c.flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return n, nil
+}
+
+func (c *chunkSender) flush() error {
+	if len(c.buf) == 0 && c.sent {
+		return nil
+	}
+	resp := &pb.SnapshotResponse{Blob: c.buf}
+	if !c.sent {
+		resp.Version = EtcdVersion
+		fillHeader(c.b, &resp.Header, c.b.Store().Rev())
+	}
+	if err := c.srv.Send(resp); err != nil {
+		return err
+	}
+	c.sent = true
+	c.buf = make([]byte, 0, snapshotChunk)
+	return nil
+}
+
+// Downgrade is refused: strata has one storage version and no downgrade
+// path, and says so rather than pretend to start one.
+func (m *Maintenance) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "strata: cluster downgrade is not supported")
 }
 
 // HashKV hashes the key-value history up to a revision (0: the current
