@@ -65,12 +65,26 @@ func TestClusterEtcdctl(t *testing.T) {
 		t.Fatalf("member add: ID %q: %v", idm[1], err)
 	}
 	c.JoinMember(m, id, icm[1])
-	if got := parseMemberList(t, mustCtl("member", "list"))[id]; !got.learner || got.name != m.Name() {
-		t.Errorf("after member add --learner and start, member list says %+v", got)
+	// The member serves (serializable) reads a moment before the cluster
+	// has its name and client URL; etcd serves only after publishing them.
+	deadline := time.Now().Add(faultTimeout)
+	for {
+		got := parseMemberList(t, mustCtl("member", "list"))[id]
+		if got.status == "started" {
+			want := ctlMember{status: "started", name: m.Name(), peer: m.PeerURL(), client: m.Endpoint(), learner: true}
+			if got != want {
+				t.Errorf("after member add --learner and start, member list says %+v, want %+v", got, want)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("added learner %s still %+v in member list after %v", m.Name(), got, faultTimeout)
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
 	}
 
 	// member promote, retried while the learner is catching up.
-	deadline := time.Now().Add(faultTimeout)
+	deadline = time.Now().Add(faultTimeout)
 	for {
 		res := ctl("member", "promote", idm[1])
 		if res.Code == 0 {

@@ -30,11 +30,13 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 	c.RestartMembers(f)
 	w.waitAcks(t, 20, faultTimeout)
 
+	// stopAndCheck waits until every member has applied the last revision,
+	// so by then the follower has caught up, and through a snapshot.
+	w.stopAndCheck(t, c.Members)
 	if !strings.Contains(c.Members[f].CurrentOutput(), "installed snapshot") {
 		t.Errorf("follower %s caught up without logging \"installed snapshot\"; output of this incarnation:\n%s",
 			c.Members[f].Name(), c.Members[f].CurrentOutput())
 	}
-	w.stopAndCheck(t, c.Members)
 
 	// The same check with HashKV alone, as an operator would make it: the
 	// leader's revision, both members.
