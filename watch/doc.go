@@ -34,7 +34,8 @@
 // goes to unsynced and reads those events again from the engine later. So
 // the memory a watcher costs is its fixed state, plus at most its stream's
 // queue (QueueLen responses and QueueBytes of keys and values, give or
-// take one response), however far it falls behind.
+// take one response), however far it falls behind; and all queues together
+// hold at most TotalQueueBytes plus one response per stream.
 //
 // # Invariants
 //

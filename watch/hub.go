@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -57,6 +58,10 @@ type Options struct {
 	// stream queues, the same way; a response is always accepted by an
 	// empty queue, so one larger than the bound still goes. 0 means 16 MiB.
 	QueueBytes int
+	// TotalQueueBytes bounds the keys and values queued on all streams
+	// together: past it, only streams with an empty queue accept a
+	// response. 0 means 256 MiB.
+	TotalQueueBytes int64
 	// ScanLimit bounds the events one engine scan returns. 0 means 1000.
 	ScanLimit int
 	// Logger; nil means zap.NewNop().
@@ -72,11 +77,16 @@ type Hub struct {
 	opts Options
 	lg   *zap.Logger
 
-	kick    chan struct{} // wakes the hub goroutine; capacity 1
-	stop    chan struct{}
-	stopped chan struct{}
-	once    sync.Once
-	started bool // Start and Close are called from one goroutine
+	kick chan struct{} // wakes the hub goroutine; capacity 1
+	// queued counts the keys and values queued on every stream; overfull
+	// is set when a push was refused for the total bound, so that the
+	// next stream to drain wakes the hub.
+	queued   atomic.Int64
+	overfull atomic.Bool
+	stop     chan struct{}
+	stopped  chan struct{}
+	once     sync.Once
+	started  bool // Start and Close are called from one goroutine
 
 	mu struct {
 		sync.Mutex
@@ -127,6 +137,9 @@ func New(src Source, opts Options) *Hub {
 	}
 	if opts.QueueBytes <= 0 {
 		opts.QueueBytes = 16 << 20
+	}
+	if opts.TotalQueueBytes <= 0 {
+		opts.TotalQueueBytes = 256 << 20
 	}
 	if opts.ScanLimit <= 0 {
 		opts.ScanLimit = 1000

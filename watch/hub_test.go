@@ -576,3 +576,34 @@ func TestStalledStreamByteBound(t *testing.T) {
 	}
 	none(t, e, s)
 }
+
+// TestTotalQueueBound: many stalled streams together hold at most
+// TotalQueueBytes (plus one response each); once one drains, the others
+// go on.
+func TestTotalQueueBound(t *testing.T) {
+	const valSize, total, streams = 4 << 10, 32 << 10, 5
+	e := newEnv(t, Options{TotalQueueBytes: total})
+	var ss []*Stream
+	for range streams {
+		s := e.hub.NewStream()
+		s.Watch(Request{Key: []byte("k")})
+		next(t, s)
+		ss = append(ss, s)
+	}
+	val := string(bytes.Repeat([]byte("v"), valSize))
+	for range 40 {
+		e.put("k", val)
+		waitFor(t, func() bool { return e.hub.Rev() == e.store.Rev() })
+		if q := e.hub.queued.Load(); q > total+streams*(valSize+1) {
+			t.Fatalf("streams hold %d bytes together, bound %d", q, total)
+		}
+	}
+	for _, s := range ss {
+		if n := len(eventsOf(t, s, 0, 40)); n != 40 {
+			t.Fatalf("%d events", n)
+		}
+	}
+	if q := e.hub.queued.Load(); q != 0 {
+		t.Fatalf("%d bytes still counted after every stream drained", q)
+	}
+}

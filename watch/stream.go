@@ -194,14 +194,20 @@ func (s *Stream) Close() {
 	s.qmu.Lock()
 	s.closed = true
 	s.queue = nil
+	h.queued.Add(-int64(s.bytes))
+	s.bytes, s.events = 0, 0
 	s.qmu.Unlock()
+	if h.overfull.CompareAndSwap(true, false) {
+		h.Notify()
+	}
 	s.signal()
 }
 
 // push queues a response. A droppable item is refused when QueueLen such
-// items, or QueueBytes of keys and values, are queued already (then the
-// stream is marked full and wakes the hub when it drains); a forced one is
-// always queued.
+// items, or QueueBytes of keys and values, are queued already, or the
+// hub's TotalQueueBytes, unless the queue is empty (then the stream is
+// marked full and wakes the hub when it drains); a forced one is always
+// queued.
 func (s *Stream) push(it item) bool {
 	s.qmu.Lock()
 	if s.closed {
@@ -215,8 +221,14 @@ func (s *Stream) push(it item) bool {
 			s.qmu.Unlock()
 			return false
 		}
+		if s.events > 0 && s.h.queued.Load()+int64(it.size) > s.h.opts.TotalQueueBytes {
+			s.h.overfull.Store(true)
+			s.qmu.Unlock()
+			return false
+		}
 		s.events++
 		s.bytes += it.size
+		s.h.queued.Add(int64(it.size))
 	}
 	s.queue = append(s.queue, it)
 	s.qmu.Unlock()
@@ -238,6 +250,10 @@ func (s *Stream) hasRoom() bool {
 	defer s.qmu.Unlock()
 	if s.events >= s.h.opts.QueueLen || s.bytes >= s.h.opts.QueueBytes {
 		s.full = true
+		return false
+	}
+	if s.events > 0 && s.h.queued.Load() >= s.h.opts.TotalQueueBytes {
+		s.h.overfull.Store(true)
 		return false
 	}
 	return true
@@ -293,6 +309,7 @@ func (s *Stream) Next(ctx context.Context) (Response, error) {
 			if !it.force {
 				s.events--
 				s.bytes -= it.size
+				s.h.queued.Add(-int64(it.size))
 			}
 			wake := s.full
 			s.full = false
@@ -302,7 +319,7 @@ func (s *Stream) Next(ctx context.Context) (Response, error) {
 			case s.room <- struct{}{}:
 			default:
 			}
-			if wake {
+			if wake || (it.size > 0 && s.h.overfull.CompareAndSwap(true, false)) {
 				s.h.Notify()
 			}
 			if canceled {
