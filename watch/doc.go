@@ -10,7 +10,7 @@
 // each engine commit, that the store's revision moved (Notify, a
 // non-blocking signal: the apply path pays one channel send). The hub's
 // goroutine then reads the events of the new revisions from the store's
-// revision index (mvcc.Store.ScanEvents, an engine snapshot) and hands them
+// revision index (mvcc.Store.Events, an engine snapshot) and hands them
 // to the watchers that match. Reading back what was just written costs a
 // memtable scan, and the applier never waits for it.
 //
