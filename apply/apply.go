@@ -76,6 +76,7 @@ type Applier struct {
 	install          func(snap *raftpb.Snapshot) error
 	onMembersChanged func(members []*pb.Member)
 	lessor           *lease.Lessor // nil: lease requests are refused
+	auth             Auth          // nil: auth requests are refused
 
 	// onCommit is told after every engine commit (the watch hub's Notify);
 	// set before Run.
@@ -392,6 +393,11 @@ func requestID(r *pb.InternalRaftRequest) uint64 {
 func (a *Applier) applyRequest(w *mvcc.WriteBatch, r *pb.InternalRaftRequest, members *[]*pb.Member) (Result, bool, error) {
 	if err := a.refusedByAlarm(r); err != nil {
 		return Result{Err: err}, false, nil
+	}
+	if a.auth != nil {
+		if res, handled, err := a.auth.Apply(w, r); handled || err != nil {
+			return res, false, err
+		}
 	}
 	switch {
 	case r.Alarm != nil:

@@ -50,6 +50,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/apply"
+	"github.com/strata-kv/strata/auth"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 	"github.com/strata-kv/strata/lease"
 	"github.com/strata-kv/strata/mvcc"
@@ -95,6 +96,9 @@ type Config struct {
 	// WatchProgressNotifyInterval is etcd's --watch-progress-notify-interval
 	// (0: 10 minutes).
 	WatchProgressNotifyInterval time.Duration
+	// TLS and Auth are etcd's security flags (member/tls.go, member/auth.go).
+	TLS  TLSConfig
+	Auth AuthConfig
 	// InitialCorruptCheck and CorruptCheckTime are etcd's corruption
 	// checks (--experimental-initial-corrupt-check, --corrupt-check-time;
 	// 0: no periodic check); see maintenance.go.
@@ -145,6 +149,9 @@ type Member struct {
 
 	// watchHub serves the Watch service from the store's revision index.
 	watchHub *watch.Hub
+	// authStore holds users, roles and tokens; authService serves them.
+	authStore   *auth.Store
+	authService *server.Auth
 }
 
 // peerTransport is what the member needs from the peer transport.
@@ -293,7 +300,10 @@ func Start(cfg Config) (_ *Member, err error) {
 		if err := snaps.install(snap); err != nil {
 			return err
 		}
-		return m.lessor.Load(m.store)
+		if err := m.lessor.Load(m.store); err != nil {
+			return err
+		}
+		return m.authStore.Load(m.engine)
 	})
 	m.applier.SetMembersChanged(m.membersChanged)
 	m.watchHub = watch.New(m.store, watch.Options{
@@ -322,11 +332,17 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 
 	limits := server.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, RequestTimeout: 5*time.Second + 2*cfg.ElectionTimeout}
-	m.grpc = grpc.NewServer(limits.ServerOptions()...)
+	security, err := m.startSecurity(limits)
+	if err != nil {
+		return nil, err
+	}
+	m.grpc = grpc.NewServer(append(limits.ServerOptions(), security...)...)
+	pb.RegisterAuthServer(m.grpc, m.authService)
 	pb.RegisterKVServer(m.grpc, server.NewKV(m, limits))
 	m.leases = server.NewLease(m, m.lessor, limits)
 	pb.RegisterLeaseServer(m.grpc, m.leases)
 	pb.RegisterWatchServer(m.grpc, server.NewWatch(m, m.watchHub, limits))
+	m.registerConcurrency(limits)
 	pb.RegisterMaintenanceServer(m.grpc, server.NewMaintenance(m, cfg.QuotaBackendBytes))
 	cluster := server.NewCluster(m, membership{m})
 	pb.RegisterClusterServer(m.grpc, cluster)
@@ -404,8 +420,8 @@ func hostPort(rawURL string) (string, error) {
 	if err != nil || u.Host == "" {
 		return "", fmt.Errorf("invalid URL %q: want scheme://host:port", rawURL)
 	}
-	if u.Scheme != "http" {
-		return "", fmt.Errorf("URL %q: only http is supported (TLS is not implemented yet)", rawURL)
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("URL %q: want http or https", rawURL)
 	}
 	return u.Host, nil
 }
@@ -615,7 +631,7 @@ func (m *Member) Propose(ctx context.Context, req *pb.InternalRaftRequest) (appl
 		return apply.Result{}, err
 	}
 	id := m.nextRequestID()
-	req.Header = &pb.RequestHeader{ID: id}
+	req.Header = requestHeader(ctx, id)
 	data, err := proto.Marshal(req)
 	if err != nil {
 		return apply.Result{}, fmt.Errorf("encode request: %w", err)

@@ -34,7 +34,12 @@ func (m *Member) Send(msgs []*raftpb.Message) {
 // startPeerServer serves the peer transport and a read-only Cluster
 // service (for members that join to learn the cluster) on the peer URLs.
 func (m *Member) startPeerServer(cluster pb.ClusterServer, snaps *snapshotter) error {
+	peerCreds, peerTLS, err := m.peerOptions()
+	if err != nil {
+		return err
+	}
 	t := transport.New(transport.Config{
+		TLS:         peerTLS,
 		LocalID:     m.memberID,
 		ClusterID:   m.clusterID,
 		Handler:     m.node,
@@ -42,7 +47,7 @@ func (m *Member) startPeerServer(cluster pb.ClusterServer, snaps *snapshotter) e
 		Logger:      m.logger.Named("transport"),
 	})
 	m.transport = t
-	m.peerGRPC = grpc.NewServer(grpc.MaxRecvMsgSize(1<<30), grpc.MaxSendMsgSize(1<<30))
+	m.peerGRPC = grpc.NewServer(append(peerCreds, grpc.MaxRecvMsgSize(1<<30), grpc.MaxSendMsgSize(1<<30))...)
 	t.Register(m.peerGRPC)
 	pb.RegisterClusterServer(m.peerGRPC, cluster)
 	for _, u := range m.cfg.ListenPeerURLs {

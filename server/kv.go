@@ -256,6 +256,9 @@ func toGRPCError(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return rpctypes.ErrGRPCTimeout
 	}
+	if e, ok := authGRPCError(err); ok {
+		return e
+	}
 	return err
 }
 

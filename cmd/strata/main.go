@@ -55,6 +55,7 @@ type flags struct {
 	logLevel                                    string
 	logDirs                                     stringList
 	engineWAL                                   bool
+	security                                    securityFlags
 }
 
 func newFlagSet(f *flags) *flag.FlagSet {
@@ -80,6 +81,7 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.StringVar(&f.logLevel, "log-level", "info", "Configures log level. Only supports debug, info, warn, error, panic, or fatal.")
 	fs.Var(&f.logDirs, "log-dir", "strata: a directory for the raft log (default \"<data-dir>/log\"). Repeatable; today only the first is written.")
 	fs.BoolVar(&f.engineWAL, "engine-wal", false, "strata: turn the engine's own WAL on, synced per apply batch (the double-logging baseline).")
+	f.security.register(fs)
 	return fs
 }
 
@@ -125,6 +127,7 @@ func runMember(args []string) int {
 		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
 		return 2
 	}
+	f.security.apply(&cfg)
 	logger, err := newLogger(f.logLevel)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "strata: %v\n", err)

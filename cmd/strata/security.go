@@ -1,0 +1,45 @@
+package main
+
+import (
+	"flag"
+	"time"
+
+	"github.com/strata-kv/strata/member"
+)
+
+// securityFlags are etcd's TLS and auth flags.
+type securityFlags struct {
+	certFile, keyFile, trustedCAFile             string
+	clientCertAuth                               bool
+	peerCertFile, peerKeyFile, peerTrustedCAFile string
+	peerClientCertAuth                           bool
+	authToken                                    string
+	authTokenTTL                                 uint
+	bcryptCost                                   uint
+}
+
+func (s *securityFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.certFile, "cert-file", "", "Path to the client server TLS cert file.")
+	fs.StringVar(&s.keyFile, "key-file", "", "Path to the client server TLS key file.")
+	fs.StringVar(&s.trustedCAFile, "trusted-ca-file", "", "Path to the client server TLS trusted CA cert file.")
+	fs.BoolVar(&s.clientCertAuth, "client-cert-auth", false, "Enable client cert authentication.")
+	fs.StringVar(&s.peerCertFile, "peer-cert-file", "", "Path to the peer server TLS cert file.")
+	fs.StringVar(&s.peerKeyFile, "peer-key-file", "", "Path to the peer server TLS key file.")
+	fs.StringVar(&s.peerTrustedCAFile, "peer-trusted-ca-file", "", "Path to the peer server TLS trusted CA file.")
+	fs.BoolVar(&s.peerClientCertAuth, "peer-client-cert-auth", false, "Enable peer client cert authentication.")
+	fs.StringVar(&s.authToken, "auth-token", "simple", "Specify auth token specific options (simple, or jwt,pub-key=...,priv-key=...,sign-method=...,ttl=...).")
+	fs.UintVar(&s.authTokenTTL, "auth-token-ttl", 300, "The lifetime in seconds of the auth token.")
+	fs.UintVar(&s.bcryptCost, "bcrypt-cost", 10, "Specify bcrypt algorithm cost factor for auth password hashing.")
+}
+
+func (s *securityFlags) apply(cfg *member.Config) {
+	cfg.TLS = member.TLSConfig{
+		Client: member.TLSInfo{CertFile: s.certFile, KeyFile: s.keyFile, TrustedCAFile: s.trustedCAFile, ClientCertAuth: s.clientCertAuth},
+		Peer:   member.TLSInfo{CertFile: s.peerCertFile, KeyFile: s.peerKeyFile, TrustedCAFile: s.peerTrustedCAFile, ClientCertAuth: s.peerClientCertAuth},
+	}
+	cfg.Auth = member.AuthConfig{
+		Token:      s.authToken,
+		TokenTTL:   time.Duration(s.authTokenTTL) * time.Second,
+		BcryptCost: int(s.bcryptCost),
+	}
+}

@@ -1,0 +1,411 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/strata-kv/strata/auth"
+)
+
+// Auth implements etcd's Auth service and the interceptors that establish
+// who calls (a token in the "token" metadata, as clientv3 sends it, or with
+// ClientCertAuth the verified client certificate's common name) and check
+// permissions before any handler runs. Keeping every permission check in
+// the interceptors leaves the KV, Lease, Watch, Cluster and Maintenance
+// handlers unaware of auth; writes are checked once more when applied
+// (apply.Auth), against the auth revision their raft header carries.
+//
+// Concurrency: handlers and interceptors run on many goroutines at once.
+type Auth struct {
+	pb.UnimplementedAuthServer
+	kv             *KV
+	b              Backend
+	s              *auth.Store
+	clientCertAuth bool
+}
+
+// NewAuth returns the Auth service over b and the auth store s.
+// clientCertAuth is etcd's --client-cert-auth: a caller without a token
+// is the user its certificate names.
+func NewAuth(b Backend, s *auth.Store, limits Limits, clientCertAuth bool) *Auth {
+	return &Auth{kv: NewKV(b, limits), b: b, s: s, clientCertAuth: clientCertAuth}
+}
+
+type authInfoKey struct{}
+
+// AuthInfoFromContext returns the caller the interceptors established, or
+// nil when auth is off or the caller is anonymous. Writes copy it into
+// their raft header.
+func AuthInfoFromContext(ctx context.Context) *auth.Info {
+	ai, _ := ctx.Value(authInfoKey{}).(*auth.Info)
+	return ai
+}
+
+// ServerOptions returns the interceptors to install on the client gRPC
+// server.
+func (a *Auth) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(a.unary),
+		grpc.ChainStreamInterceptor(a.stream),
+	}
+}
+
+// callerInfo finds who makes the call. A token that is not valid is an
+// error even if a certificate would do, as in etcd.
+func (a *Auth) callerInfo(ctx context.Context) (*auth.Info, error) {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if ts := md.Get(rpctypes.TokenFieldNameGRPC); len(ts) > 0 && ts[0] != "" {
+			info, err := a.s.TokenInfo(ts[0])
+			if err != nil {
+				return nil, err
+			}
+			return &info, nil
+		}
+	}
+	if !a.clientCertAuth {
+		return nil, nil
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil, nil
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
+		return nil, nil
+	}
+	cn := ti.State.VerifiedChains[0][0].Subject.CommonName
+	if cn == "" {
+		return nil, nil
+	}
+	info := a.s.CertInfo(cn)
+	return &info, nil
+}
+
+func (a *Auth) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !a.s.Enabled() || info.FullMethod == "/etcdserverpb.Auth/Authenticate" {
+		return handler(ctx, req)
+	}
+	ai, err := a.callerInfo(ctx)
+	if err != nil {
+		return nil, authError(err)
+	}
+	ctx = context.WithValue(ctx, authInfoKey{}, ai)
+	if err := a.checkUnary(info.FullMethod, req, ai); err != nil {
+		return nil, authError(err)
+	}
+	return handler(ctx, req)
+}
+
+// adminMethods need the root role once auth is on, as in etcd.
+var adminMethods = map[string]bool{
+	"/etcdserverpb.KV/Compact":                true,
+	"/etcdserverpb.Maintenance/Alarm":         true,
+	"/etcdserverpb.Maintenance/Defragment":    true,
+	"/etcdserverpb.Maintenance/Hash":          true,
+	"/etcdserverpb.Maintenance/HashKV":        true,
+	"/etcdserverpb.Maintenance/Snapshot":      true,
+	"/etcdserverpb.Maintenance/MoveLeader":    true,
+	"/etcdserverpb.Maintenance/Downgrade":     true,
+	"/etcdserverpb.Cluster/MemberAdd":         true,
+	"/etcdserverpb.Cluster/MemberRemove":      true,
+	"/etcdserverpb.Cluster/MemberUpdate":      true,
+	"/etcdserverpb.Cluster/MemberPromote":     true,
+	"/etcdserverpb.Auth/AuthEnable":           true,
+	"/etcdserverpb.Auth/AuthDisable":          true,
+	"/etcdserverpb.Auth/UserAdd":              true,
+	"/etcdserverpb.Auth/UserDelete":           true,
+	"/etcdserverpb.Auth/UserList":             true,
+	"/etcdserverpb.Auth/UserGrantRole":        true,
+	"/etcdserverpb.Auth/UserRevokeRole":       true,
+	"/etcdserverpb.Auth/RoleAdd":              true,
+	"/etcdserverpb.Auth/RoleDelete":           true,
+	"/etcdserverpb.Auth/RoleList":             true,
+	"/etcdserverpb.Auth/RoleGrantPermission":  true,
+	"/etcdserverpb.Auth/RoleRevokePermission": true,
+}
+
+// checkUnary is the one place where a unary call's permission is decided.
+func (a *Auth) checkUnary(method string, req any, ai *auth.Info) error {
+	if adminMethods[method] {
+		return a.s.IsAdminPermitted(ai)
+	}
+	switch r := req.(type) {
+	case *pb.RangeRequest:
+		return a.s.IsRangePermitted(ai, r.Key, r.RangeEnd)
+	case *pb.PutRequest:
+		return a.s.IsTxnPermitted(ai, &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: r}}}})
+	case *pb.DeleteRangeRequest:
+		return a.s.IsTxnPermitted(ai, &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: r}}}})
+	case *pb.TxnRequest:
+		return a.s.IsTxnPermitted(ai, r)
+	case *pb.AuthUserGetRequest:
+		return a.s.IsUserOrAdmin(ai, r.Name)
+	case *pb.AuthUserChangePasswordRequest:
+		return a.s.IsUserOrAdmin(ai, r.Name)
+	case *pb.AuthRoleGetRequest:
+		if err := a.s.IsAdminPermitted(ai); err == nil {
+			return nil
+		}
+		if ai != nil && a.s.HasRole(ai.Username, r.Role) {
+			return nil
+		}
+		return auth.ErrPermissionDenied
+	}
+	return nil
+}
+
+func (a *Auth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if !a.s.Enabled() {
+		return handler(srv, ss)
+	}
+	ai, err := a.callerInfo(ss.Context())
+	if err != nil {
+		return authError(err)
+	}
+	if adminMethods[info.FullMethod] {
+		if err := a.s.IsAdminPermitted(ai); err != nil {
+			return authError(err)
+		}
+	}
+	return handler(srv, &authStream{ServerStream: ss, a: a, ai: ai, ctx: context.WithValue(ss.Context(), authInfoKey{}, ai)})
+}
+
+// authStream checks each watch a stream creates: read access to its range.
+// A refusal ends the stream with etcd's permission error.
+type authStream struct {
+	grpc.ServerStream
+	a   *Auth
+	ai  *auth.Info
+	ctx context.Context
+}
+
+func (s *authStream) Context() context.Context { return s.ctx }
+
+func (s *authStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if w, ok := m.(*pb.WatchRequest); ok {
+		if c := w.GetCreateRequest(); c != nil {
+			if err := s.a.s.IsRangePermitted(s.ai, c.Key, c.RangeEnd); err != nil {
+				return authError(err)
+			}
+		}
+	}
+	return nil
+}
+
+// authError maps an auth package error, or any other, to etcd's gRPC
+// error.
+func authError(err error) error { return toGRPCError(err) }
+
+// authGRPCError maps an auth package error to etcd's gRPC error; toGRPCError
+// asks it, so that writes the applier refused map too.
+func authGRPCError(err error) (error, bool) {
+	for _, m := range authErrors {
+		if errors.Is(err, m.err) {
+			return m.grpc, true
+		}
+	}
+	return nil, false
+}
+
+var authErrors = []struct{ err, grpc error }{
+	{auth.ErrRootUserNotExist, rpctypes.ErrGRPCRootUserNotExist},
+	{auth.ErrRootRoleNotExist, rpctypes.ErrGRPCRootRoleNotExist},
+	{auth.ErrUserAlreadyExist, rpctypes.ErrGRPCUserAlreadyExist},
+	{auth.ErrUserEmpty, rpctypes.ErrGRPCUserEmpty},
+	{auth.ErrUserNotFound, rpctypes.ErrGRPCUserNotFound},
+	{auth.ErrRoleAlreadyExist, rpctypes.ErrGRPCRoleAlreadyExist},
+	{auth.ErrRoleNotFound, rpctypes.ErrGRPCRoleNotFound},
+	{auth.ErrRoleEmpty, rpctypes.ErrGRPCRoleEmpty},
+	{auth.ErrPermissionNotGiven, rpctypes.ErrGRPCPermissionNotGiven},
+	{auth.ErrAuthFailed, rpctypes.ErrGRPCAuthFailed},
+	{auth.ErrNoPasswordUser, rpctypes.ErrGRPCAuthFailed},
+	{auth.ErrPermissionDenied, rpctypes.ErrGRPCPermissionDenied},
+	{auth.ErrRoleNotGranted, rpctypes.ErrGRPCRoleNotGranted},
+	{auth.ErrPermissionNotGranted, rpctypes.ErrGRPCPermissionNotGranted},
+	{auth.ErrAuthNotEnabled, rpctypes.ErrGRPCAuthNotEnabled},
+	{auth.ErrAuthOldRevision, rpctypes.ErrGRPCAuthOldRevision},
+	{auth.ErrInvalidAuthToken, rpctypes.ErrGRPCInvalidAuthToken},
+	{auth.ErrInvalidAuthMgmt, rpctypes.ErrGRPCInvalidAuthMgmt},
+}
+
+// setHeader fills the response header of any auth response.
+func (a *Auth) setHeader(m proto.Message) {
+	r := m.ProtoReflect()
+	fd := r.Descriptor().Fields().ByName("header")
+	if fd == nil {
+		return
+	}
+	var h *pb.ResponseHeader
+	fillHeader(a.b, &h, a.b.Store().Rev())
+	r.Set(fd, protoreflect.ValueOfMessage(h.ProtoReflect()))
+}
+
+// write replicates an auth request and returns its response.
+func (a *Auth) write(ctx context.Context, req *pb.InternalRaftRequest) (proto.Message, error) {
+	res, err := a.kv.propose(ctx, req)
+	if err != nil {
+		return nil, authError(err)
+	}
+	a.setHeader(res.Response)
+	return res.Response, nil
+}
+
+// read answers from the local auth state once it reflects every write
+// committed before the call.
+func (a *Auth) read(ctx context.Context, req *pb.InternalRaftRequest) (proto.Message, error) {
+	if err := a.kv.barrier(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := a.s.Read(req)
+	if err != nil {
+		return nil, authError(err)
+	}
+	a.setHeader(resp)
+	return resp, nil
+}
+
+func call[R proto.Message](resp proto.Message, err error) (R, error) {
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	return resp.(R), nil
+}
+
+// AuthEnable turns authentication on; the user root with the role root
+// must exist.
+func (a *Auth) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
+	return call[*pb.AuthEnableResponse](a.write(ctx, &pb.InternalRaftRequest{AuthEnable: r}))
+}
+
+// AuthDisable turns authentication off.
+func (a *Auth) AuthDisable(ctx context.Context, r *pb.AuthDisableRequest) (*pb.AuthDisableResponse, error) {
+	return call[*pb.AuthDisableResponse](a.write(ctx, &pb.InternalRaftRequest{AuthDisable: r}))
+}
+
+// AuthStatus reports whether auth is on and the auth revision.
+func (a *Auth) AuthStatus(ctx context.Context, r *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
+	return call[*pb.AuthStatusResponse](a.read(ctx, &pb.InternalRaftRequest{AuthStatus: r}))
+}
+
+// Authenticate checks a user's password here (bcrypt is too slow for the
+// applier) and replicates the issue of a token, so that every member knows
+// a simple token.
+func (a *Auth) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
+	if !a.s.Enabled() {
+		return nil, rpctypes.ErrGRPCAuthNotEnabled
+	}
+	if err := a.s.CheckPassword(r.Name, r.Password); err != nil {
+		return nil, authError(err)
+	}
+	tok, err := a.s.NewSimpleToken()
+	if err != nil {
+		return nil, err
+	}
+	return call[*pb.AuthenticateResponse](a.write(ctx, &pb.InternalRaftRequest{
+		Authenticate: &pb.InternalAuthenticateRequest{Name: r.Name, SimpleToken: tok},
+	}))
+}
+
+// UserAdd adds a user; its password is hashed before it is replicated.
+func (a *Auth) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb.AuthUserAddResponse, error) {
+	if r.Name == "" {
+		return nil, rpctypes.ErrGRPCUserEmpty
+	}
+	q := &pb.AuthUserAddRequest{Name: r.Name, Options: r.Options, HashedPassword: r.HashedPassword}
+	if (r.Options == nil || !r.Options.NoPassword) && q.HashedPassword == "" {
+		h, err := a.s.HashPassword(r.Password)
+		if err != nil {
+			return nil, err
+		}
+		q.HashedPassword = h
+	}
+	return call[*pb.AuthUserAddResponse](a.write(ctx, &pb.InternalRaftRequest{AuthUserAdd: q}))
+}
+
+// UserGet returns a user's roles.
+func (a *Auth) UserGet(ctx context.Context, r *pb.AuthUserGetRequest) (*pb.AuthUserGetResponse, error) {
+	return call[*pb.AuthUserGetResponse](a.read(ctx, &pb.InternalRaftRequest{AuthUserGet: r}))
+}
+
+// UserList lists the users.
+func (a *Auth) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*pb.AuthUserListResponse, error) {
+	return call[*pb.AuthUserListResponse](a.read(ctx, &pb.InternalRaftRequest{AuthUserList: r}))
+}
+
+// UserDelete deletes a user (not root while auth is on).
+func (a *Auth) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest) (*pb.AuthUserDeleteResponse, error) {
+	return call[*pb.AuthUserDeleteResponse](a.write(ctx, &pb.InternalRaftRequest{AuthUserDelete: r}))
+}
+
+// UserChangePassword sets a user's password, hashed before it is
+// replicated.
+func (a *Auth) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
+	q := &pb.AuthUserChangePasswordRequest{Name: r.Name, HashedPassword: r.HashedPassword}
+	if q.HashedPassword == "" {
+		h, err := a.s.HashPassword(r.Password)
+		if err != nil {
+			return nil, err
+		}
+		q.HashedPassword = h
+	}
+	return call[*pb.AuthUserChangePasswordResponse](a.write(ctx, &pb.InternalRaftRequest{AuthUserChangePassword: q}))
+}
+
+// UserGrantRole grants a role to a user.
+func (a *Auth) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRoleRequest) (*pb.AuthUserGrantRoleResponse, error) {
+	return call[*pb.AuthUserGrantRoleResponse](a.write(ctx, &pb.InternalRaftRequest{AuthUserGrantRole: r}))
+}
+
+// UserRevokeRole revokes a role from a user.
+func (a *Auth) UserRevokeRole(ctx context.Context, r *pb.AuthUserRevokeRoleRequest) (*pb.AuthUserRevokeRoleResponse, error) {
+	return call[*pb.AuthUserRevokeRoleResponse](a.write(ctx, &pb.InternalRaftRequest{AuthUserRevokeRole: r}))
+}
+
+// RoleAdd adds a role.
+func (a *Auth) RoleAdd(ctx context.Context, r *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResponse, error) {
+	if r.Name == "" {
+		return nil, rpctypes.ErrGRPCRoleEmpty
+	}
+	return call[*pb.AuthRoleAddResponse](a.write(ctx, &pb.InternalRaftRequest{AuthRoleAdd: r}))
+}
+
+// RoleGet returns a role's permissions.
+func (a *Auth) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb.AuthRoleGetResponse, error) {
+	return call[*pb.AuthRoleGetResponse](a.read(ctx, &pb.InternalRaftRequest{AuthRoleGet: r}))
+}
+
+// RoleList lists the roles.
+func (a *Auth) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*pb.AuthRoleListResponse, error) {
+	return call[*pb.AuthRoleListResponse](a.read(ctx, &pb.InternalRaftRequest{AuthRoleList: r}))
+}
+
+// RoleDelete deletes a role and revokes it from every user.
+func (a *Auth) RoleDelete(ctx context.Context, r *pb.AuthRoleDeleteRequest) (*pb.AuthRoleDeleteResponse, error) {
+	return call[*pb.AuthRoleDeleteResponse](a.write(ctx, &pb.InternalRaftRequest{AuthRoleDelete: r}))
+}
+
+// RoleGrantPermission grants (or changes) a key-range permission.
+func (a *Auth) RoleGrantPermission(ctx context.Context, r *pb.AuthRoleGrantPermissionRequest) (*pb.AuthRoleGrantPermissionResponse, error) {
+	if r.Perm == nil {
+		return nil, rpctypes.ErrGRPCPermissionNotGiven
+	}
+	return call[*pb.AuthRoleGrantPermissionResponse](a.write(ctx, &pb.InternalRaftRequest{AuthRoleGrantPermission: r}))
+}
+
+// RoleRevokePermission revokes a key-range permission.
+func (a *Auth) RoleRevokePermission(ctx context.Context, r *pb.AuthRoleRevokePermissionRequest) (*pb.AuthRoleRevokePermissionResponse, error) {
+	return call[*pb.AuthRoleRevokePermissionResponse](a.write(ctx, &pb.InternalRaftRequest{AuthRoleRevokePermission: r}))
+}
