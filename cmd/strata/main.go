@@ -3,6 +3,7 @@
 //
 //	strata [flags]                         run a member (etcd's flags)
 //	strata inspect log --data-dir D        list the raft log's segments
+//	strata restore --data-dir NEW ... FILE build a data dir from a backup
 //
 // The member accepts etcd's flags under etcd's names and meanings, also as
 // ETCD_* environment variables (a flag given on the command line wins), so
@@ -28,6 +29,9 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "inspect" {
 		os.Exit(runInspect(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "restore" {
+		os.Exit(runRestore(os.Args[2:]))
 	}
 	os.Exit(runMember(os.Args[1:]))
 }
@@ -55,6 +59,7 @@ type flags struct {
 	logLevel                                    string
 	logDirs                                     stringList
 	engineWAL                                   bool
+	corrupt                                     corruptFlags
 	security                                    securityFlags
 }
 
@@ -71,7 +76,7 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.StringVar(&f.token, "initial-cluster-token", "etcd-cluster", "Initial cluster token for the cluster during bootstrap.")
 	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", "periodic", "Interpret 'auto-compaction-retention' as a duration ('periodic') or a number of revisions ('revision').")
 	fs.StringVar(&f.autoCompactionRetention, "auto-compaction-retention", "0", "Auto compaction retention for the MVCC key value store. 0 means disable auto compaction.")
-	fs.Int64Var(&f.quotaBackendBytes, "quota-backend-bytes", 0, "Accepted without effect: strata enforces no size quota (no NOSPACE alarm yet); the value is reported by endpoint status.")
+	fs.Int64Var(&f.quotaBackendBytes, "quota-backend-bytes", 0, "Raise the NOSPACE alarm and refuse writes when the engine's files exceed this size (0: no quota).")
 	fs.UintVar(&f.maxRequestBytes, "max-request-bytes", 1.5*1024*1024, "Maximum client request size in bytes the server will accept.")
 	fs.UintVar(&f.maxTxnOps, "max-txn-ops", 128, "Maximum number of operations permitted in a transaction.")
 	fs.Uint64Var(&f.snapshotCount, "snapshot-count", 10000, "Number of applied entries after which the engine is flushed and the raft log compacted.")
@@ -81,6 +86,7 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.StringVar(&f.logLevel, "log-level", "info", "Configures log level. Only supports debug, info, warn, error, panic, or fatal.")
 	fs.Var(&f.logDirs, "log-dir", "strata: a directory for the raft log (default \"<data-dir>/log\"). Repeatable; today only the first is written.")
 	fs.BoolVar(&f.engineWAL, "engine-wal", false, "strata: turn the engine's own WAL on, synced per apply batch (the double-logging baseline).")
+	f.corrupt.register(fs)
 	f.security.register(fs)
 	return fs
 }
@@ -127,6 +133,7 @@ func runMember(args []string) int {
 		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
 		return 2
 	}
+	f.corrupt.apply(&cfg)
 	f.security.apply(&cfg)
 	logger, err := newLogger(f.logLevel)
 	if err != nil {

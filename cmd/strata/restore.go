@@ -1,0 +1,119 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/strata-kv/strata/member"
+)
+
+// runRestore is `strata restore`, etcdutl snapshot restore's counterpart:
+// it builds a new member's data directory from a backup that `etcdctl
+// snapshot save` downloaded from a strata member (snapshot/FORMAT.md).
+//
+//	strata restore --data-dir NEW --name NAME --initial-cluster NAME=URL,...
+//	    [--initial-advertise-peer-urls URL] [--initial-cluster-token TOKEN] FILE
+//
+// Start the member on NEW with the same --name, --initial-cluster and
+// --initial-cluster-token: it bootstraps the new cluster's raft log over
+// the restored data.
+func runRestore(args []string) int {
+	fs := flag.NewFlagSet("strata restore", flag.ContinueOnError)
+	name := fs.String("name", "default", "Human-readable name for this member.")
+	dataDir := fs.String("data-dir", "", "Path to the new data directory (default \"<name>.strata\"); it must not exist.")
+	peerURLs := fs.String("initial-advertise-peer-urls", "http://127.0.0.1:2380", "This member's peer URLs.")
+	cluster := fs.String("initial-cluster", "", "The new cluster, name=peerURL,... (default \"<name>=<initial-advertise-peer-urls>\").")
+	token := fs.String("initial-cluster-token", "etcd-cluster", "Initial cluster token for the new cluster.")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "strata restore: want exactly one backup file argument")
+		return 2
+	}
+	if *dataDir == "" {
+		*dataDir = *name + ".strata"
+	}
+	if *cluster == "" {
+		*cluster = *name + "=" + *peerURLs
+	}
+	members, err := parseInitialCluster(*cluster)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "strata restore: %v\n", err)
+		return 2
+	}
+	if urls := splitURLs(*peerURLs); !sameURLs(urls, members[*name]) {
+		fmt.Fprintf(os.Stderr, "strata restore: --initial-advertise-peer-urls %v differ from --initial-cluster's %v for %q\n", urls, members[*name], *name)
+		return 2
+	}
+	res, err := member.Restore(member.RestoreConfig{
+		Backup:              fs.Arg(0),
+		Name:                *name,
+		DataDir:             *dataDir,
+		InitialCluster:      members,
+		InitialClusterToken: *token,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "strata restore: %v\n", err)
+		return 1
+	}
+	fmt.Printf("restored %d records (applied index %d of the backed-up member) into %s: member %x of cluster %x\n",
+		res.Records, res.AppliedIndex, *dataDir, res.MemberID, res.ClusterID)
+	return 0
+}
+
+// parseInitialCluster reads name=peerURL,... into a map.
+func parseInitialCluster(s string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, item := range strings.Split(s, ",") {
+		name, u, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || name == "" || u == "" {
+			return nil, fmt.Errorf("--initial-cluster: %q is not name=peerURL", item)
+		}
+		out[name] = append(out[name], u)
+	}
+	return out, nil
+}
+
+func sameURLs(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[string]int{}
+	for _, u := range a {
+		seen[u]++
+	}
+	for _, u := range b {
+		if seen[u] == 0 {
+			return false
+		}
+		seen[u]--
+	}
+	return true
+}
+
+// corruptFlags are etcd's corruption-check flags, under their 3.5 names
+// (--experimental-...) and 3.6 names.
+type corruptFlags struct {
+	initial   bool
+	checkTime time.Duration
+}
+
+func (c *corruptFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&c.initial, "experimental-initial-corrupt-check", false, "Check this member's data against its peers' (HashKV) once it has caught up after start-up; a mismatch raises the CORRUPT alarm.")
+	fs.BoolVar(&c.initial, "initial-corrupt-check", false, "etcd 3.6's name of --experimental-initial-corrupt-check.")
+	fs.DurationVar(&c.checkTime, "experimental-corrupt-check-time", 0, "Interval of the leader's corruption check against every member (0: none).")
+	fs.DurationVar(&c.checkTime, "corrupt-check-time", 0, "etcd 3.6's name of --experimental-corrupt-check-time.")
+}
+
+func (c *corruptFlags) apply(cfg *member.Config) {
+	cfg.InitialCorruptCheck = c.initial
+	cfg.CorruptCheckTime = c.checkTime
+}
