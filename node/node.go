@@ -149,16 +149,18 @@ type Node struct {
 	stopErr  atomic.Pointer[error]
 
 	// State of the Run goroutine only.
-	readSeq       uint64
-	readPending   []chan readResult            // waiting for the next ReadIndex round
-	readInFlight  map[uint64][]chan readResult // round context -> waiters
-	readIssuedAt  map[uint64]int               // round context -> tick it was issued at
-	ticks         int
-	applied       uint64 // highest index the applier reported
-	compactedTo   uint64 // log compacted up to here
-	flushing      bool
-	confHistory   []confAt // conf states by index, for log compaction points
-	lastConfState *raftpb.ConfState
+	readSeq         uint64
+	readPending     []chan readResult            // waiting for the next ReadIndex round
+	readInFlight    map[uint64][]chan readResult // round context -> waiters
+	readIssuedAt    map[uint64]int               // round context -> tick it was issued at
+	ticks           int
+	applied         uint64 // highest index the applier reported
+	compactedTo     uint64 // log compacted up to here
+	flushing        bool
+	confHistory     []confAt // conf states by index, for log compaction points
+	lastConfState   *raftpb.ConfState
+	hardState       *raftpb.HardState // the latest raft reported
+	persistedCommit uint64            // commit index of the last HardState written
 }
 
 type confAt struct {
@@ -461,6 +463,9 @@ func (n *Node) run(ctx context.Context) error {
 		case <-ticker.C:
 			n.rn.Tick()
 			n.ticks++
+			if err := n.persistCommit(); err != nil {
+				return err
+			}
 			if n.leader.Load() == raft.None && n.ticks <= 3 && !n.cfg.Join && len(n.cfg.Peers) <= 1 && isSoleVoter(n.lastConfState, n.cfg.ID) {
 				// A fresh cluster of one can campaign as soon as its
 				// bootstrap membership is applied, not an election
@@ -541,14 +546,22 @@ func (n *Node) handleReady(ctx context.Context) error {
 		}
 	}
 	// Step 1: persist. A commit-only HardState change need not be synced
-	// (rd.MustSync is false): the commit index is recovered at start-up.
+	// at once (rd.MustSync is false): every append carries the latest
+	// HardState, and an idle member writes a newer commit index on its next
+	// tick (persistCommit). A member restarted cut off from its peers can
+	// then apply what it knew was committed, instead of serving state older
+	// than it served before.
 	var hs *raftpb.HardState
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		n.term.Store(rd.HardState.GetTerm())
 		n.commit.Store(rd.HardState.GetCommit())
+		n.hardState = rd.HardState
 		if rd.MustSync {
 			hs = rd.HardState
 		}
+	}
+	if len(rd.Entries) > 0 && hs == nil {
+		hs = n.hardState
 	}
 	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
 		if err := n.installSnapshot(ctx, rd.Snapshot); err != nil {
@@ -567,6 +580,9 @@ func (n *Node) handleReady(ctx context.Context) error {
 	if len(rd.Entries) > 0 || hs != nil {
 		if err := n.cfg.Log.Append(rd.Entries, hs); err != nil {
 			return fmt.Errorf("append to raft log: %w", err)
+		}
+		if hs != nil {
+			n.persistedCommit = hs.GetCommit()
 		}
 		if len(rd.Entries) > 0 {
 			n.lastIdx.Store(rd.Entries[len(rd.Entries)-1].GetIndex())
@@ -718,6 +734,20 @@ func (n *Node) Status(ctx context.Context) (raft.Status, error) {
 	case <-n.done:
 		return raft.Status{}, n.err()
 	}
+}
+
+// persistCommit writes the latest HardState if its commit index is newer
+// than the one in the log: at most one small synced write per tick, and
+// none while appends carry the HardState anyway.
+func (n *Node) persistCommit() error {
+	if n.hardState == nil || n.hardState.GetCommit() <= n.persistedCommit {
+		return nil
+	}
+	if err := n.cfg.Log.Append(nil, n.hardState); err != nil {
+		return fmt.Errorf("persist commit index: %w", err)
+	}
+	n.persistedCommit = n.hardState.GetCommit()
+	return nil
 }
 
 // handOff gives committed entries to the applier. While the applier is
