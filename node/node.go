@@ -563,6 +563,15 @@ func (n *Node) handleReady(ctx context.Context) error {
 	if len(rd.Entries) > 0 && hs == nil {
 		hs = n.hardState
 	}
+	// A follower must not apply (and so serve) entries beyond the commit
+	// index its log records, or after a crash it could serve older state
+	// than it did before. A leader's commit-only changes come once per
+	// write batch; syncing each would double its fsyncs, so a leader
+	// records them on its next tick instead.
+	if hs == nil && n.hardState != nil && len(rd.CommittedEntries) > 0 && n.leader.Load() != n.cfg.ID &&
+		rd.CommittedEntries[len(rd.CommittedEntries)-1].GetIndex() > n.persistedCommit {
+		hs = n.hardState
+	}
 	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
 		if err := n.installSnapshot(ctx, rd.Snapshot); err != nil {
 			return err
