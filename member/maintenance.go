@@ -51,9 +51,10 @@ func (m *Member) WriteBackup(ctx context.Context, w io.Writer) (int64, error) {
 }
 
 // The MVCC key spaces Hash covers (mvcc/keys.go is their definition):
-// current values, history, the revision index and lease attachments. The
+// current values, history, the revision index and lease attachments. Lease
+// records (mg: TTLs) are not key-value data and are left out, as are the
 // store's own bookkeeping (mm: revisions and compaction progress) and the
-// applier's metadata (mu: membership, conf state, alarms) are left out, so
+// applier's metadata (mu: membership, conf state, alarms), so
 // members that agree on the data agree on the hash.
 var hashSpaces = [][2]string{{"mc", "md"}, {"mh", "mi"}, {"ml", "mm"}, {"mr", "ms"}}
 
@@ -91,21 +92,26 @@ func (m *Member) Hash() (hash uint32, rev int64, err error) {
 	return h.Sum32(), rev, nil
 }
 
-// defragRunning is set while a Defragment-triggered compaction runs.
-var defragRunning atomic.Bool
+// maintenanceState is the member's Maintenance bookkeeping.
+type maintenanceState struct {
+	// defragRunning is set while a Defragment-triggered compaction runs.
+	defragRunning atomic.Bool
+	// quotaSize caches the engine's size for the quota check.
+	quotaSize diskSizeCache
+}
 
 // Defragment starts a full engine compaction in the background and
 // returns: an LSM tree reclaims space by rewriting files, which never
 // blocks reads or writes, so there is nothing to wait for. A request while
 // one runs is a no-op.
 func (m *Member) Defragment() error {
-	if !defragRunning.CompareAndSwap(false, true) {
+	if !m.maint.defragRunning.CompareAndSwap(false, true) {
 		return nil
 	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		defer defragRunning.Store(false)
+		defer m.maint.defragRunning.Store(false)
 		start := time.Now()
 		if err := m.engine.CompactAll(); err != nil {
 			m.logger.Warn("defragment: engine compaction failed", zap.Error(err))
@@ -147,8 +153,6 @@ type diskSizeCache struct {
 
 const quotaRefresh = 100 * time.Millisecond
 
-var quotaSize diskSizeCache
-
 // checkQuota refuses a request that would grow the store beyond
 // --quota-backend-bytes, and raises the NOSPACE alarm, as etcd's quota
 // check does before proposing. The size is the engine's DiskSize: the
@@ -164,11 +168,11 @@ func (m *Member) checkQuota(ctx context.Context, r *pb.InternalRaftRequest) erro
 		return nil
 	}
 	now := time.Now().UnixNano()
-	if now-quotaSize.at.Load() > int64(quotaRefresh) {
-		quotaSize.size.Store(m.engine.DiskSize())
-		quotaSize.at.Store(now)
+	if now-m.maint.quotaSize.at.Load() > int64(quotaRefresh) {
+		m.maint.quotaSize.size.Store(m.engine.DiskSize())
+		m.maint.quotaSize.at.Store(now)
 	}
-	if quotaSize.size.Load()+cost <= quota {
+	if m.maint.quotaSize.size.Load()+cost <= quota {
 		return nil
 	}
 	raised := false
@@ -179,7 +183,7 @@ func (m *Member) checkQuota(ctx context.Context, r *pb.InternalRaftRequest) erro
 	}
 	if !raised {
 		m.logger.Warn("space quota exceeded, raising NOSPACE",
-			zap.Int64("quota", quota), zap.Int64("disk-size", quotaSize.size.Load()))
+			zap.Int64("quota", quota), zap.Int64("disk-size", m.maint.quotaSize.size.Load()))
 		if _, err := m.ProposeAlarm(ctx, &pb.AlarmRequest{
 			Action: pb.AlarmRequest_ACTIVATE, MemberID: m.memberID, Alarm: pb.AlarmType_NOSPACE,
 		}); err != nil {

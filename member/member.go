@@ -149,6 +149,8 @@ type Member struct {
 
 	// watchHub serves the Watch service from the store's revision index.
 	watchHub *watch.Hub
+	// maint is the Maintenance service's state (maintenance.go).
+	maint maintenanceState
 	// authStore holds users, roles and tokens; authService serves them.
 	authStore   *auth.Store
 	authService *server.Auth
