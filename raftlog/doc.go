@@ -44,14 +44,15 @@
 // across a write or sync; a write becomes visible to readers only once it
 // is durable.
 //
-// # Several directories, compacted batches (not yet)
+// # Several directories
 //
-// Options.Dirs takes a list, but exactly one directory is used today. The
-// segment code takes its directory as a parameter and sequence numbers are
-// global, so that consecutive batches can later go to several directories,
-// each with its own writer and fsync, replayed in sequence order with the
-// contiguous durable prefix acknowledged; SegmentInfo already carries the
-// fields a compacted batch file needs (Compacted, Commands).
+// Options.Dirs may name several directories (devices). Each Append is then
+// split into one part per directory, of consecutive entries, and the parts
+// are written and fdatasynced in parallel, one goroutine per directory;
+// Append returns when all are durable. Every frame carries the log-wide
+// sequence number of the write it belongs to, so recovery merges the
+// directories into one order and drops the parts of a last Append that did
+// not reach every directory (stripe.go; FORMAT.md, "Several directories").
 //
 // # Failure
 //

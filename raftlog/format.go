@@ -13,8 +13,12 @@ import (
 // The constants below are wire format (FORMAT.md): changing any of them
 // changes what is on disk and needs a new format version.
 const (
-	// formatVersion is the version written in every segment header.
+	// formatVersion is the version written in the header of a segment of a
+	// log with one directory.
 	formatVersion = 1
+	// formatVersionStriped is the version written in the header of a
+	// segment of a log with several directories: it adds stripe frames.
+	formatVersionStriped = 2
 	// segmentMagic opens every segment file.
 	segmentMagic = "STRATARL"
 	// segmentHeaderSize is the size of the segment header; the first frame
@@ -34,6 +38,12 @@ const (
 	// frameBatch carries one Append: entry sub-records and an optional
 	// HardState sub-record.
 	frameBatch = 2
+	// frameStripe wraps a state or batch frame's payload with the log-wide
+	// operation sequence that orders frames across directories (version 2).
+	frameStripe = 3
+	// stripeHeaderSize is the stripe prefix: op sequence, part, parts,
+	// inner type, reserved.
+	stripeHeaderSize = 16
 
 	// stateFlagReset marks a state frame written by ApplySnapshot: every
 	// entry before it is discarded.
@@ -57,6 +67,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // segmentHeader is the fixed header at offset 0 of every segment.
 type segmentHeader struct {
+	version    uint32 // formatVersion or formatVersionStriped; 0 encodes as formatVersion
 	seq        uint64 // position of the segment in the log, from 1
 	firstIndex uint64 // index of the first entry the segment was created for
 	salt       uint64 // random; mixed into every frame checksum of the segment
@@ -65,7 +76,11 @@ type segmentHeader struct {
 func (h segmentHeader) encode(b []byte) {
 	_ = b[segmentHeaderSize-1]
 	copy(b[0:8], segmentMagic)
-	binary.LittleEndian.PutUint32(b[8:12], formatVersion)
+	v := h.version
+	if v == 0 {
+		v = formatVersion
+	}
+	binary.LittleEndian.PutUint32(b[8:12], v)
 	binary.LittleEndian.PutUint32(b[12:16], 0)
 	binary.LittleEndian.PutUint64(b[16:24], h.seq)
 	binary.LittleEndian.PutUint64(b[24:32], h.firstIndex)
@@ -84,10 +99,12 @@ func decodeSegmentHeader(b []byte) (segmentHeader, error) {
 	if got, want := binary.LittleEndian.Uint32(b[44:48]), crc32.Checksum(b[0:44], castagnoli); got != want {
 		return segmentHeader{}, fmt.Errorf("segment header checksum %08x, want %08x", got, want)
 	}
-	if v := binary.LittleEndian.Uint32(b[8:12]); v != formatVersion {
+	v := binary.LittleEndian.Uint32(b[8:12])
+	if v != formatVersion && v != formatVersionStriped {
 		return segmentHeader{}, fmt.Errorf("unsupported format version %d", v)
 	}
 	return segmentHeader{
+		version:    v,
 		seq:        binary.LittleEndian.Uint64(b[16:24]),
 		firstIndex: binary.LittleEndian.Uint64(b[24:32]),
 		salt:       binary.LittleEndian.Uint64(b[32:40]),
@@ -150,7 +167,7 @@ func decodeFrameHeader(h []byte, left int64) (frameHeader, error) {
 		return frameHeader{}, errNoFrame
 	}
 	typ := h[4]
-	if typ != frameState && typ != frameBatch {
+	if typ != frameState && typ != frameBatch && typ != frameStripe {
 		return frameHeader{}, fmt.Errorf("unknown frame type %d", typ)
 	}
 	if h[5] != 0 || h[6] != 0 || h[7] != 0 || binary.LittleEndian.Uint32(h[12:16]) != 0 {
@@ -211,14 +228,24 @@ func getHardState(b []byte) hardState {
 
 // appendStateFrame appends a state frame.
 func appendStateFrame(buf []byte, salt uint64, st logState) ([]byte, error) {
+	n, fill, err := statePayload(st)
+	if err != nil {
+		return buf, err
+	}
+	return appendFrame(buf, salt, frameState, n, fill), nil
+}
+
+// statePayload returns the size of st's state payload and a function that
+// writes it.
+func statePayload(st logState) (int, func(p []byte), error) {
 	cs, err := proto.Marshal(raftpb.EnsureConfState(st.cs))
 	if err != nil {
-		return buf, fmt.Errorf("marshal conf state: %w", err)
+		return 0, nil, fmt.Errorf("marshal conf state: %w", err)
 	}
 	if len(cs) > maxConfStateSize {
-		return buf, fmt.Errorf("conf state of %d bytes above limit %d", len(cs), maxConfStateSize)
+		return 0, nil, fmt.Errorf("conf state of %d bytes above limit %d", len(cs), maxConfStateSize)
 	}
-	return appendFrame(buf, salt, frameState, stateFixedSize+len(cs), func(p []byte) {
+	return stateFixedSize + len(cs), func(p []byte) {
 		if st.reset {
 			p[0] = stateFlagReset
 		}
@@ -227,7 +254,7 @@ func appendStateFrame(buf []byte, salt uint64, st logState) ([]byte, error) {
 		putHardState(p[24:48], st.hs)
 		binary.LittleEndian.PutUint32(p[48:52], uint32(len(cs)))
 		copy(p[stateFixedSize:], cs)
-	}), nil
+	}, nil
 }
 
 func decodeStatePayload(p []byte) (logState, error) {
@@ -276,7 +303,13 @@ func batchPayloadSize(entries []*raftpb.Entry, withHS bool) int {
 
 // appendBatchFrame appends a batch frame holding entries and, if withHS, hs.
 func appendBatchFrame(buf []byte, salt uint64, entries []*raftpb.Entry, withHS bool, hs hardState) []byte {
-	return appendFrame(buf, salt, frameBatch, batchPayloadSize(entries, withHS), func(p []byte) {
+	return appendFrame(buf, salt, frameBatch, batchPayloadSize(entries, withHS), batchFill(entries, withHS, hs))
+}
+
+// batchFill returns a function that writes the batch payload of entries
+// and, if withHS, hs.
+func batchFill(entries []*raftpb.Entry, withHS bool, hs hardState) func(p []byte) {
+	return func(p []byte) {
 		binary.LittleEndian.PutUint32(p[0:4], uint32(len(entries)))
 		off := batchFixedSize
 		if withHS {
@@ -292,7 +325,7 @@ func appendBatchFrame(buf []byte, salt uint64, entries []*raftpb.Entry, withHS b
 			off += entryFixedSize
 			off += copy(p[off:], e.GetData())
 		}
-	})
+	}
 }
 
 // batch is a decoded batch frame. Entry data aliases the payload.
@@ -355,4 +388,54 @@ func decodeBatchPayload(p []byte) (batch, error) {
 		return batch{}, fmt.Errorf("%d trailing bytes in batch payload", len(p)-off)
 	}
 	return b, nil
+}
+
+// stripe is the prefix of a stripe frame (format version 2): where the
+// wrapped state or batch payload stands in the log-wide order of writes.
+type stripe struct {
+	// op is the log-wide sequence number of the write (Append, Compact,
+	// ApplySnapshot) the frame belongs to.
+	op uint64
+	// part is the frame's position among the op's parts, parts their
+	// number. parts == 0 marks a segment's opening state frame, which
+	// belongs to no op and replays before op's parts.
+	part, parts uint16
+}
+
+// appendStripeFrame appends a stripe frame wrapping a payload of type
+// inner, of n bytes, written by fill.
+func appendStripeFrame(buf []byte, salt uint64, s stripe, inner byte, n int, fill func(p []byte)) []byte {
+	return appendFrame(buf, salt, frameStripe, stripeHeaderSize+n, func(p []byte) {
+		binary.LittleEndian.PutUint64(p[0:8], s.op)
+		binary.LittleEndian.PutUint16(p[8:10], s.part)
+		binary.LittleEndian.PutUint16(p[10:12], s.parts)
+		p[12] = inner
+		fill(p[stripeHeaderSize:])
+	})
+}
+
+// decodeStripe splits a verified stripe payload into its prefix, the
+// wrapped type and the wrapped payload (aliasing p).
+func decodeStripe(p []byte) (stripe, byte, []byte, error) {
+	if len(p) < stripeHeaderSize {
+		return stripe{}, 0, nil, fmt.Errorf("stripe payload of %d bytes, want >= %d", len(p), stripeHeaderSize)
+	}
+	s := stripe{
+		op:    binary.LittleEndian.Uint64(p[0:8]),
+		part:  binary.LittleEndian.Uint16(p[8:10]),
+		parts: binary.LittleEndian.Uint16(p[10:12]),
+	}
+	inner := p[12]
+	if p[13] != 0 || p[14] != 0 || p[15] != 0 {
+		return stripe{}, 0, nil, errors.New("reserved stripe bytes are not zero")
+	}
+	switch {
+	case inner != frameState && inner != frameBatch:
+		return stripe{}, 0, nil, fmt.Errorf("stripe wraps frame type %d", inner)
+	case s.parts == 0 && (inner != frameState || s.part != 0):
+		return stripe{}, 0, nil, errors.New("opening stripe that is not a state frame")
+	case s.parts != 0 && s.part >= s.parts:
+		return stripe{}, 0, nil, fmt.Errorf("stripe part %d of %d", s.part, s.parts)
+	}
+	return s, inner, p[stripeHeaderSize:], nil
 }

@@ -56,6 +56,12 @@ func inspectSegment(fs vfs.FS, dir, name string, last bool) (SegmentInfo, error)
 	}
 	defer f.Close()
 	res, err := scanSegment(f, name, last, func(off int64, typ byte, payload []byte) error {
+		if typ == frameStripe {
+			var err error
+			if _, typ, payload, err = decodeStripe(payload); err != nil {
+				return err
+			}
+		}
 		if typ == frameState {
 			_, err := decodeStatePayload(payload)
 			return err

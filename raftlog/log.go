@@ -37,9 +37,10 @@ type Options struct {
 	// FS is the file system all log I/O goes through (vfs.Default in
 	// production, vfs.NewCrashableMem in crash tests).
 	FS vfs.FS
-	// Dirs are the log directories. Exactly one is supported today; the
-	// segment code takes its directory as a parameter so that several
-	// directories written in parallel fit later (DESIGN.md).
+	// Dirs are the log directories, one per device. With several, each
+	// Append is split into one frame per directory, written and synced in
+	// parallel (FORMAT.md, "Several directories"). The list must stay the
+	// same, in the same order, across restarts.
 	Dirs []string
 	// SegmentSize is the preallocated size of a segment; 0 means
 	// DefaultSegmentSize. A batch larger than a segment goes into a segment
@@ -87,31 +88,26 @@ type Stats struct {
 //  4. After a failed write or sync, no further write is attempted.
 type Log struct {
 	fs      vfs.FS
-	dir     string
 	segSize int64
 	budget  int // in-memory tail budget
 	logger  *zap.Logger
+	// nextSeq is the sequence number of the next segment, in any lane;
+	// lanes roll concurrently during a striped Append.
+	nextSeq atomic.Uint64
 
 	// w is owned by the writer goroutine. The writer may read mem without
-	// mu, since only it changes mem.
+	// mu, since only it changes mem. During a striped Append each lane is
+	// owned by the goroutine writing its part until the Append joins them.
 	w struct {
-		active  *segment
-		off     int64 // where the next frame goes in active
-		opened  int64 // offset just past active's opening state frame
-		nextSeq uint64
-		buf     []byte
-		failed  error
-		// spare delivers the spare segment file being prepared; nil if
-		// none is under way.
-		spare      chan spareResult
-		spareCount uint64 // spares prepared so far, for unique names
+		lanes  []*lane // one per directory, in Options.Dirs order
+		op     uint64  // sequence of the last write op (striped logs only)
+		failed error
 	}
 
 	mu struct {
 		sync.RWMutex
-		mem    *memState  // guarded by mu
-		segs   []*segment // live segments, oldest first; guarded by mu
-		closed bool       // guarded by mu
+		mem    *memState // guarded by mu
+		closed bool      // guarded by mu
 	}
 
 	stats struct {
@@ -119,16 +115,47 @@ type Log struct {
 	}
 }
 
+// lane is one log directory and the segments in it.
+type lane struct {
+	dir     string
+	active  *segment
+	off     int64 // where the next frame goes in active
+	opened  int64 // offset just past active's opening state frame
+	buf     []byte
+	version uint32 // format version of the segments this lane writes
+	// spare delivers the spare segment file being prepared; nil if none
+	// is under way.
+	spare      chan spareResult
+	spareCount uint64 // spares prepared so far, for unique names
+	// segs are the lane's live segments, oldest first; guarded by Log.mu.
+	segs []*segment
+}
+
+// maxDirs bounds Options.Dirs: a stripe's part number is 16 bits.
+const maxDirs = 64
+
 // Open opens the log in opts.Dirs, creating it if empty, and recovers it
 // as FORMAT.md describes.
 func Open(opts Options) (*Log, error) {
 	if opts.FS == nil {
 		return nil, errors.New("raftlog: Options.FS is nil")
 	}
-	if len(opts.Dirs) != 1 {
-		return nil, fmt.Errorf("raftlog: %d log directories given; exactly one is supported", len(opts.Dirs))
+	if len(opts.Dirs) == 0 || len(opts.Dirs) > maxDirs {
+		return nil, fmt.Errorf("raftlog: %d log directories given; want 1 to %d", len(opts.Dirs), maxDirs)
 	}
-	l := &Log{fs: opts.FS, dir: opts.Dirs[0], segSize: opts.SegmentSize, logger: opts.Logger, budget: opts.tailBudget}
+	l := &Log{fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger, budget: opts.tailBudget}
+	seen := map[string]bool{}
+	for _, d := range opts.Dirs {
+		if seen[d] {
+			return nil, fmt.Errorf("raftlog: log directory %s given twice", d)
+		}
+		seen[d] = true
+		v := uint32(formatVersion)
+		if len(opts.Dirs) > 1 {
+			v = formatVersionStriped
+		}
+		l.w.lanes = append(l.w.lanes, &lane{dir: d, version: v})
+	}
 	if l.budget == 0 {
 		l.budget = tailBudget
 	}
@@ -139,10 +166,16 @@ func Open(opts Options) (*Log, error) {
 	if l.logger == nil {
 		l.logger = zap.NewNop()
 	}
-	if err := ensureDir(l.fs, l.dir); err != nil {
-		return nil, err
+	for _, ln := range l.w.lanes {
+		if err := ensureDir(l.fs, ln.dir); err != nil {
+			return nil, err
+		}
 	}
-	if err := l.recover(); err != nil {
+	recover := l.recover
+	if l.striped() {
+		recover = l.recoverStriped
+	}
+	if err := recover(); err != nil {
 		l.closeSegments()
 		return nil, err
 	}
@@ -152,43 +185,37 @@ func Open(opts Options) (*Log, error) {
 // recover replays every segment into a fresh memState (FORMAT.md,
 // "Recovery") and prepares the last segment for appending.
 func (l *Log) recover() error {
-	names, temps, err := listSegments(l.fs, l.dir)
+	ln := l.w.lanes[0]
+	names, err := l.listLane(ln)
 	if err != nil {
 		return err
-	}
-	for _, t := range temps {
-		// A crash while creating a segment: it was never renamed into place.
-		if err := l.fs.Remove(l.fs.PathJoin(l.dir, t)); err != nil {
-			return fmt.Errorf("remove temporary file %s: %w", t, err)
-		}
 	}
 	m := newMemState()
 	m.budget = l.budget
 	l.mu.mem = m
 	if len(names) == 0 {
-		return l.startSegment(1, 1, logState{cs: m.cs})
+		l.nextSeq.Store(1)
+		return l.startSegment(ln, 1, logState{cs: m.cs}, nil)
 	}
 	var last scanResult
 	for i, name := range names {
 		isLast := i == len(names)-1
-		path := l.fs.PathJoin(l.dir, name)
-		var f vfs.File
-		if isLast {
-			f, err = l.fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
-		} else {
-			f, err = l.fs.Open(path)
-		}
+		seg, err := l.openSegment(ln, name, isLast)
 		if err != nil {
-			return fmt.Errorf("open segment %s: %w", name, err)
+			return err
 		}
-		seg := &segment{dir: l.dir, name: name, f: f}
-		seg.refs.Store(1)
-		l.mu.segs = append(l.mu.segs, seg)
-		res, err := scanSegment(f, name, isLast, func(off int64, typ byte, payload []byte) error {
+		res, err := scanSegment(seg.f, name, isLast, func(off int64, typ byte, payload []byte) error {
+			if typ == frameStripe {
+				return errors.New("stripe frame in a log with one directory (written with several --log-dir?)")
+			}
 			return replayFrame(m, seg, off, typ, payload)
 		})
 		if err != nil {
 			return err
+		}
+		if res.hdr.version != formatVersion {
+			return fmt.Errorf("%w: segment %s has format version %d, written by a log with several directories",
+				ErrCorrupt, name, res.hdr.version)
 		}
 		seg.hdr, seg.end, seg.frames = res.hdr, res.end, res.frames
 		last = res
@@ -198,10 +225,10 @@ func (l *Log) recover() error {
 			ErrCorrupt, m.snapIndex+1, m.first-1, m.snapIndex, m.first)
 	}
 	m.first = m.snapIndex + 1
-	seg := l.mu.segs[len(l.mu.segs)-1]
+	seg := ln.segs[len(ln.segs)-1]
 	if last.dirtyEnd > last.end {
 		l.logger.Warn("raftlog: truncating torn tail of last segment",
-			zap.String("file", l.fs.PathJoin(l.dir, seg.name)),
+			zap.String("file", seg.path(l.fs)),
 			zap.Int64("offset", last.end),
 			zap.Int64("garbage_end", last.dirtyEnd),
 			zap.Uint64("last_good_index", m.last()),
@@ -212,9 +239,49 @@ func (l *Log) recover() error {
 			return fmt.Errorf("truncate torn tail of %s at offset %d: %w", seg.name, last.end, err)
 		}
 	}
-	l.w.active, l.w.off, l.w.opened = seg, last.end, last.firstFrames
-	l.w.nextSeq = seg.hdr.seq + 1
+	ln.active, ln.off, ln.opened = seg, last.end, last.firstFrames
+	l.nextSeq.Store(seg.hdr.seq + 1)
 	return nil
+}
+
+// striped reports whether the log has several directories.
+func (l *Log) striped() bool { return len(l.w.lanes) > 1 }
+
+// listLane lists ln's segments in sequence order and deletes leftover
+// temporary files: segments whose creation crashed before the rename,
+// never part of the log.
+func (l *Log) listLane(ln *lane) ([]string, error) {
+	names, temps, err := listSegments(l.fs, ln.dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range temps {
+		if err := l.fs.Remove(l.fs.PathJoin(ln.dir, t)); err != nil {
+			return nil, fmt.Errorf("remove temporary file %s: %w", t, err)
+		}
+	}
+	return names, nil
+}
+
+// openSegment opens segment name of ln for recovery (read-write if it is
+// the lane's last) and adds it to the lane's list, which owns it from
+// then on.
+func (l *Log) openSegment(ln *lane, name string, last bool) (*segment, error) {
+	path := l.fs.PathJoin(ln.dir, name)
+	var f vfs.File
+	var err error
+	if last {
+		f, err = l.fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
+	} else {
+		f, err = l.fs.Open(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open segment %s: %w", path, err)
+	}
+	seg := &segment{dir: ln.dir, name: name, f: f}
+	seg.refs.Store(1)
+	ln.segs = append(ln.segs, seg)
+	return seg, nil
 }
 
 // ensureDir creates dir and any missing parents durably: each directory it
@@ -293,14 +360,16 @@ func zeroRange(f vfs.File, from, to int64) error {
 	return f.SyncData()
 }
 
-// startSegment creates segment seq, opening with state st, and makes it
-// the active segment. It uses the spare file if one is being prepared
-// (waiting for it if need be) and starts preparing the next one.
-func (l *Log) startSegment(seq, firstIndex uint64, st logState) error {
+// startSegment creates the next segment of lane ln, opening with state st,
+// and makes it the lane's active segment. In a striped log the state
+// frame is wrapped in stripe sp (which must be non-nil). It uses the spare
+// file if one is being prepared (waiting for it if need be).
+func (l *Log) startSegment(ln *lane, firstIndex uint64, st logState, sp *stripe) error {
+	seq := l.nextSeq.Add(1) - 1
 	spare := ""
-	if l.w.spare != nil {
-		r := <-l.w.spare
-		l.w.spare = nil
+	if ln.spare != nil {
+		r := <-ln.spare
+		ln.spare = nil
 		if r.err == nil {
 			spare = r.path
 		} else {
@@ -310,18 +379,24 @@ func (l *Log) startSegment(seq, firstIndex uint64, st logState) error {
 			_ = l.fs.Remove(r.path)
 		}
 	}
-	seg, err := createSegment(l.fs, l.dir, seq, firstIndex, l.segSize, spare, func(buf []byte, salt uint64) ([]byte, error) {
-		return appendStateFrame(buf, salt, st)
+	seg, err := createSegment(l.fs, ln.dir, ln.version, seq, firstIndex, l.segSize, spare, func(buf []byte, salt uint64) ([]byte, error) {
+		if sp == nil {
+			return appendStateFrame(buf, salt, st)
+		}
+		n, fill, err := statePayload(st)
+		if err != nil {
+			return buf, err
+		}
+		return appendStripeFrame(buf, salt, *sp, frameState, n, fill), nil
 	})
 	if err != nil {
 		return err
 	}
 	seg.frames = 1
 	l.mu.Lock()
-	l.mu.segs = append(l.mu.segs, seg)
+	ln.segs = append(ln.segs, seg)
 	l.mu.Unlock()
-	l.w.active, l.w.off, l.w.opened = seg, seg.end, seg.end
-	l.w.nextSeq = seq + 1
+	ln.active, ln.off, ln.opened = seg, seg.end, seg.end
 	l.stats.bytes.Add(uint64(seg.end))
 	return nil
 }
@@ -337,14 +412,14 @@ type spareResult struct {
 // size and synced, so that rolling to a new segment costs one small write
 // and sync instead of writing a whole segment inside Append. The writer
 // collects the result in startSegment or Close.
-func (l *Log) prepareSpare() {
-	if l.w.spare != nil || l.w.failed != nil {
+func (l *Log) prepareSpare(ln *lane) {
+	if ln.spare != nil || l.w.failed != nil {
 		return
 	}
 	ch := make(chan spareResult, 1)
-	l.w.spare = ch
-	l.w.spareCount++
-	path := l.fs.PathJoin(l.dir, spareName(l.w.spareCount))
+	ln.spare = ch
+	ln.spareCount++
+	path := l.fs.PathJoin(ln.dir, spareName(ln.spareCount))
 	fs, size := l.fs, l.segSize
 	go func() {
 		ch <- spareResult{path: path, err: writeNewFile(fs, path, nil, size)}
@@ -414,55 +489,67 @@ func (l *Log) Append(entries []*raftpb.Entry, hs *raftpb.HardState) error {
 	if withHS {
 		h = hardStateOf(hs)
 	}
-	frameLen := int64(frameHeaderSize + padded(batchPayloadSize(entries, withHS)))
-	if err := l.rollIfFull(frameLen, first); err != nil {
-		return err
+	if l.striped() {
+		return l.appendStriped(entries, first, withHS, h)
 	}
-	seg, off := l.w.active, l.w.off
-	l.w.buf = appendBatchFrame(l.w.buf[:0], seg.hdr.salt, entries, withHS, h)
-	if err := l.writeAndSync(l.w.buf); err != nil {
-		return err
+	ln := l.w.lanes[0]
+	frameLen := int64(frameHeaderSize + padded(batchPayloadSize(entries, withHS)))
+	if err := l.rollIfFull(ln, frameLen, first, nil); err != nil {
+		l.w.failed = err
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	seg, off := ln.active, ln.off
+	ln.buf = appendBatchFrame(ln.buf[:0], seg.hdr.salt, entries, withHS, h)
+	if err := l.writeAndSync(ln, ln.buf); err != nil {
+		l.w.failed = err
+		return fmt.Errorf("raftlog: %w", err)
 	}
 
 	l.mu.Lock()
-	m.appendEntries(entries, seg, off)
+	l.publish(entries, seg, off)
 	if withHS {
 		m.hs = h
 	}
-	seg.end = l.w.off
+	seg.end = ln.off
+	l.mu.Unlock()
+	l.stats.appends.Add(1)
+	l.stats.entries.Add(uint64(len(entries)))
+	l.prepareSpare(ln)
+	return nil
+}
+
+// publish makes entries, durable in the frame at (seg, off), visible to
+// readers and accounts them to seg.
+// REQUIRES: l.mu held for writing.
+func (l *Log) publish(entries []*raftpb.Entry, seg *segment, off int64) {
+	l.mu.mem.appendEntries(entries, seg, off)
 	seg.frames++
 	seg.entries += len(entries)
 	if n := len(entries); n > 0 {
 		seg.lastIndex = max(seg.lastIndex, entries[n-1].GetIndex())
 	}
-	l.mu.Unlock()
-	l.stats.appends.Add(1)
-	l.stats.entries.Add(uint64(len(entries)))
-	l.prepareSpare()
-	return nil
 }
 
-// rollIfFull starts a new segment if a frame of frameLen bytes does not fit
-// in the active one and the active one holds more than its opening state.
-// firstIndex names the new segment.
-func (l *Log) rollIfFull(frameLen int64, firstIndex uint64) error {
-	if l.w.off+frameLen <= l.segSize || l.w.off <= l.w.opened {
+// rollIfFull starts a new segment in ln if a frame of frameLen bytes does
+// not fit in the active one and the active one holds more than its opening
+// state. firstIndex names the new segment; sp is the stripe of its opening
+// state frame (nil in a log with one directory).
+func (l *Log) rollIfFull(ln *lane, frameLen int64, firstIndex uint64, sp *stripe) error {
+	if ln.off+frameLen <= l.segSize || ln.off <= ln.opened {
 		return nil
 	}
-	if err := l.startSegment(l.w.nextSeq, firstIndex, l.currentState()); err != nil {
-		l.w.failed = err
-		return fmt.Errorf("raftlog: roll to a new segment: %w", err)
+	if err := l.startSegment(ln, firstIndex, l.currentState(), sp); err != nil {
+		return fmt.Errorf("roll to a new segment in %s: %w", ln.dir, err)
 	}
 	return nil
 }
 
-// writeAndSync writes buf at the end of the active segment and fdatasyncs
-// it. Any error marks the log failed.
-func (l *Log) writeAndSync(buf []byte) error {
-	seg := l.w.active
-	if _, err := seg.f.WriteAt(buf, l.w.off); err != nil {
-		l.w.failed = fmt.Errorf("write %s at offset %d: %w", seg.name, l.w.off, err)
-		return fmt.Errorf("raftlog: %w", l.w.failed)
+// writeAndSync writes buf at the end of ln's active segment and fdatasyncs
+// it. The caller marks the log failed on error.
+func (l *Log) writeAndSync(ln *lane, buf []byte) error {
+	seg := ln.active
+	if _, err := seg.f.WriteAt(buf, ln.off); err != nil {
+		return fmt.Errorf("write %s at offset %d: %w", seg.path(l.fs), ln.off, err)
 	}
 	failpoint.Hit("raftlog/before-sync")
 	start := time.Now()
@@ -470,11 +557,10 @@ func (l *Log) writeAndSync(buf []byte) error {
 	l.stats.fsyncNanos.Add(uint64(time.Since(start)))
 	l.stats.fsyncs.Add(1)
 	if err != nil {
-		l.w.failed = fmt.Errorf("fdatasync %s: %w", seg.name, err)
-		return fmt.Errorf("raftlog: %w", l.w.failed)
+		return fmt.Errorf("fdatasync %s: %w", seg.path(l.fs), err)
 	}
 	failpoint.Hit("raftlog/after-sync")
-	l.w.off += int64(len(buf))
+	ln.off += int64(len(buf))
 	l.stats.bytes.Add(uint64(len(buf)))
 	return nil
 }
@@ -515,58 +601,71 @@ func (l *Log) Compact(index uint64, cs *raftpb.ConfState) error {
 	hs := m.hs
 	hs.commit = max(hs.commit, index)
 	st := logState{snapIndex: index, snapTerm: term, hs: hs, cs: cs}
-	var err error
-	if l.w.buf, err = appendStateFrame(l.w.buf[:0], l.w.active.hdr.salt, st); err != nil {
+	// The state goes to the first lane; in a striped log it is an op of
+	// one part, ordered among the Appends by its op sequence.
+	ln := l.w.lanes[0]
+	var sp *stripe
+	n, fill, err := statePayload(st)
+	if err != nil {
 		return fmt.Errorf("raftlog: log compaction to %d: %w", index, err)
 	}
-	if l.w.off+int64(len(l.w.buf)) > l.segSize && l.w.off > l.w.opened {
+	if l.striped() {
+		l.w.op++
+		sp = &stripe{op: l.w.op, part: 0, parts: 1}
+		ln.buf = appendStripeFrame(ln.buf[:0], ln.active.hdr.salt, *sp, frameState, n, fill)
+	} else {
+		ln.buf = appendFrame(ln.buf[:0], ln.active.hdr.salt, frameState, n, fill)
+	}
+	if ln.off+int64(len(ln.buf)) > l.segSize && ln.off > ln.opened {
 		// The new segment opens with this very state.
-		err = l.startSegment(l.w.nextSeq, m.last()+1, st)
-		if err != nil {
+		if err := l.startSegment(ln, m.last()+1, st, sp); err != nil {
 			l.w.failed = err
 			return fmt.Errorf("raftlog: log compaction to %d: %w", index, err)
 		}
 	} else {
-		if err := l.writeAndSync(l.w.buf); err != nil {
-			return err
+		if err := l.writeAndSync(ln, ln.buf); err != nil {
+			l.w.failed = err
+			return fmt.Errorf("raftlog: %w", err)
 		}
 		l.mu.Lock()
-		l.w.active.frames++
+		ln.active.frames++
 		l.mu.Unlock()
 	}
 	l.mu.Lock()
 	m.compact(index, term, cs)
 	m.hs = hs
-	l.w.active.end = l.w.off
+	ln.active.end = ln.off
 	l.mu.Unlock()
-	return l.deleteSegments(func(s *segment) bool { return s.lastIndex <= index })
+	return l.deleteSegments(func(_ *lane, s *segment) bool { return s.lastIndex <= index })
 }
 
-// deleteSegments removes the oldest segments, other than the active one,
-// while drop accepts them, then syncs the directory. The state that makes
-// them unnecessary is durable before this is called; a crash in between
-// leaves files that the next recovery replays harmlessly.
-func (l *Log) deleteSegments(drop func(*segment) bool) error {
-	l.mu.Lock()
-	n := 0
-	for n < len(l.mu.segs)-1 && l.mu.segs[n] != l.w.active && drop(l.mu.segs[n]) {
-		n++
-	}
-	doomed := append([]*segment(nil), l.mu.segs[:n]...)
-	l.mu.segs = shrink(l.mu.segs, n)
-	l.mu.Unlock()
-	if len(doomed) == 0 {
-		return nil
-	}
+// deleteSegments removes, in every lane, the oldest segments other than
+// the active one while drop accepts them, then syncs the directories. The
+// state that makes them unnecessary is durable before this is called; a
+// crash in between leaves files that the next recovery replays harmlessly.
+func (l *Log) deleteSegments(drop func(*lane, *segment) bool) error {
 	var errs []error
-	for _, s := range doomed {
-		if err := l.fs.Remove(s.path(l.fs)); err != nil {
-			errs = append(errs, fmt.Errorf("remove segment %s: %w", s.name, err))
+	for _, ln := range l.w.lanes {
+		l.mu.Lock()
+		n := 0
+		for n < len(ln.segs)-1 && ln.segs[n] != ln.active && drop(ln, ln.segs[n]) {
+			n++
 		}
-		s.release() // readers still holding it keep the file open
-	}
-	if err := syncDir(l.fs, l.dir); err != nil {
-		errs = append(errs, err)
+		doomed := append([]*segment(nil), ln.segs[:n]...)
+		ln.segs = shrink(ln.segs, n)
+		l.mu.Unlock()
+		if len(doomed) == 0 {
+			continue
+		}
+		for _, s := range doomed {
+			if err := l.fs.Remove(s.path(l.fs)); err != nil {
+				errs = append(errs, fmt.Errorf("remove segment %s: %w", s.path(l.fs), err))
+			}
+			s.release() // readers still holding it keep the file open
+		}
+		if err := syncDir(l.fs, ln.dir); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("raftlog: delete compacted segments: %w", err)
@@ -592,8 +691,14 @@ func (l *Log) ApplySnapshot(meta *raftpb.SnapshotMetadata) error {
 	hs := m.hs
 	hs.commit = max(hs.commit, index)
 	st := logState{reset: true, snapIndex: index, snapTerm: term, hs: hs, cs: cs}
-	old := l.w.active
-	if err := l.startSegment(l.w.nextSeq, index+1, st); err != nil {
+	ln := l.w.lanes[0]
+	old := ln.active
+	var sp *stripe
+	if l.striped() {
+		l.w.op++
+		sp = &stripe{op: l.w.op, part: 0, parts: 1}
+	}
+	if err := l.startSegment(ln, index+1, st, sp); err != nil {
 		l.w.failed = err
 		return fmt.Errorf("raftlog: apply snapshot at %d: %w", index, err)
 	}
@@ -601,7 +706,9 @@ func (l *Log) ApplySnapshot(meta *raftpb.SnapshotMetadata) error {
 	m.reset(index, term, cs)
 	m.hs = hs
 	l.mu.Unlock()
-	return l.deleteSegments(func(s *segment) bool { return s.hdr.seq <= old.hdr.seq })
+	// Every frame of the other lanes precedes the reset in op order, so
+	// all their segments but the active ones may go.
+	return l.deleteSegments(func(x *lane, s *segment) bool { return x != ln || s.hdr.seq <= old.hdr.seq })
 }
 
 // Close closes the log. Reads and writes after Close return ErrClosed.
@@ -614,11 +721,13 @@ func (l *Log) Close() error {
 	}
 	l.mu.closed = true
 	l.mu.Unlock()
-	if l.w.spare != nil {
-		// Wait for the preparing goroutine; Open would delete the file.
-		r := <-l.w.spare
-		l.w.spare = nil
-		_ = l.fs.Remove(r.path)
+	for _, ln := range l.w.lanes {
+		if ln.spare != nil {
+			// Wait for the preparing goroutine; Open would delete the file.
+			r := <-ln.spare
+			ln.spare = nil
+			_ = l.fs.Remove(r.path)
+		}
 	}
 	l.closeSegments()
 	return nil
@@ -627,8 +736,11 @@ func (l *Log) Close() error {
 // closeSegments drops the Log's reference to every segment.
 func (l *Log) closeSegments() {
 	l.mu.Lock()
-	segs := l.mu.segs
-	l.mu.segs = nil
+	var segs []*segment
+	for _, ln := range l.w.lanes {
+		segs = append(segs, ln.segs...)
+		ln.segs = nil
+	}
 	l.mu.Unlock()
 	for _, s := range segs {
 		s.release()
@@ -638,10 +750,13 @@ func (l *Log) closeSegments() {
 // Stats returns counters for metrics.
 func (l *Log) Stats() Stats {
 	l.mu.RLock()
-	st := Stats{Segments: len(l.mu.segs)}
-	for _, s := range l.mu.segs {
-		st.Bytes += s.end
-		st.DiskBytes += max(s.end, l.segSize)
+	var st Stats
+	for _, ln := range l.w.lanes {
+		st.Segments += len(ln.segs)
+		for _, s := range ln.segs {
+			st.Bytes += s.end
+			st.DiskBytes += max(s.end, l.segSize)
+		}
 	}
 	l.mu.RUnlock()
 	st.Appends = l.stats.appends.Load()

@@ -350,9 +350,11 @@ func TestClosed(t *testing.T) {
 	}
 }
 
-func TestOpenRejectsSeveralDirs(t *testing.T) {
-	if _, err := Open(Options{FS: vfs.NewMem(), Dirs: []string{"a", "b"}}); err == nil {
-		t.Fatal("Open with two dirs succeeded")
+func TestOpenRejectsBadDirs(t *testing.T) {
+	for _, dirs := range [][]string{nil, {"a", "a"}} {
+		if _, err := Open(Options{FS: vfs.NewMem(), Dirs: dirs}); err == nil {
+			t.Fatalf("Open with dirs %q succeeded", dirs)
+		}
 	}
 }
 

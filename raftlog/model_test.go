@@ -179,12 +179,32 @@ func matches(l *Log, m model) error {
 
 // TestModel runs random operations against the log and a plain slice and
 // compares every read after every operation, across reopens.
+// With several directories every Append is striped across them.
 func TestModel(t *testing.T) {
-	for seed := uint64(1); seed <= 8; seed++ {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+	for _, ndirs := range []int{1, 2, 3} {
+		for seed := uint64(1); seed <= 8; seed++ {
+			t.Run(fmt.Sprintf("dirs%d/seed%d", ndirs, seed), func(t *testing.T) {
+				testModel(t, seed, testDirs(ndirs))
+			})
+		}
+	}
+}
+
+// testDirs names n log directories; the first is testDir.
+func testDirs(n int) []string {
+	dirs := []string{testDir}
+	for i := 1; i < n; i++ {
+		dirs = append(dirs, fmt.Sprintf("%s%d", testDir, i))
+	}
+	return dirs
+}
+
+func testModel(t *testing.T, seed uint64, dirs []string) {
+	{
+		{
 			rng := rand.New(rand.NewPCG(seed, seed))
 			fs := vfs.NewMem()
-			opts := Options{FS: fs, Dirs: []string{testDir}, SegmentSize: 8 << 10, tailBudget: 4 << 10}
+			opts := Options{FS: fs, Dirs: dirs, SegmentSize: 8 << 10, tailBudget: 4 << 10}
 			l, err := Open(opts)
 			if err != nil {
 				t.Fatal(err)
@@ -207,9 +227,9 @@ func TestModel(t *testing.T) {
 					t.Fatalf("op %d (%v): %v", i, op, err)
 				}
 			}
-			if segs := l.Stats().Segments; segs > 20 {
+			if segs := l.Stats().Segments; segs > 20*len(dirs) {
 				t.Errorf("%d segments left: log compaction does not delete them", segs)
 			}
-		})
+		}
 	}
 }

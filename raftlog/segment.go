@@ -144,9 +144,9 @@ func newSalt() uint64 {
 // Otherwise a temporary file is created and filled here.
 //
 // It returns the segment open for reading and writing.
-func createSegment(fs vfs.FS, dir string, seq, firstIndex uint64, size int64, spare string,
+func createSegment(fs vfs.FS, dir string, version uint32, seq, firstIndex uint64, size int64, spare string,
 	first func(buf []byte, salt uint64) ([]byte, error)) (*segment, error) {
-	hdr := segmentHeader{seq: seq, firstIndex: firstIndex, salt: newSalt()}
+	hdr := segmentHeader{version: version, seq: seq, firstIndex: firstIndex, salt: newSalt()}
 	buf := make([]byte, segmentHeaderSize, 4096)
 	hdr.encode(buf)
 	buf, err := first(buf, hdr.salt)

@@ -187,6 +187,13 @@ func readBatch(f frameRef) ([]*raftpb.Entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	if fh.typ == frameStripe {
+		var inner byte
+		if _, inner, payload, err = decodeStripe(payload); err != nil {
+			return nil, fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, f.seg.name, f.off, err)
+		}
+		fh.typ = inner
+	}
 	if fh.typ != frameBatch {
 		return nil, fmt.Errorf("%w: %s at offset %d: frame type %d where a batch was indexed", ErrCorrupt, f.seg.name, f.off, fh.typ)
 	}
