@@ -124,8 +124,14 @@ func TestClusterEtcdctl(t *testing.T) {
 		mustCtl("put", fmt.Sprintf("ctl/%d", i), "v")
 	}
 
-	// member remove of the member added above.
-	out = mustCtl("member", "remove", idm[1])
+	// member remove of the member added above, asked of the other members
+	// (TestClusterRemoveSelfAnswers covers asking the member itself).
+	res = testutil.RunToExit(t, 20*time.Second, "", nil, bins.Etcdctl,
+		"--endpoints="+strings.Join(c.Endpoints()[:3], ","), "--command-timeout=5s", "member", "remove", idm[1])
+	if res.Code != 0 {
+		t.Fatalf("etcdctl member remove %s: exit %d\nstdout:\n%s\nstderr:\n%s", idm[1], res.Code, res.Stdout, res.Stderr)
+	}
+	out = res.Stdout
 	if !strings.Contains(out, "Member "+idm[1]+" removed from cluster") {
 		t.Errorf("member remove output: %q", out)
 	}

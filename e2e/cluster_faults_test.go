@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"cmp"
+	"os"
 	"testing"
 	"time"
 
@@ -15,11 +16,17 @@ var clusterFlags = []string{"--heartbeat-interval=25", "--election-timeout=250"}
 // faultTimeout bounds every wait for the cluster to recover.
 const faultTimeout = 20 * time.Second
 
-// startTestCluster starts a strata cluster of size members.
+// startTestCluster starts a strata cluster of size members, or a cluster
+// of the real etcd if STRATA_E2E_CLUSTER=etcd: the suite's checks must
+// pass against etcd, so a failure there means the test is wrong.
 func startTestCluster(t *testing.T, size int, flags ...string) *testutil.Cluster {
 	t.Helper()
+	f := strata
+	if os.Getenv("STRATA_E2E_CLUSTER") == "etcd" {
+		f = etcd
+	}
 	return testutil.StartCluster(t, testutil.ClusterOptions{
-		Binary: binary(t, strata),
+		Binary: binary(t, f),
 		Size:   size,
 		Flags:  append(append([]string(nil), clusterFlags...), flags...),
 	})

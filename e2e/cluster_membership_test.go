@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +103,39 @@ func promoteWhenReady(t *testing.T, cli *clientv3.Client, id uint64) {
 		}
 		t.Logf("promote %x: %v (retrying)", id, err)
 		time.Sleep(100 * time.Millisecond) // retry interval
+	}
+}
+
+// TestClusterRemoveSelfAnswers asks a member to remove itself. The removal
+// commits and the member stops, but the client must get the answer first:
+// etcd delays a removed member's stop by a second for that. A client that
+// sees an error for a change that happened retries it, and gets "member
+// not found".
+func TestClusterRemoveSelfAnswers(t *testing.T) {
+	c := startTestCluster(t, 3)
+	m := c.AddMember(false)
+	cli := c.Client(t, m.Endpoint())
+	// A linearizable read through the new member means it has applied
+	// everything up to a recent commit, its own addition included.
+	if err := m.WaitReady(faultTimeout); err != nil {
+		t.Fatalf("added member %s: %v", m.Name(), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var err error
+	for {
+		_, err = cli.MemberRemove(ctx, m.ID)
+		// etcd refuses changes until the new member has been connected for
+		// 5 s; that refusal changed nothing, so retry it.
+		if err == nil || !strings.Contains(err.Error(), "unhealthy cluster") || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // retry interval
+	}
+	if err != nil {
+		t.Errorf("member remove of %s asked of itself: %v", m.Name(), err)
+	}
+	if got := memberState(t, c.Client(t, c.Endpoints()[:3]...), m.ID); got != "absent" {
+		t.Errorf("after member remove, %s is %s in the member list", m.Name(), got)
 	}
 }

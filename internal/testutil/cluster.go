@@ -39,9 +39,9 @@ type Member struct {
 // Cluster is N members of the real binary on loopback, bootstrapped with
 // etcd's flags, each behind its own peer Proxy.
 //
-// Concurrency: Endpoints and the Member accessors are safe from any
-// goroutine; membership changes (AddMember, RemoveMember) and faults are
-// made by the test goroutine.
+// Concurrency: the Cluster's methods and Members are for the test
+// goroutine (AddMember appends to Members); the Processes, Proxies and
+// clients obtained from them may be used from any goroutine.
 type Cluster struct {
 	t     testing.TB
 	opts  ClusterOptions
@@ -223,16 +223,24 @@ func (c *Cluster) AddMember(learner bool) *Member {
 	c.t.Helper()
 	m := c.PrepareMember()
 	cli := c.Client(c.t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	var (
 		resp *clientv3.MemberAddResponse
 		err  error
 	)
-	if learner {
-		resp, err = cli.MemberAddAsLearner(ctx, []string{m.PeerURL()})
-	} else {
-		resp, err = cli.MemberAdd(ctx, []string{m.PeerURL()})
+	for {
+		if learner {
+			resp, err = cli.MemberAddAsLearner(ctx, []string{m.PeerURL()})
+		} else {
+			resp, err = cli.MemberAdd(ctx, []string{m.PeerURL()})
+		}
+		// etcd refuses changes until every member has been connected for
+		// 5 s (strict reconfiguration check); retry that refusal only.
+		if err == nil || !strings.Contains(err.Error(), "unhealthy cluster") || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // retry interval
 	}
 	if err != nil {
 		c.t.Fatalf("member add %s (learner %v): %v", m.PeerURL(), learner, err)
