@@ -109,11 +109,31 @@ func TestSnapshotSaveRestore(t *testing.T) {
 		t.Fatal("backup's trailer is not the sha256 of its body")
 	}
 
+	// The new cluster: three members restored from the one backup, with
+	// peer URLs and a token of their own.
+	peerPorts := testutil.FreePorts(t, 3)
+	var peers []string
+	peerURLs := map[string]string{}
+	for i, port := range peerPorts {
+		name, u := fmt.Sprintf("r%d", i+1), fmt.Sprintf("http://127.0.0.1:%d", port)
+		peers = append(peers, name+"="+u)
+		peerURLs[name] = u
+	}
+	initialCluster := strings.Join(peers, ",")
+	var members []*testutil.Process
+	for i := range peerPorts {
+		name := fmt.Sprintf("r%d", i+1)
+		peerURL := peerURLs[name]
+		members = append(members, testutil.NewProcess(t, testutil.Options{
+			Binary: binary(t, strata), Name: name,
+			Flags: append([]string{"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
+				"--initial-cluster=" + initialCluster, "--initial-cluster-token=restored"}, clusterFlags...),
+		}))
+	}
 	restore := func(p *testutil.Process, backup string) testutil.Result {
 		return testutil.RunToExit(t, 30*time.Second, "", nil, binary(t, strata), "restore",
-			"--data-dir="+p.DataDir(), "--name="+p.Name(),
-			"--initial-cluster="+p.Name()+"="+p.PeerURL(), "--initial-advertise-peer-urls="+p.PeerURL(),
-			"--initial-cluster-token=e2e-"+p.Name(), backup)
+			"--data-dir="+p.DataDir(), "--name="+p.Name(), "--initial-cluster="+initialCluster,
+			"--initial-advertise-peer-urls="+peerURLs[p.Name()], "--initial-cluster-token=restored", backup)
 	}
 
 	// A damaged backup is refused before anything is written.
@@ -123,16 +143,35 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	if err := os.WriteFile(damaged, bad, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bp := testutil.NewProcess(t, testutil.Options{Binary: binary(t, strata), Name: "bad"})
-	if res := restore(bp, damaged); res.Code == 0 || !strings.Contains(res.Stderr, "sha256") {
+	if res := restore(members[0], damaged); res.Code == 0 || !strings.Contains(res.Stderr, "sha256") {
 		t.Errorf("restore of a damaged backup: exit %d, stderr %q; want a sha256 mismatch", res.Code, res.Stderr)
 	}
-
-	dst := testutil.NewProcess(t, testutil.Options{Binary: binary(t, strata), Name: "dst"})
-	if res := restore(dst, file); res.Code != 0 {
-		t.Fatalf("strata restore: exit %d\nstdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
+	if _, err := os.Stat(members[0].DataDir()); err == nil {
+		if err := os.RemoveAll(members[0].DataDir()); err != nil {
+			t.Fatal(err)
+		}
 	}
-	dst.Start()
+
+	for _, m := range members {
+		if res := restore(m, file); res.Code != 0 {
+			t.Fatalf("strata restore: exit %d\nstdout:\n%s\nstderr:\n%s", res.Code, res.Stdout, res.Stderr)
+		}
+	}
+	for _, m := range members {
+		m.Launch()
+	}
+	for _, m := range members {
+		if err := m.WaitReady(30 * time.Second); err != nil {
+			t.Fatalf("restored %s: %v", m.Name(), err)
+		}
+	}
+	for _, m := range members {
+		h, err := m.Client(t).HashKV(ctx, m.Endpoint(), rev)
+		if err != nil || h.Hash != srcHash.Hash {
+			t.Errorf("restored %s: HashKV at %d = %v, %v; source's %d", m.Name(), rev, h, err, srcHash.Hash)
+		}
+	}
+	dst := members[0]
 	dcli := dst.Client(t)
 	after, err := dcli.Get(ctx, "", clientv3.WithPrefix())
 	if err != nil {
@@ -175,10 +214,13 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	if put, err := dcli.Put(ctx, "after", "restore"); err != nil || put.Header.Revision != rev+1 {
 		t.Errorf("put after restore: %v, %v; want revision %d", put, err, rev+1)
 	}
-	// The member keeps its restored data across a restart.
+	if list, err := dcli.MemberList(ctx); err != nil || len(list.Members) != 3 {
+		t.Errorf("restored cluster's members: %v, %v; want the three new ones", list, err)
+	}
+	// A member keeps its restored data across a restart.
 	dst.Stop()
 	dst.Start()
-	if again, err := dst.Client(t).Get(ctx, "k000"); err != nil || len(again.Kvs) != 1 {
+	if again, err := dst.Client(t).Get(ctx, "after"); err != nil || len(again.Kvs) != 1 {
 		t.Errorf("after restart: %v, %v", again, err)
 	}
 }
