@@ -1,7 +1,9 @@
 package raftlog
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -16,8 +18,9 @@ type SegmentInfo struct {
 	FirstIndex, LastIndex uint64
 	Records               int   // frames in the file
 	Bytes                 int64 // bytes of frames (the rest is preallocated zeros)
-	// Compacted is true for a compacted batch file (DESIGN.md, "The log");
-	// none are written yet.
+	// Compacted is true for a compacted batch file (DESIGN.md, "The log";
+	// FORMAT.md, "Compacted batch files"). Records is then the number of
+	// records it holds: key states, deletions and kept entries.
 	Compacted bool
 	// Commands is how many entries this file stands for (== entries
 	// unless compacted).
@@ -27,9 +30,10 @@ type SegmentInfo struct {
 	TornTail string
 }
 
-// Inspect describes every segment in dirs, oldest first, reading them the
-// way recovery does but never modifying a file. Corruption is returned as
-// an error wrapping ErrCorrupt, with the file and offset.
+// Inspect describes every segment and compacted batch file in dirs, per
+// directory in sequence order, reading them the way recovery does but
+// never modifying a file. Corruption is returned as an error wrapping
+// ErrCorrupt, with the file and offset.
 func Inspect(fs vfs.FS, dirs []string) ([]SegmentInfo, error) {
 	var out []SegmentInfo
 	for _, dir := range dirs {
@@ -37,8 +41,33 @@ func Inspect(fs vfs.FS, dirs []string) ([]SegmentInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		for i, name := range names {
-			info, err := inspectSegment(fs, dir, name, i == len(names)-1)
+		all, err := fs.List(dir)
+		if err != nil {
+			return nil, fmt.Errorf("list log dir %s: %w", dir, err)
+		}
+		type file struct {
+			seq   uint64
+			name  string
+			batch bool
+		}
+		var files []file
+		for _, name := range names {
+			seq, _, _ := parseSegmentName(name)
+			files = append(files, file{seq: seq, name: name})
+		}
+		for _, name := range all {
+			if seq, _, ok := parseBatchFileName(name); ok {
+				files = append(files, file{seq: seq, name: name, batch: true})
+			}
+		}
+		slices.SortFunc(files, func(a, b file) int { return cmp.Compare(a.seq, b.seq) })
+		for _, f := range files {
+			var info SegmentInfo
+			if f.batch {
+				info, err = inspectBatchFile(fs, dir, f.name)
+			} else {
+				info, err = inspectSegment(fs, dir, f.name, f.name == names[len(names)-1])
+			}
 			if err != nil {
 				return out, err
 			}
@@ -46,6 +75,21 @@ func Inspect(fs vfs.FS, dirs []string) ([]SegmentInfo, error) {
 		}
 	}
 	return out, nil
+}
+
+func inspectBatchFile(fs vfs.FS, dir, name string) (SegmentInfo, error) {
+	info := SegmentInfo{Dir: dir, Name: name, Compacted: true}
+	b, err := ReadCompactedBatch(fs, fs.PathJoin(dir, name))
+	if err != nil {
+		return info, err
+	}
+	st, err := fs.Stat(fs.PathJoin(dir, name))
+	if err != nil {
+		return info, fmt.Errorf("stat %s: %w", name, err)
+	}
+	info.FirstIndex, info.LastIndex = b.FirstIndex, b.LastIndex
+	info.Records, info.Bytes, info.Commands = len(b.Records), st.Size(), b.Commands()
+	return info, nil
 }
 
 func inspectSegment(fs vfs.FS, dir, name string, last bool) (SegmentInfo, error) {
