@@ -61,6 +61,12 @@ func TestSnapshotSaveRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Large values make the backup span several 32 KiB Snapshot messages.
+	for i := range 8 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("big%d", i), strings.Repeat(fmt.Sprint(i), 16<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := cli.Delete(ctx, "k01", clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +108,8 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(raw)%512 != sha256.Size {
-		t.Fatalf("backup of %d bytes: size mod 512 is not 32", len(raw))
+	if len(raw) < 128<<10 || len(raw)%512 != sha256.Size {
+		t.Fatalf("backup of %d bytes: want at least 128 KiB, size mod 512 = 32", len(raw))
 	}
 	if sum := sha256.Sum256(raw[:len(raw)-32]); !bytes.Equal(sum[:], raw[len(raw)-32:]) {
 		t.Fatal("backup's trailer is not the sha256 of its body")
