@@ -128,8 +128,20 @@ func TestClusterFaults(t *testing.T) {
 			name: "leader partitioned then healed",
 			fault: func(t *testing.T, c *testutil.Cluster, w *workload) {
 				l := leaderIndex(t, c)
-				c.Members[l].Proxy.Blackhole()
+				c.Isolate(l)
 				recovery(t, c, w, "leader partition", time.Now(), l)
+				w.waitAcks(t, 20, faultTimeout)
+				c.Heal(l)
+			},
+		},
+		{
+			// Asymmetric: the leader still reaches the followers but hears
+			// nothing back; CheckQuorum must demote it.
+			name: "leader's incoming peer links cut then healed",
+			fault: func(t *testing.T, c *testutil.Cluster, w *workload) {
+				l := leaderIndex(t, c)
+				c.Members[l].Proxy.Blackhole()
+				recovery(t, c, w, "leader inbound cut", time.Now(), l)
 				w.waitAcks(t, 20, faultTimeout)
 				c.Members[l].Proxy.Heal()
 			},

@@ -3,9 +3,11 @@ package testutil
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,6 +48,11 @@ type Cluster struct {
 	t     testing.TB
 	opts  ClusterOptions
 	token string
+	// members is Members for the proxies' goroutines (sourceOf).
+	members struct {
+		sync.Mutex
+		list []*Member
+	}
 	// Members are in bootstrap order, then in the order AddMember added them;
 	// a removed member stays in the slice (stopped) so indexes are stable.
 	Members []*Member
@@ -63,7 +70,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	var initial []string
 	for i := range opts.Size {
 		m := c.newMember(fmt.Sprintf("m%d", i+1))
-		c.Members = append(c.Members, m)
+		c.addMember(m)
 		initial = append(initial, m.Name()+"="+m.PeerURL())
 	}
 	for _, m := range c.Members {
@@ -105,6 +112,7 @@ func (c *Cluster) newMember(name string) *Member {
 	if err != nil {
 		c.t.Fatalf("member %s: %v", name, err)
 	}
+	px.SetSourceOf(c.sourceOf)
 	px.Start()
 	// Registered after NewProcess's cleanup, so it runs before it: the
 	// proxy closes first, then the process is killed; both orders are safe.
@@ -276,7 +284,7 @@ func (c *Cluster) JoinMember(m *Member, id uint64, initialCluster string) {
 	m.ID = id
 	m.opts.InitialCluster = initialCluster
 	m.opts.ClusterState = "existing"
-	c.Members = append(c.Members, m)
+	c.addMember(m)
 	m.Launch()
 	if err := m.waitServing(c.opts.ReadyTimeout); err != nil {
 		c.t.Fatalf("start added member %s: %v", m.Name(), err)
@@ -355,6 +363,57 @@ func (c *Cluster) RestartMembers(idx ...int) {
 	for _, i := range idx {
 		if err := c.Members[i].waitServing(c.opts.ReadyTimeout); err != nil {
 			c.t.Fatalf("restart %s: %v", c.Members[i].Name(), err)
+		}
+	}
+}
+
+// sourceOf names the member whose process dialed a proxied connection, ""
+// if none of the running members did. Proxies call it on their goroutines.
+func (c *Cluster) sourceOf(remote net.Addr) string {
+	c.members.Lock()
+	list := c.members.list
+	c.members.Unlock()
+	byPid := map[int]string{}
+	var pids []int
+	for _, m := range list {
+		if pid := m.Pid(); pid != 0 {
+			byPid[pid] = m.Name()
+			pids = append(pids, pid)
+		}
+	}
+	if pid, ok := socketOwner(remote, pids); ok {
+		return byPid[pid]
+	}
+	return ""
+}
+
+// addMember appends m to Members and to the proxies' copy.
+func (c *Cluster) addMember(m *Member) {
+	c.Members = append(c.Members, m)
+	c.members.Lock()
+	c.members.list = append([]*Member(nil), c.Members...)
+	c.members.Unlock()
+}
+
+// Isolate partitions member i from every other member in both
+// directions: its proxy refuses everyone (Blackhole), and every other
+// member's proxy refuses connections member i dials. Clients still reach
+// it.
+func (c *Cluster) Isolate(i int) {
+	c.Members[i].Proxy.Blackhole()
+	for j, m := range c.Members {
+		if j != i {
+			m.Proxy.BlockSource(c.Members[i].Name())
+		}
+	}
+}
+
+// Heal undoes Isolate(i).
+func (c *Cluster) Heal(i int) {
+	c.Members[i].Proxy.Heal()
+	for j, m := range c.Members {
+		if j != i {
+			m.Proxy.UnblockSource(c.Members[i].Name())
 		}
 	}
 }

@@ -293,6 +293,23 @@ func (p *Process) Exited() <-chan struct{} {
 	return p.mu.done
 }
 
+// Pid is the current incarnation's process ID, 0 if it has exited or
+// never started.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	cmd, done := p.mu.cmd, p.mu.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return 0
+	}
+	select {
+	case <-done:
+		return 0
+	default:
+		return cmd.Process.Pid
+	}
+}
+
 // Starts is the number of incarnations launched so far: a test that must
 // tell answers of one incarnation from the next reads it around a request.
 func (p *Process) Starts() int {

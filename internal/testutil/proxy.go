@@ -13,14 +13,14 @@ import (
 // them: Blackhole closes the open connections and refuses new ones (each is
 // accepted and closed at once), Heal lets connections through again.
 //
-// A blackholed proxy cuts a member's incoming peer links only: the member
-// still dials its peers' proxies. For raft that is a partition all the
-// same: every answer to the member's messages (MsgAppResp, MsgHeartbeatResp,
-// votes) travels on the peers' own streams to the member, so an isolated
-// leader hears from no one, loses quorum (CheckQuorum) and steps down, and
-// an isolated follower's pre-votes are never answered. Links from all
-// members are cut at once because the proxy cannot tell the dialing
-// member from a loopback source address.
+// A blackholed proxy cuts the links other members dial to this one. The
+// member's own dials to its peers go through their proxies: to cut those
+// too, each of them must refuse connections from this member, which a
+// proxy tells apart by the dialing process (SetSourceOf, BlockSource).
+// Cluster.Isolate does both. Blackhole alone is an asymmetric partition:
+// with strata's transport, where each member dials the streams it sends
+// on, the member can still send but hears no answer; with etcd's, which
+// also reads on connections it dialed, less is cut.
 //
 // Concurrency: all methods are safe from any goroutine. Start and Close
 // own the accept goroutine and one pair of copy goroutines per connection.
@@ -34,7 +34,9 @@ type Proxy struct {
 		sync.Mutex
 		blackholed bool
 		closed     bool
-		conns      map[net.Conn]struct{} // both sides of every forwarded connection
+		conns      map[net.Conn]string // both sides of every forwarded connection -> its source
+		blocked    map[string]bool     // sources refused (BlockSource)
+		sourceOf   func(net.Addr) string
 	}
 }
 
@@ -46,7 +48,8 @@ func NewProxy(target string) (*Proxy, error) {
 		return nil, fmt.Errorf("proxy for %s: listen: %w", target, err)
 	}
 	p := &Proxy{ln: ln, target: target}
-	p.mu.conns = map[net.Conn]struct{}{}
+	p.mu.conns = map[net.Conn]string{}
+	p.mu.blocked = map[string]bool{}
 	return p, nil
 }
 
@@ -81,6 +84,35 @@ func (p *Proxy) Heal() {
 	p.mu.blackholed = false
 }
 
+// SetSourceOf names the dialer of each accepted connection (e.g. the
+// member whose process holds the other end); BlockSource uses the names.
+// Without it every source is "".
+func (p *Proxy) SetSourceOf(f func(remote net.Addr) string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.sourceOf = f
+}
+
+// BlockSource closes the forwarded connections dialed by source and
+// refuses its new ones until UnblockSource.
+func (p *Proxy) BlockSource(source string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.blocked[source] = true
+	for c, src := range p.mu.conns {
+		if src == source {
+			c.Close()
+		}
+	}
+}
+
+// UnblockSource lets source's connections through again.
+func (p *Proxy) UnblockSource(source string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.mu.blocked, source)
+}
+
 // Blackholed reports whether the proxy is refusing connections.
 func (p *Proxy) Blackholed() bool {
 	p.mu.Lock()
@@ -112,20 +144,25 @@ func (p *Proxy) acceptLoop() {
 		}
 		p.mu.Lock()
 		refuse := p.mu.blackholed || p.mu.closed
+		sourceOf := p.mu.sourceOf
 		p.mu.Unlock()
 		if refuse {
 			in.Close()
 			continue
 		}
 		p.wg.Add(1)
-		go p.forward(in)
+		go p.forward(in, sourceOf)
 	}
 }
 
 // forward dials the target for one accepted connection and copies both
 // ways until either side ends or Blackhole closes them.
-func (p *Proxy) forward(in net.Conn) {
+func (p *Proxy) forward(in net.Conn, sourceOf func(net.Addr) string) {
 	defer p.wg.Done()
+	source := ""
+	if sourceOf != nil {
+		source = sourceOf(in.RemoteAddr())
+	}
 	out, err := net.Dial("tcp", p.target)
 	if err != nil {
 		// The member is down: the dialer sees the connection close, as it
@@ -133,7 +170,7 @@ func (p *Proxy) forward(in net.Conn) {
 		in.Close()
 		return
 	}
-	if !p.track(in, out) {
+	if !p.track(in, out, source) {
 		in.Close()
 		out.Close()
 		return
@@ -155,15 +192,16 @@ func (p *Proxy) forward(in net.Conn) {
 }
 
 // track registers a forwarded pair unless the proxy was blackholed or
-// closed while the target was being dialed.
-func (p *Proxy) track(in, out net.Conn) bool {
+// closed, or its source blocked, meanwhile (or before: the source is known
+// only after accepting).
+func (p *Proxy) track(in, out net.Conn, source string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.mu.blackholed || p.mu.closed {
+	if p.mu.blackholed || p.mu.closed || p.mu.blocked[source] {
 		return false
 	}
-	p.mu.conns[in] = struct{}{}
-	p.mu.conns[out] = struct{}{}
+	p.mu.conns[in] = source
+	p.mu.conns[out] = source
 	return true
 }
 

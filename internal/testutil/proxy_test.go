@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -110,5 +111,65 @@ func TestProxyTargetDown(t *testing.T) {
 	defer c.Close()
 	if err := roundTrip(c, "x"); err == nil {
 		t.Error("a connection to a proxy whose target is down carries data")
+	}
+}
+
+func TestProxyBlockSource(t *testing.T) {
+	p, err := NewProxy(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every connection from this test is "a": what BlockSource matches.
+	p.SetSourceOf(func(net.Addr) string { return "a" })
+	p.Start()
+	defer p.Close()
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatalf("dial proxy: %v", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	open := dial()
+	if err := roundTrip(open, "x"); err != nil {
+		t.Fatal(err)
+	}
+	p.BlockSource("b")
+	if err := roundTrip(open, "other source blocked"); err != nil {
+		t.Errorf("blocking another source cut this one: %v", err)
+	}
+	p.BlockSource("a")
+	if err := roundTrip(open, "cut"); err == nil {
+		t.Error("a connection from a blocked source still carries data")
+	}
+	if err := roundTrip(dial(), "refused"); err == nil {
+		t.Error("a new connection from a blocked source carries data")
+	}
+	p.UnblockSource("a")
+	if err := roundTrip(dial(), "after"); err != nil {
+		t.Errorf("after UnblockSource: %v", err)
+	}
+}
+
+func TestSocketOwner(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The accepting side sees the dialer's address as remote; the dialer
+	// is this process.
+	if pid, ok := socketOwner(c.LocalAddr(), []int{os.Getpid()}); !ok || pid != os.Getpid() {
+		t.Errorf("socketOwner(%v) = %d, %v; want %d, true", c.LocalAddr(), pid, ok, os.Getpid())
+	}
+	if _, ok := socketOwner(c.LocalAddr(), []int{1 << 30}); ok {
+		t.Error("socketOwner found the socket in a process that does not exist")
 	}
 }
