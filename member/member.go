@@ -154,6 +154,8 @@ type Member struct {
 	// authStore holds users, roles and tokens; authService serves them.
 	authStore   *auth.Store
 	authService *server.Auth
+	// web serves HTTP on the client URLs and holds the metrics (http.go).
+	web *clientHTTP
 }
 
 // peerTransport is what the member needs from the peer transport.
@@ -219,6 +221,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, err
 	}
 	m.memberID, m.clusterID = id.MemberID, id.ClusterID
+	m.web = m.newClientHTTP()
 	joined := id.Joined
 
 	m.engine, err = pebbleengine.Open(filepath.Join(cfg.DataDir, "engine"), pebbleengine.Options{
@@ -227,7 +230,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
-	m.store, err = mvcc.Open(m.engine, mvcc.Options{
+	m.store, err = mvcc.Open(m.web.timedEngine(m.engine), mvcc.Options{
 		LeaseExists: func(id int64) bool { return m.lessor.Exists(id) },
 		Logger:      cfg.Logger.Named("mvcc"),
 	})
@@ -338,7 +341,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, err
 	}
-	m.grpc = grpc.NewServer(append(limits.ServerOptions(), security...)...)
+	m.grpc = grpc.NewServer(append(m.web.grpcServerOptions(limits), security...)...)
 	pb.RegisterAuthServer(m.grpc, m.authService)
 	pb.RegisterKVServer(m.grpc, server.NewKV(m, limits))
 	m.leases = server.NewLease(m, m.lessor, limits)
@@ -383,9 +386,7 @@ func Start(cfg Config) (_ *Member, err error) {
 			m.fail(fmt.Errorf("applier: %w", err))
 		}
 	}()
-	for _, l := range m.listener {
-		go func() { _ = m.grpc.Serve(l) }()
-	}
+	m.serveClients(ctx, limits)
 	for _, l := range m.peerListeners {
 		go func() { _ = m.peerGRPC.Serve(l) }()
 	}
@@ -628,7 +629,9 @@ func equalStrings(a, b []string) bool {
 }
 
 // Propose implements server.Backend.
-func (m *Member) Propose(ctx context.Context, req *pb.InternalRaftRequest) (apply.Result, error) {
+func (m *Member) Propose(ctx context.Context, req *pb.InternalRaftRequest) (_ apply.Result, err error) {
+	proposed := m.web.metrics.ProposalStarted()
+	defer func() { proposed(err) }()
 	if err := m.checkQuota(ctx, req); err != nil {
 		return apply.Result{}, err
 	}
@@ -735,6 +738,7 @@ func (m *Member) Stop() error {
 	// Watch streams never end by themselves: end them first, so that the
 	// graceful stop does not wait for them.
 	m.watchHub.Close()
+	m.stopClientHTTP()
 	stopped := make(chan struct{})
 	go func() {
 		m.grpc.GracefulStop()

@@ -147,6 +147,8 @@ type Node struct {
 	firstIdx atomic.Uint64
 	leaderCh atomic.Pointer[chan struct{}] // closed when a leader is known
 	stopErr  atomic.Pointer[error]
+	// leaderChanges counts the times a new leader became known (metrics).
+	leaderChanges atomic.Uint64
 
 	// State of the Run goroutine only.
 	readSeq         uint64
@@ -526,6 +528,9 @@ func (n *Node) handleProposal(p proposal) {
 func (n *Node) handleReady(ctx context.Context) error {
 	rd := n.rn.Ready()
 	if rd.SoftState != nil {
+		if lead := rd.SoftState.Lead; lead != raft.None && lead != n.leader.Load() {
+			n.leaderChanges.Add(1)
+		}
 		n.leader.Store(rd.SoftState.Lead)
 		if rd.SoftState.Lead != raft.None {
 			ch := n.leaderCh.Load()

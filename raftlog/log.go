@@ -112,6 +112,7 @@ type Log struct {
 
 	stats struct {
 		appends, entries, bytes, fsyncs, fsyncNanos atomic.Uint64
+		fsyncHist                                   fsyncHistogram
 	}
 }
 
@@ -554,8 +555,10 @@ func (l *Log) writeAndSync(ln *lane, buf []byte) error {
 	failpoint.Hit("raftlog/before-sync")
 	start := time.Now()
 	err := seg.f.SyncData()
-	l.stats.fsyncNanos.Add(uint64(time.Since(start)))
+	took := time.Since(start)
+	l.stats.fsyncNanos.Add(uint64(took))
 	l.stats.fsyncs.Add(1)
+	l.stats.fsyncHist.observe(took)
 	if err != nil {
 		return fmt.Errorf("fdatasync %s: %w", seg.path(l.fs), err)
 	}

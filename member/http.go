@@ -1,0 +1,182 @@
+package member
+
+// The client URLs' HTTP side: /health, /livez, /readyz, /version, /metrics
+// and the JSON gateway, served on the same ports as gRPC (server.SplitListener
+// sends HTTP/2 connections to gRPC and HTTP/1.x ones here, as etcd's cmux
+// does), and the member's metrics.
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/strata-kv/strata/engine"
+	"github.com/strata-kv/strata/raftlog"
+	"github.com/strata-kv/strata/server"
+)
+
+// clientHTTP is the member's HTTP serving state.
+//
+// Concurrency: built in Start before any goroutine runs; servers, splits and
+// gatewayConn are set by serveClients and read by stopClientHTTP, both on
+// the goroutine that runs Start and Stop.
+type clientHTTP struct {
+	metrics     *server.Metrics
+	servers     []*http.Server
+	splits      []*server.SplitListener
+	gatewayConn *grpc.ClientConn
+}
+
+// newClientHTTP builds the member's metrics. The source's functions read
+// the member's components when /metrics is scraped, which happens only
+// once serveClients has run, after Start built them all.
+func (m *Member) newClientHTTP() *clientHTTP {
+	return &clientHTTP{metrics: server.NewMetrics(server.MetricsSource{
+		MemberID:        m.memberID,
+		Leader:          func() uint64 { return m.node.Leader() },
+		LeaderChanges:   func() uint64 { return m.node.LeaderChanges() },
+		CommitIndex:     func() uint64 { return m.node.CommitIndex() },
+		AppliedIndex:    func() uint64 { return m.applier.AppliedIndex() },
+		DBSize:          func() int64 { return m.engine.DiskSize() },
+		Revision:        func() int64 { return m.store.Rev() },
+		CompactRevision: func() int64 { return m.store.CompactRev() },
+		Log:             func() raftlog.Stats { return m.log.Stats() },
+		LogFsyncs:       func() raftlog.Histogram { return m.log.FsyncHistogram() },
+		LogIndexes: func() (uint64, uint64) {
+			first, _ := m.log.FirstIndex()
+			last, _ := m.log.LastIndex()
+			return first, last
+		},
+		EngineApplied: func() uint64 { return m.engine.AppliedIndex() },
+		EngineDurable: func() uint64 { return m.engine.DurableIndex() },
+	})}
+}
+
+// timedEngine wraps the engine the MVCC store writes through so that every
+// batch commit is timed (etcd_disk_backend_commit_duration_seconds). Only
+// the store's writes go through it; reads pass straight to the engine.
+func (w *clientHTTP) timedEngine(e engine.Engine) engine.Engine {
+	return &timedEngine{Engine: e, metrics: w.metrics}
+}
+
+type timedEngine struct {
+	engine.Engine
+	metrics *server.Metrics
+}
+
+func (e *timedEngine) NewBatch() engine.Batch {
+	return &timedBatch{Batch: e.Engine.NewBatch(), metrics: e.metrics}
+}
+
+type timedBatch struct {
+	engine.Batch
+	metrics *server.Metrics
+}
+
+func (b *timedBatch) Commit(appliedIndex uint64) error {
+	start := time.Now()
+	err := b.Batch.Commit(appliedIndex)
+	b.metrics.ObserveBackendCommit(time.Since(start))
+	return err
+}
+
+// grpcServerOptions adds the metrics interceptors to the client gRPC
+// server's options.
+func (w *clientHTTP) grpcServerOptions(limits server.Limits) []grpc.ServerOption {
+	return append(limits.ServerOptions(), w.metrics.GRPCServerOptions()...)
+}
+
+// serveClients serves gRPC and HTTP on every client listener. The JSON
+// gateway talks to this member's gRPC server over a loopback connection to
+// the first listener, as etcd's does; if that connection cannot be set up
+// the gateway is off and the rest is served.
+//
+// On https client URLs only gRPC is served: the gRPC server does the TLS
+// handshake itself (its credentials carry the client certificate to auth),
+// so the protocol cannot be told from the first bytes; the HTTP endpoints
+// there are not implemented yet.
+func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
+	w := m.web
+	if secure, _ := urlsTLS("--listen-client-urls", m.cfg.ListenClientURLs); secure {
+		m.logger.Warn("HTTP endpoints (/health, /metrics, /v3 gateway) are not served on https client URLs yet")
+		for _, l := range m.listener {
+			go func() { _ = m.grpc.Serve(l) }()
+		}
+		return
+	}
+	var gateway http.Handler
+	if len(m.listener) > 0 {
+		conn, err := grpc.NewClient("passthrough:///"+loopbackAddr(m.listener[0].Addr()),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
+		if err == nil {
+			gateway, err = server.NewGateway(ctx, conn)
+			w.gatewayConn = conn
+		}
+		if err != nil {
+			m.logger.Warn("JSON gateway not served", zap.Error(err))
+		}
+	}
+	handler := server.NewHTTPHandler(server.HTTPConfig{
+		Backend:        m,
+		Range:          server.NewKV(m, limits).Range,
+		RequestTimeout: limits.RequestTimeout,
+		Metrics:        w.metrics.Handler(),
+		Gateway:        gateway,
+		Logger:         m.logger.Named("http"),
+	})
+	for _, l := range m.listener {
+		split := server.NewSplitListener(l, m.logger.Named("listener"))
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		w.splits = append(w.splits, split)
+		w.servers = append(w.servers, srv)
+		go func() { _ = m.grpc.Serve(split.GRPC()) }()
+		go func() {
+			if err := srv.Serve(split.HTTP()); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				m.logger.Warn("HTTP server stopped", zap.Error(err))
+			}
+		}()
+		go func() {
+			if err := split.Serve(); err != nil {
+				m.logger.Warn("client listener stopped", zap.Error(err))
+			}
+		}()
+	}
+}
+
+// stopClientHTTP ends the HTTP side and the gateway's loopback connection
+// (whose streams would otherwise hold up the gRPC server's graceful stop),
+// and closes the client listeners.
+func (m *Member) stopClientHTTP() {
+	w := m.web
+	if w == nil {
+		return
+	}
+	for _, srv := range w.servers {
+		_ = srv.Close()
+	}
+	if w.gatewayConn != nil {
+		_ = w.gatewayConn.Close()
+	}
+	for _, s := range w.splits {
+		_ = s.Close()
+	}
+}
+
+// loopbackAddr turns a listener's address into one this process can dial:
+// a wildcard host (0.0.0.0, ::) becomes the loopback address.
+func loopbackAddr(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return a.String()
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp.Port))
+}
