@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -169,7 +170,11 @@ func (a *Auth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 	}
 	ai, err := a.callerInfo(ss.Context())
 	if err != nil {
-		return authError(err)
+		if info.FullMethod != "/etcdserverpb.Watch/Watch" {
+			return authError(err)
+		}
+		// etcd refuses each watch of such a stream, not the stream.
+		ai = nil
 	}
 	if adminMethods[info.FullMethod] {
 		if err := a.s.IsAdminPermitted(ai); err != nil {
@@ -180,28 +185,51 @@ func (a *Auth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 }
 
 // authStream checks each watch a stream creates: read access to its range.
-// A refusal ends the stream with etcd's permission error.
+// A refused create is answered as etcd answers it (a created-and-canceled
+// response with watch ID -1 and the permission error as the reason) and
+// never reaches the Watch handler.
+//
+// Concurrency: gRPC allows one SendMsg at a time; sendMu orders the
+// handler's sends and the refusals RecvMsg sends.
 type authStream struct {
 	grpc.ServerStream
 	a   *Auth
 	ai  *auth.Info
 	ctx context.Context
+
+	sendMu sync.Mutex
 }
 
 func (s *authStream) Context() context.Context { return s.ctx }
 
+func (s *authStream) SendMsg(m any) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	return s.ServerStream.SendMsg(m)
+}
+
 func (s *authStream) RecvMsg(m any) error {
-	if err := s.ServerStream.RecvMsg(m); err != nil {
-		return err
-	}
-	if w, ok := m.(*pb.WatchRequest); ok {
-		if c := w.GetCreateRequest(); c != nil {
-			if err := s.a.s.IsRangePermitted(s.ai, c.Key, c.RangeEnd); err != nil {
-				return authError(err)
-			}
+	for {
+		if err := s.ServerStream.RecvMsg(m); err != nil {
+			return err
+		}
+		w, ok := m.(*pb.WatchRequest)
+		if !ok || w.GetCreateRequest() == nil {
+			return nil
+		}
+		c := w.GetCreateRequest()
+		err := s.a.s.IsRangePermitted(s.ai, c.Key, c.RangeEnd)
+		if err == nil {
+			return nil
+		}
+		// etcd gives every refusal (no user, old revision, no permission)
+		// the one reason.
+		resp := &pb.WatchResponse{WatchId: -1, Created: true, Canceled: true, CancelReason: rpctypes.ErrGRPCPermissionDenied.Error()}
+		fillHeader(s.a.b, &resp.Header, s.a.b.Store().Rev())
+		if err := s.SendMsg(resp); err != nil {
+			return err
 		}
 	}
-	return nil
 }
 
 // authError maps an auth package error, or any other, to etcd's gRPC

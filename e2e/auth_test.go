@@ -1,0 +1,181 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/strata-kv/strata/internal/testutil"
+)
+
+// authCtlCases run in order on a fresh server: etcdctl's user, role and
+// auth commands, then what users with and without permissions may do.
+func authCtlCases() []ctlCase {
+	alice := []string{"--user", "alice:apw"}
+	root := []string{"--user", "root:rootpw"}
+	as := func(who []string, args ...string) []string { return append(append([]string(nil), who...), args...) }
+	return []ctlCase{
+		{name: "auth enable without root", args: []string{"auth", "enable"}, wantCode: 1, wantStderr: "etcdserver: root user does not exist"},
+		{name: "user add root", args: []string{"user", "add", "root:rootpw"}, wantStdout: "User root created\n"},
+		{name: "user add root again", args: []string{"user", "add", "root:x"}, wantCode: 1, wantStderr: "etcdserver: user name already exists"},
+		{name: "role add r", args: []string{"role", "add", "r"}, wantStdout: "Role r created\n"},
+		{name: "grant readwrite foo/ prefix", args: []string{"role", "grant-permission", "r", "readwrite", "foo/", "--prefix=true"}, wantStdout: "Role r updated\n"},
+		{name: "grant read ro", args: []string{"role", "grant-permission", "r", "read", "ro"}, wantStdout: "Role r updated\n"},
+		{name: "grant to missing role", args: []string{"role", "grant-permission", "nope", "read", "ro"}, wantCode: 1, wantStderr: "etcdserver: role name not found"},
+		{name: "user add alice", args: []string{"user", "add", "alice:apw"}, wantStdout: "User alice created\n"},
+		{name: "user grant-role alice r", args: []string{"user", "grant-role", "alice", "r"}, wantStdout: "Role r is granted to user alice\n"},
+		{name: "user add no-password user", args: []string{"user", "add", "nopw", "--no-password"}, wantStdout: "User nopw created\n"},
+		{name: "auth enable", args: []string{"auth", "enable"}, wantStdout: "Authentication Enabled\n"},
+		{name: "put without user", args: []string{"put", "foo/a", "1"}, wantCode: 1, wantStderr: "etcdserver: user name is empty"},
+		{name: "alice put in her prefix", args: as(alice, "put", "foo/a", "1"), wantStdout: "OK\n"},
+		{name: "alice get in her prefix", args: as(alice, "get", "foo/a"), wantStdout: "foo/a\n1\n"},
+		{name: "alice get her whole prefix", args: as(alice, "get", "--prefix", "foo/"), wantStdout: "foo/a\n1\n"},
+		{name: "alice get a wider prefix", args: as(alice, "get", "--prefix", "fo"), wantCode: 1, wantStderr: "etcdserver: permission denied"},
+		{name: "alice put outside", args: as(alice, "put", "bar", "1"), wantCode: 1, wantStderr: "etcdserver: permission denied"},
+		{name: "alice put read-only key", args: as(alice, "put", "ro", "1"), wantCode: 1, wantStderr: "etcdserver: permission denied"},
+		{name: "alice get read-only key", args: as(alice, "get", "ro"), wantStdout: ""},
+		{name: "alice del outside", args: as(alice, "del", "bar"), wantCode: 1, wantStderr: "etcdserver: permission denied"},
+		{name: "alice txn with a denied branch", args: as(alice, "txn"), stdin: "\nput foo/b 2\n\nput bar 2\n\n",
+			wantCode: 1, wantStderr: "etcdserver: permission denied"},
+		{name: "alice wrong password", args: []string{"--user", "alice:wrong", "get", "foo/a"}, wantCode: 2,
+			wantStderr: "etcdserver: authentication failed, invalid user ID or password"},
+		{name: "no-password user has no password to log in with", args: []string{"--user", "nopw:", "get", "foo/a"}, wantCode: 1,
+			wantStderr: "etcdserver: user name is empty"},
+		{name: "alice user list", args: as(alice, "user", "list"), wantCode: 1, wantStderr: "etcdserver: permission denied"},
+		{name: "alice compaction", args: as(alice, "compaction", "2"), wantCode: 1, wantStderr: "etcdserver: permission denied"},
+		{name: "alice gets herself", args: as(alice, "user", "get", "alice"), wantStdout: "User: alice\nRoles: r\n"},
+		{name: "root user list", args: as(root, "user", "list"), wantStdout: "alice\nnopw\nroot\n"},
+		{name: "root role list", args: as(root, "role", "list"), wantStdout: "r\nroot\n"},
+		{name: "root role get r", args: as(root, "role", "get", "r"),
+			wantStdout: "Role r\nKV Read:\n\t[foo/, foo0) (prefix foo/)\n\tro\nKV Write:\n\t[foo/, foo0) (prefix foo/)\n"},
+		{name: "root reads anything", args: as(root, "get", "foo/a"), wantStdout: "foo/a\n1\n"},
+		{name: "root deletes root", args: as(root, "user", "delete", "root"), wantCode: 1, wantStderr: "etcdserver: invalid auth management"},
+		{name: "root revokes root's root role", args: as(root, "user", "revoke-role", "root", "root"), wantCode: 1, wantStderr: "etcdserver: invalid auth management"},
+		{name: "root compaction", args: as(root, "compaction", "2"), wantStdout: "compacted revision 2\n"},
+		{name: "revoke r from alice", args: as(root, "user", "revoke-role", "alice", "r"), wantStdout: "Role r is revoked from user alice\n"},
+		{name: "alice without her role", args: as(alice, "get", "foo/a"), wantCode: 1, wantStderr: "etcdserver: permission denied"},
+		{name: "change alice's password", args: as(root, "user", "passwd", "alice", "--interactive=false"), stdin: "apw2\n",
+			wantStdout: "Password updated\n"},
+		{name: "old password refused", args: as(alice, "get", "foo/a"), wantCode: 2,
+			wantStderr: "etcdserver: authentication failed, invalid user ID or password"},
+		{name: "auth disable", args: as(root, "auth", "disable"), wantStdout: "Authentication Disabled\n"},
+		{name: "anyone after disable", args: []string{"get", "foo/a"}, wantStdout: "foo/a\n1\n"},
+		{name: "delete root after disable", args: []string{"user", "delete", "root"}, wantStdout: "User root deleted\n"},
+	}
+}
+
+// TestAuthEtcdctl runs etcdctl's auth commands against strata and etcd:
+// both must answer the same.
+func TestAuthEtcdctl(t *testing.T) {
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, f), Flags: []string{"--bcrypt-cost=4"}})
+			for _, c := range authCtlCases() {
+				args := append([]string{"--endpoints=" + p.Endpoint(), "--dial-timeout=5s", "--command-timeout=10s"}, c.args...)
+				res := testutil.RunToExit(t, 20*time.Second, c.stdin, nil, bins.Etcdctl, args...)
+				if res.Code != c.wantCode {
+					t.Fatalf("%s: exit code %d, want %d\nstdout: %s\nstderr: %s", c.name, res.Code, c.wantCode, res.Stdout, res.Stderr)
+				}
+				if c.wantCode == 0 && res.Stdout != c.wantStdout {
+					t.Errorf("%s: stdout %q, want %q", c.name, res.Stdout, c.wantStdout)
+				}
+				if c.wantStderr != "" && !strings.Contains(res.Stderr, c.wantStderr) {
+					t.Errorf("%s: stderr %q lacks %q", c.name, res.Stderr, c.wantStderr)
+				}
+			}
+		})
+	}
+}
+
+// setupAuth creates root (password rootpw) and alice (password apw,
+// read-write on the prefix "foo/") and enables auth.
+func setupAuth(t *testing.T, cli *clientv3.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	steps := []func() error{
+		func() error { _, err := cli.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.RoleAdd(ctx, "r"); return err },
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, "r", "foo/", clientv3.GetPrefixRangeEnd("foo/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := cli.UserAdd(ctx, "alice", "apw"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "alice", "r"); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	}
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("auth setup step %d: %v", i, err)
+		}
+	}
+}
+
+// TestAuthTokensAndWatch checks token expiry with --auth-token-ttl, that
+// clientv3 with a user name and password works, and that a watch outside
+// the user's permissions is refused as etcd refuses it.
+func TestAuthTokensAndWatch(t *testing.T) {
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, f), Flags: []string{"--bcrypt-cost=4", "--auth-token-ttl=1"}})
+			setupAuth(t, p.Client(t))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+
+			alice, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Endpoint()}, Username: "alice", Password: "apw",
+				DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer alice.Close()
+			if _, err := alice.Put(ctx, "foo/x", "1"); err != nil {
+				t.Fatalf("alice put: %v", err)
+			}
+			if _, err := alice.Put(ctx, "bar", "1"); !errors.Is(rpctypes.Error(err), rpctypes.ErrPermissionDenied) {
+				t.Fatalf("alice put outside: %v, want permission denied", err)
+			}
+			wresp := <-alice.Watch(ctx, "bar")
+			if !wresp.Canceled || !strings.Contains(wresp.Err().Error(), "permission denied") {
+				t.Fatalf("watch outside: canceled %v err %v, want canceled with permission denied", wresp.Canceled, wresp.Err())
+			}
+			// A permitted watch on the same client still works.
+			wc := alice.Watch(ctx, "foo/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+			if w := <-wc; !w.Created || w.Err() != nil {
+				t.Fatalf("watch inside: %+v %v", w, w.Err())
+			}
+
+			// A raw token, as clientv3 sends it, expires after its TTL
+			// without use.
+			plain := p.Client(t)
+			ar, err := pb.NewAuthClient(plain.ActiveConnection()).Authenticate(ctx, &pb.AuthenticateRequest{Name: "alice", Password: "apw"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kv := pb.NewKVClient(plain.ActiveConnection())
+			tctx := metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, ar.Token)
+			if _, err := kv.Range(tctx, &pb.RangeRequest{Key: []byte("foo/x")}); err != nil {
+				t.Fatalf("range with fresh token: %v", err)
+			}
+			if _, err := kv.Range(metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, "bogus.1"), &pb.RangeRequest{Key: []byte("foo/x")}); !errors.Is(rpctypes.Error(err), rpctypes.ErrInvalidAuthToken) {
+				t.Fatalf("range with bogus token: %v", err)
+			}
+			time.Sleep(2500 * time.Millisecond) // the TTL is wall-clock time
+			if _, err := kv.Range(tctx, &pb.RangeRequest{Key: []byte("foo/x")}); !errors.Is(rpctypes.Error(err), rpctypes.ErrInvalidAuthToken) {
+				t.Fatalf("range with expired token: %v, want invalid auth token", err)
+			}
+			// clientv3 authenticates again by itself.
+			if _, err := alice.Get(ctx, "foo/x"); err != nil {
+				t.Fatalf("alice after expiry: %v", err)
+			}
+		})
+	}
+}
