@@ -34,6 +34,13 @@
 //	                                     revision), "compact" (physical compaction job)
 //	mu<name>                             the applier's SetMeta values
 //
+// Other packages write their own key spaces through WriteBatch.Batch, in
+// the same engine batch as the entry that changes them:
+//
+//	ae                                   auth: enabled flag, auth revision (package auth)
+//	au<name>                             auth: users                        -> authpb.User
+//	ar<name>                             auth: roles                        -> authpb.Role
+//
 // Numbers are 8-byte big-endian. esc(key) replaces each 0x00 byte with
 // 0x00 0xff, and \x00\x01 ends the key, so history entries sort by key as
 // raw keys do and no key's entries interleave with another's. ^main and ^sub
