@@ -137,7 +137,7 @@ func TestClusterFaults(t *testing.T) {
 		{
 			// Asymmetric: the leader still reaches the followers but hears
 			// nothing back; CheckQuorum must demote it.
-			name: "leader's incoming peer links cut then healed",
+			name: "leader inbound peer links cut then healed",
 			fault: func(t *testing.T, c *testutil.Cluster, w *workload) {
 				l := leaderIndex(t, c)
 				c.Members[l].Proxy.Blackhole()
