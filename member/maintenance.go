@@ -18,7 +18,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/strata-kv/strata/engine"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
@@ -224,9 +223,10 @@ func requestCost(r *pb.InternalRaftRequest) int64 {
 }
 
 // corruptCheck compares this member's HashKV at its current revision with
-// every peer's at the same revision, through the peers' client URLs, and
-// raises CORRUPT when a peer at the same compact revision disagrees. The
-// start-up check blames this member (it is the one that just came back
+// every peer's at the same revision, asked over the peer URLs (as etcd asks
+// /members/hashkv on them: no client credentials or auth token needed),
+// and raises CORRUPT when a peer at the same compact revision disagrees.
+// The start-up check blames this member (it is the one that just came back
 // with data from disk); the leader's periodic check blames the peer. A peer
 // that has not reached the revision, has compacted past it or cannot be
 // reached is skipped: it is compared next time.
@@ -237,10 +237,10 @@ func (m *Member) corruptCheck(ctx context.Context, initial bool) {
 		return
 	}
 	for _, peer := range m.Members() {
-		if peer.ID == m.memberID || len(peer.ClientURLs) == 0 {
+		if peer.ID == m.memberID || len(peer.PeerURLs) == 0 {
 			continue
 		}
-		resp, err := peerHashKV(ctx, peer.ClientURLs[0], rev)
+		resp, err := m.peerHashKV(ctx, peer.PeerURLs[0], rev)
 		if err != nil {
 			m.logger.Debug("corruption check: peer hash", zap.String("peer", fmt.Sprintf("%x", peer.ID)), zap.Error(err))
 			continue
@@ -265,20 +265,48 @@ func (m *Member) corruptCheck(ctx context.Context, initial bool) {
 	}
 }
 
-// peerHashKV asks a peer's Maintenance service for its HashKV at rev.
-func peerHashKV(ctx context.Context, clientURL string, rev int64) (*pb.HashKVResponse, error) {
-	addr, err := hostPort(clientURL)
+// peerHashKV asks a peer's peer-port Maintenance service for its HashKV at
+// rev.
+func (m *Member) peerHashKV(ctx context.Context, peerURL string, rev int64) (*pb.HashKVResponse, error) {
+	addr, err := hostPort(peerURL)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(m.dialCreds(peerURL, m.cfg.TLS.Peer)))
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", clientURL, err)
+		return nil, fmt.Errorf("dial %s: %w", peerURL, err)
 	}
 	defer conn.Close()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return pb.NewMaintenanceClient(conn).HashKV(cctx, &pb.HashKVRequest{Revision: rev})
+}
+
+// peerMaintenance serves HashKV, and nothing else of the Maintenance
+// service, on the peer port, for other members' corruption checks. The
+// peer port is the cluster's own (peer TLS secures it when configured);
+// clients use the client URLs, where auth applies.
+type peerMaintenance struct {
+	pb.UnimplementedMaintenanceServer
+	m *Member
+}
+
+// HashKV answers a peer's corruption check.
+func (p peerMaintenance) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	hash, hashRev, compactRev, err := p.m.store.HashKV(r.Revision)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.HashKVResponse{
+		Header: &pb.ResponseHeader{ClusterId: p.m.clusterID, MemberId: p.m.memberID, Revision: p.m.store.Rev()},
+		Hash:   hash, HashRevision: hashRev, CompactRevision: compactRev,
+	}, nil
+}
+
+// registerPeerMaintenance adds peerMaintenance to the peer gRPC server; it
+// must run before the server serves.
+func (m *Member) registerPeerMaintenance() {
+	pb.RegisterMaintenanceServer(m.peerGRPC, peerMaintenance{m: m})
 }
 
 // startMaintenance launches the corruption checks the configuration asks
