@@ -208,36 +208,41 @@ func TestTLSClientCertAuth(t *testing.T) {
 }
 
 // TestPeerTLSCluster forms a three-member cluster whose members talk over
-// https with --peer-client-cert-auth and checks that it replicates.
+// https with --peer-client-cert-auth and serve clients over https, and
+// checks that it replicates and that followers forward lease keepalives
+// to the leader's https client URL.
 func TestPeerTLSCluster(t *testing.T) {
 	ca := newTestCA(t, "peer-ca")
-	ports := testutil.FreePorts(t, 3)
+	ports := testutil.FreePorts(t, 6)
 	names := []string{"m1", "m2", "m3"}
 	var initial []string
 	for i, name := range names {
 		initial = append(initial, fmt.Sprintf("%s=https://127.0.0.1:%d", name, ports[i]))
 	}
 	var procs []*testutil.Process
+	var clients []*clientv3.Client
 	for i, name := range names {
 		cert, key := ca.issue(t, name)
 		peer := fmt.Sprintf("https://127.0.0.1:%d", ports[i])
+		client := fmt.Sprintf("https://127.0.0.1:%d", ports[3+i])
 		p := testutil.NewProcess(t, testutil.Options{Binary: binary(t, strata), Name: name, Token: "e2e-peer-tls", Flags: []string{
 			"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
 			"--initial-cluster=" + strings.Join(initial, ","),
 			"--peer-cert-file=" + cert, "--peer-key-file=" + key, "--peer-trusted-ca-file=" + ca.path,
 			"--peer-client-cert-auth",
+			"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+			"--cert-file=" + cert, "--key-file=" + key, "--trusted-ca-file=" + ca.path,
 		}})
 		p.Launch()
 		procs = append(procs, p)
+		clients = append(clients, tlsClient(t, client, ca, "", ""))
 	}
-	for _, p := range procs {
-		if err := p.WaitReady(30 * time.Second); err != nil {
-			t.Fatalf("%s: %v", p.Name(), err)
-		}
+	for i, p := range procs {
+		waitTLSReady(t, p, clients[i])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cli := procs[0].Client(t)
+	cli := clients[0]
 	put, err := cli.Put(ctx, "over-tls", "yes")
 	if err != nil {
 		t.Fatal(err)
@@ -254,8 +259,8 @@ func TestPeerTLSCluster(t *testing.T) {
 			t.Errorf("member %x peer URLs %v, want https", m.ID, m.PeerURLs)
 		}
 	}
-	for _, p := range procs[1:] {
-		c := p.Client(t)
+	for i, p := range procs[1:] {
+		c := clients[1+i]
 		var got *clientv3.GetResponse
 		for got == nil || got.Header.Revision < put.Header.Revision {
 			if ctx.Err() != nil {
@@ -267,6 +272,17 @@ func TestPeerTLSCluster(t *testing.T) {
 		}
 		if len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "yes" {
 			t.Errorf("%s: %v", p.Name(), got.Kvs)
+		}
+	}
+	// At least two of the three are followers: each forwards the
+	// keepalive to the leader.
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range clients {
+		if _, err := c.KeepAliveOnce(ctx, lease.ID); err != nil {
+			t.Errorf("keepalive through %s: %v", names[i], err)
 		}
 	}
 }

@@ -345,6 +345,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	pb.RegisterAuthServer(m.grpc, m.authService)
 	pb.RegisterKVServer(m.grpc, server.NewKV(m, limits))
 	m.leases = server.NewLease(m, m.lessor, limits)
+	m.leases.SetClientTLS(m.forwardTLS())
 	pb.RegisterLeaseServer(m.grpc, m.leases)
 	pb.RegisterWatchServer(m.grpc, server.NewWatch(m, m.watchHub, limits))
 	m.registerConcurrency(limits)

@@ -13,7 +13,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/server"
@@ -197,7 +196,7 @@ func (ms membership) forwardPromote(ctx context.Context, leader, id uint64) ([]*
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(ms.m.dialCreds(lm.ClientURLs[0], ms.m.cfg.TLS.Client)))
 	if err != nil {
 		return nil, fmt.Errorf("dial leader %x: %w", leader, err)
 	}

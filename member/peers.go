@@ -14,7 +14,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/strata-kv/strata/snapshot"
 	"github.com/strata-kv/strata/transport"
@@ -119,7 +119,7 @@ func (m *Member) discoverCluster() (identity, error) {
 			if err != nil {
 				return identity{}, err
 			}
-			resp, err := memberList(addr)
+			resp, err := memberList(addr, m.dialCreds(u, m.cfg.TLS.Peer))
 			if err != nil {
 				lastErr = err
 				continue
@@ -142,8 +142,8 @@ func (m *Member) discoverCluster() (identity, error) {
 	return identity{}, fmt.Errorf("cannot reach the cluster to join: %w", lastErr)
 }
 
-func memberList(addr string) (*pb.MemberListResponse, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func memberList(addr string, creds credentials.TransportCredentials) (*pb.MemberListResponse, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +264,7 @@ func (m *Member) watchRemoval(ctx context.Context) {
 			if err != nil {
 				continue
 			}
-			resp, err := memberList(addr)
+			resp, err := memberList(addr, m.dialCreds(mem.PeerURLs[0], m.cfg.TLS.Peer))
 			if err != nil || resp.Header.GetClusterId() != m.clusterID {
 				continue
 			}

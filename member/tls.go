@@ -8,8 +8,10 @@ import (
 	"net/url"
 	"os"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // TLSInfo is one side's TLS material, in etcd's flag terms: --cert-file,
@@ -147,4 +149,39 @@ func (m *Member) peerOptions() ([]grpc.ServerOption, *tls.Config, error) {
 		return nil, nil, fmt.Errorf("peer TLS: %w", err)
 	}
 	return opts, cfg, nil
+}
+
+// dialCreds returns the credentials for dialing rawURL, a client or peer
+// URL of another member: TLS with info's certificate and CA for https,
+// plaintext otherwise. A TLS configuration that cannot be loaded was
+// already refused at start-up (ServerConfig, peerOptions); should the
+// files change underneath, the dial fails its handshake and says why.
+func (m *Member) dialCreds(rawURL string, info TLSInfo) credentials.TransportCredentials {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "https" {
+		return insecure.NewCredentials()
+	}
+	cfg, err := info.ClientConfig()
+	if err != nil {
+		m.logger.Warn("cannot load TLS configuration to dial a member", zap.String("url", rawURL), zap.Error(err))
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return credentials.NewTLS(cfg)
+}
+
+// forwardTLS is the TLS configuration for forwarding requests to the
+// leader's https client URL: this member's client-side certificate, the
+// client CA. nil when the member has no client TLS material (the leader's
+// URL is then plaintext, or the forward fails its handshake and says why).
+func (m *Member) forwardTLS() *tls.Config {
+	info := m.cfg.TLS.Client
+	if info.Empty() && info.TrustedCAFile == "" {
+		return nil
+	}
+	cfg, err := info.ClientConfig()
+	if err != nil {
+		m.logger.Warn("cannot load client TLS configuration for forwarding", zap.Error(err))
+		return nil
+	}
+	return cfg
 }

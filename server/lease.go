@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -46,6 +48,8 @@ type Lease struct {
 	l  *lease.Lessor
 
 	idSeq atomic.Uint64
+	// clientTLS dials a leader's https client URL; set before serving.
+	clientTLS *tls.Config
 
 	mu struct {
 		sync.Mutex
@@ -60,6 +64,10 @@ func NewLease(b Backend, l *lease.Lessor, limits Limits) *Lease {
 	s.mu.conns = map[string]*grpc.ClientConn{}
 	return s
 }
+
+// SetClientTLS sets the TLS configuration for forwarding to a leader
+// whose client URL is https. Call it before serving.
+func (s *Lease) SetClientTLS(cfg *tls.Config) { s.clientTLS = cfg }
 
 // Close closes the connections used to forward requests to the leader.
 func (s *Lease) Close() error {
@@ -293,6 +301,7 @@ func (s *Lease) leaderClient(leader uint64) (pb.LeaseClient, error) {
 		return nil, rpctypes.ErrGRPCNoLeader
 	}
 	var host string
+	creds := insecure.NewCredentials()
 	for _, m := range s.b.Members() {
 		if m.ID == leader && len(m.ClientURLs) > 0 {
 			u, err := url.Parse(m.ClientURLs[0])
@@ -300,6 +309,9 @@ func (s *Lease) leaderClient(leader uint64) (pb.LeaseClient, error) {
 				return nil, rpctypes.ErrGRPCNoLeader
 			}
 			host = u.Host
+			if u.Scheme == "https" && s.clientTLS != nil {
+				creds = credentials.NewTLS(s.clientTLS.Clone())
+			}
 		}
 	}
 	if host == "" {
@@ -313,7 +325,7 @@ func (s *Lease) leaderClient(leader uint64) (pb.LeaseClient, error) {
 	conn, ok := s.mu.conns[host]
 	if !ok {
 		var err error
-		conn, err = grpc.NewClient(host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err = grpc.NewClient(host, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			return nil, fmt.Errorf("connect to leader %x at %s: %w", leader, host, err)
 		}

@@ -1,0 +1,279 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strata-kv/strata/internal/testutil"
+)
+
+// httpDo sends one request and returns the status and body.
+func httpDo(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// TestHTTPEndpoints checks /health, /livez, /readyz and /version on strata
+// and on etcd with the same expectations.
+func TestHTTPEndpoints(t *testing.T) {
+	t.Parallel()
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			p := start(t, f)
+			url := p.Endpoint()
+			for _, tc := range []struct {
+				name, path string
+				wantCode   int
+				wantBody   string // exact
+			}{
+				{name: "health", path: "/health", wantCode: 200, wantBody: `{"health":"true","reason":""}`},
+				{name: "health serializable", path: "/health?serializable=true", wantCode: 200, wantBody: `{"health":"true","reason":""}`},
+				{name: "livez", path: "/livez", wantCode: 200, wantBody: "ok\n"},
+				{name: "livez verbose", path: "/livez?verbose", wantCode: 200, wantBody: "[+]serializable_read ok\nok\n"},
+				{name: "livez one check", path: "/livez/serializable_read", wantCode: 200, wantBody: "ok\n"},
+				{name: "readyz", path: "/readyz", wantCode: 200, wantBody: "ok\n"},
+				{name: "readyz one check", path: "/readyz/linearizable_read?verbose", wantCode: 200, wantBody: "[+]linearizable_read ok\nok\n"},
+				{name: "readyz exclude", path: "/readyz?verbose&exclude=non_learner&exclude=data_corruption&exclude=serializable_read", wantCode: 200, wantBody: "[+]linearizable_read ok\nok\n"},
+			} {
+				code, body := httpDo(t, http.MethodGet, url+tc.path, "")
+				if code != tc.wantCode || strings.TrimSpace(body) != strings.TrimSpace(tc.wantBody) {
+					t.Errorf("%s: GET %s = %d %q, want %d %q", tc.name, tc.path, code, body, tc.wantCode, tc.wantBody)
+				}
+			}
+
+			// Verbose readyz lists every check once (order is etcd's map order).
+			code, body := httpDo(t, http.MethodGet, url+"/readyz?verbose", "")
+			for _, check := range []string{"data_corruption", "serializable_read", "linearizable_read", "non_learner"} {
+				if code != 200 || !strings.Contains(body, "[+]"+check+" ok\n") {
+					t.Errorf("readyz?verbose = %d %q, want a [+]%s ok line", code, body, check)
+				}
+			}
+			if code, _ := httpDo(t, http.MethodPost, url+"/health", ""); code != http.StatusMethodNotAllowed {
+				t.Errorf("POST /health = %d, want 405", code)
+			}
+
+			code, body = httpDo(t, http.MethodGet, url+"/version", "")
+			var v map[string]string
+			if err := json.Unmarshal([]byte(body), &v); code != 200 || err != nil {
+				t.Fatalf("/version = %d %q (%v)", code, body, err)
+			}
+			if !regexp.MustCompile(`^3\.\d+\.\d+`).MatchString(v["etcdserver"]) || !regexp.MustCompile(`^3\.\d+\.0$`).MatchString(v["etcdcluster"]) {
+				t.Errorf("/version = %v, want etcdserver 3.x.y and etcdcluster 3.x.0", v)
+			}
+		})
+	}
+}
+
+// TestHTTPHealthWithoutLeader: one member of three left alone has no
+// leader: /health and the linearizable readyz check fail as in etcd, the
+// serializable ones still pass.
+func TestHTTPHealthWithoutLeader(t *testing.T) {
+	t.Parallel()
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, f), Size: 3})
+			c.Members[1].Kill()
+			c.Members[2].Kill()
+			url := c.Members[0].Endpoint()
+			var code int
+			var body string
+			// A member that was leader, or that has not yet timed out its
+			// leader, first fails the read (RANGE ERROR) until raft notices.
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+				if code, body = httpDo(t, http.MethodGet, url+"/health", ""); strings.Contains(body, "NO LEADER") {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if code != http.StatusServiceUnavailable || strings.TrimSpace(body) != `{"health":"false","reason":"RAFT NO LEADER"}` {
+				t.Fatalf("/health alone = %d %q, want 503 RAFT NO LEADER", code, body)
+			}
+			if code, body := httpDo(t, http.MethodGet, url+"/health?serializable=true", ""); code != 200 {
+				t.Errorf("/health?serializable=true alone = %d %q, want 200", code, body)
+			}
+			if code, body := httpDo(t, http.MethodGet, url+"/livez", ""); code != 200 {
+				t.Errorf("/livez alone = %d %q, want 200", code, body)
+			}
+			code, body = httpDo(t, http.MethodGet, url+"/readyz", "")
+			if code != http.StatusServiceUnavailable || !strings.Contains(body, "[-]linearizable_read failed") || !strings.Contains(body, "[+]serializable_read ok") {
+				t.Errorf("/readyz alone = %d %q, want 503 with linearizable_read failed", code, body)
+			}
+		})
+	}
+}
+
+// TestHTTPGateway drives etcd's JSON gateway: put, range, txn, and a watch
+// stream, on both servers.
+func TestHTTPGateway(t *testing.T) {
+	t.Parallel()
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			p := start(t, f)
+			url := p.Endpoint()
+			post := func(path, body string) map[string]any {
+				t.Helper()
+				code, resp := httpDo(t, http.MethodPost, url+path, body)
+				var out map[string]any
+				if err := json.Unmarshal([]byte(resp), &out); code != 200 || err != nil {
+					t.Fatalf("POST %s %s = %d %q (%v)", path, body, code, resp, err)
+				}
+				return out
+			}
+
+			// A watch stream opened first sees the put below.
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v3/watch",
+				strings.NewReader(`{"create_request":{"key":"`+b64("foo")+`"}}`))
+			wresp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("watch: %v", err)
+			}
+			defer wresp.Body.Close()
+			lines := bufio.NewScanner(wresp.Body)
+			if !lines.Scan() || !strings.Contains(lines.Text(), `"created":true`) {
+				t.Fatalf("watch: first message %q (%v), want created", lines.Text(), lines.Err())
+			}
+
+			put := post("/v3/kv/put", `{"key":"`+b64("foo")+`","value":"`+b64("bar")+`"}`)
+			rev := put["header"].(map[string]any)["revision"].(string)
+
+			rng := post("/v3/kv/range", `{"key":"`+b64("foo")+`"}`)
+			kvs, _ := rng["kvs"].([]any)
+			if len(kvs) != 1 || kvs[0].(map[string]any)["value"] != b64("bar") || kvs[0].(map[string]any)["mod_revision"] != rev || rng["count"] != "1" {
+				t.Fatalf("range = %v, want foo=bar at mod_revision %s", rng, rev)
+			}
+
+			txn := post("/v3/kv/txn", `{"compare":[{"key":"`+b64("foo")+`","result":"EQUAL","target":"VALUE","value":"`+b64("bar")+`"}],`+
+				`"success":[{"request_put":{"key":"`+b64("foo")+`","value":"`+b64("baz")+`"}}],`+
+				`"failure":[{"request_range":{"key":"`+b64("foo")+`"}}]}`)
+			if txn["succeeded"] != true {
+				t.Fatalf("txn = %v, want succeeded", txn)
+			}
+			if resps, _ := txn["responses"].([]any); len(resps) != 1 || resps[0].(map[string]any)["response_put"] == nil {
+				t.Fatalf("txn responses = %v, want one response_put", txn["responses"])
+			}
+			txn = post("/v3/kv/txn", `{"compare":[{"key":"`+b64("foo")+`","result":"EQUAL","target":"VALUE","value":"`+b64("bar")+`"}],`+
+				`"failure":[{"request_range":{"key":"`+b64("foo")+`"}}]}`)
+			if _, ok := txn["succeeded"]; ok {
+				t.Fatalf("second txn = %v, want not succeeded (false is omitted)", txn)
+			}
+
+			if !lines.Scan() || !strings.Contains(lines.Text(), `"value":"`+b64("bar")+`"`) {
+				t.Fatalf("watch: second message %q (%v), want the put of bar", lines.Text(), lines.Err())
+			}
+
+			// etcd's error shape for an invalid request.
+			code, body := httpDo(t, http.MethodPost, url+"/v3/kv/put", `{"value":"`+b64("x")+`"}`)
+			if code != http.StatusBadRequest || !strings.Contains(body, "key is not provided") {
+				t.Errorf("put without key = %d %q, want 400 key is not provided", code, body)
+			}
+		})
+	}
+}
+
+// TestHTTPMetrics checks that the metrics dashboards chart are present and
+// move with writes.
+func TestHTTPMetrics(t *testing.T) {
+	t.Parallel()
+	p := start(t, strata)
+	url := p.Endpoint()
+	scrape := func() map[string]float64 {
+		t.Helper()
+		code, body := httpDo(t, http.MethodGet, url+"/metrics", "")
+		if code != 200 {
+			t.Fatalf("/metrics = %d", code)
+		}
+		out := map[string]float64{}
+		for _, line := range strings.Split(body, "\n") {
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			i := strings.LastIndexByte(line, ' ')
+			v, err := strconv.ParseFloat(line[i+1:], 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			out[line[:i]] = v
+		}
+		return out
+	}
+	before := scrape()
+	cli := p.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for i := range 20 {
+		if _, err := cli.Put(ctx, "k"+strconv.Itoa(i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := scrape()
+
+	present := []string{
+		"etcd_server_has_leader", "etcd_server_is_leader", "etcd_server_leader_changes_seen_total",
+		"etcd_server_proposals_committed_total", "etcd_server_proposals_applied_total",
+		"etcd_server_proposals_pending", "etcd_server_proposals_failed_total",
+		"etcd_mvcc_db_total_size_in_bytes", "etcd_debugging_mvcc_current_revision",
+		"etcd_disk_wal_fsync_duration_seconds_count", "etcd_disk_backend_commit_duration_seconds_count",
+		"strata_raftlog_segments", "strata_raftlog_bytes", "strata_raftlog_fsyncs_total", "strata_raftlog_appends_total",
+		"strata_engine_applied_index", "strata_engine_durable_index", "strata_raftlog_compactions_total",
+		"go_goroutines",
+	}
+	for _, name := range present {
+		if _, ok := after[name]; !ok {
+			t.Errorf("metric %s missing", name)
+		}
+	}
+	for _, name := range []string{"etcd_server_has_leader", "etcd_server_is_leader", "etcd_server_leader_changes_seen_total"} {
+		if after[name] != 1 {
+			t.Errorf("%s = %v, want 1 on a single member", name, after[name])
+		}
+	}
+	for _, name := range []string{
+		"etcd_server_proposals_committed_total", "etcd_server_proposals_applied_total",
+		"etcd_debugging_mvcc_current_revision", "etcd_disk_wal_fsync_duration_seconds_count",
+		"etcd_disk_backend_commit_duration_seconds_count", "strata_raftlog_fsyncs_total",
+		"strata_raftlog_appends_total", "strata_engine_applied_index", "strata_raftlog_bytes",
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="Put",grpc_service="etcdserverpb.KV",grpc_type="unary"}`,
+	} {
+		if after[name] < before[name]+20 && !strings.HasPrefix(name, "strata_raftlog_bytes") {
+			t.Errorf("%s moved from %v to %v over 20 puts, want +20 at least", name, before[name], after[name])
+		}
+		if after[name] <= before[name] {
+			t.Errorf("%s did not move: %v -> %v", name, before[name], after[name])
+		}
+	}
+	if after["etcd_server_proposals_pending"] != 0 || after["etcd_server_proposals_failed_total"] != 0 {
+		t.Errorf("pending %v, failed %v after acknowledged puts, want 0 and 0",
+			after["etcd_server_proposals_pending"], after["etcd_server_proposals_failed_total"])
+	}
+}
