@@ -37,6 +37,11 @@ func NewElection(b Backend) *Election { return &Election{r: newRecipe(b)} }
 // leader key. A campaigner whose key exists already (same lease) keeps its
 // place in the queue and proclaims the new value if it differs.
 func (s *Election) Campaign(ctx context.Context, req *v3electionpb.CampaignRequest) (*v3electionpb.CampaignResponse, error) {
+	resp, err := s.campaign(ctx, req)
+	return resp, asEtcd(err)
+}
+
+func (s *Election) campaign(ctx context.Context, req *v3electionpb.CampaignRequest) (*v3electionpb.CampaignResponse, error) {
 	lease, err := s.r.session(ctx, req.Lease)
 	if err != nil {
 		return nil, err
@@ -88,6 +93,11 @@ func (s *Election) resign(ctx context.Context, leader *v3electionpb.LeaderKey) {
 // Proclaim sets the leader's value, if req.Leader still leads. A leader
 // key without a lease gets a new one of SessionTTL seconds, as in etcd.
 func (s *Election) Proclaim(ctx context.Context, req *v3electionpb.ProclaimRequest) (*v3electionpb.ProclaimResponse, error) {
+	resp, err := s.proclaimRPC(ctx, req)
+	return resp, asEtcd(err)
+}
+
+func (s *Election) proclaimRPC(ctx context.Context, req *v3electionpb.ProclaimRequest) (*v3electionpb.ProclaimResponse, error) {
 	if req.Leader == nil {
 		return nil, ErrMissingLeaderKey
 	}
@@ -124,6 +134,11 @@ func (s *Election) proclaim(ctx context.Context, leader *v3electionpb.LeaderKey,
 // Resign deletes the leader key if it still has the leader's create
 // revision; resigning a leadership already lost succeeds, as in etcd.
 func (s *Election) Resign(ctx context.Context, req *v3electionpb.ResignRequest) (*v3electionpb.ResignResponse, error) {
+	resp, err := s.resignRPC(ctx, req)
+	return resp, asEtcd(err)
+}
+
+func (s *Election) resignRPC(ctx context.Context, req *v3electionpb.ResignRequest) (*v3electionpb.ResignResponse, error) {
 	if req.Leader == nil {
 		return nil, ErrMissingLeaderKey
 	}
@@ -145,6 +160,11 @@ func resignTxn(leader *v3electionpb.LeaderKey) *pb.TxnRequest {
 
 // Leader returns the leader's key and value, or ErrElectionNoLeader.
 func (s *Election) Leader(ctx context.Context, req *v3electionpb.LeaderRequest) (*v3electionpb.LeaderResponse, error) {
+	resp, err := s.leader(ctx, req)
+	return resp, asEtcd(err)
+}
+
+func (s *Election) leader(ctx context.Context, req *v3electionpb.LeaderRequest) (*v3electionpb.LeaderResponse, error) {
 	resp, err := s.r.b.KV.Range(ctx, firstCreated(string(req.Name)+"/"))
 	if err != nil {
 		return nil, err
@@ -159,6 +179,10 @@ func (s *Election) Leader(ctx context.Context, req *v3electionpb.LeaderRequest) 
 // first to campaign), then each new value it proclaims, then, once its key
 // is deleted, the next leader, and so on until the client goes away.
 func (s *Election) Observe(req *v3electionpb.LeaderRequest, stream grpc.ServerStreamingServer[v3electionpb.LeaderResponse]) error {
+	return asEtcd(s.observe(req, stream))
+}
+
+func (s *Election) observe(req *v3electionpb.LeaderRequest, stream grpc.ServerStreamingServer[v3electionpb.LeaderResponse]) error {
 	ctx := stream.Context()
 	pfx := string(req.Name) + "/"
 	for {

@@ -26,6 +26,11 @@ func NewLock(b Backend) *Lock { return &Lock{r: newRecipe(b)} }
 // Lock waits until the caller holds the lock named req.Name and returns
 // its key. A second Lock with the same lease returns the same key.
 func (s *Lock) Lock(ctx context.Context, req *v3lockpb.LockRequest) (*v3lockpb.LockResponse, error) {
+	resp, err := s.lock(ctx, req)
+	return resp, asEtcd(err)
+}
+
+func (s *Lock) lock(ctx context.Context, req *v3lockpb.LockRequest) (*v3lockpb.LockResponse, error) {
 	lease, err := s.r.session(ctx, req.Lease)
 	if err != nil {
 		return nil, err
@@ -69,7 +74,7 @@ func (s *Lock) release(ctx context.Context, key string) {
 func (s *Lock) Unlock(ctx context.Context, req *v3lockpb.UnlockRequest) (*v3lockpb.UnlockResponse, error) {
 	resp, err := s.r.b.KV.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: req.Key})
 	if err != nil {
-		return nil, err
+		return nil, asEtcd(err)
 	}
 	return &v3lockpb.UnlockResponse{Header: resp.Header}, nil
 }

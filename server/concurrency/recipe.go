@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/strata-kv/strata/server/concurrency/v3electionpb"
@@ -221,6 +222,23 @@ func watchError(err error) error {
 		return status.FromContextError(err).Err()
 	}
 	return err
+}
+
+// asEtcd gives an error from the member's services the gRPC code etcd's
+// lock and election services answer with: Unknown, keeping etcd's message
+// (etcd runs the recipe through an in-process client, whose errors carry
+// no gRPC status). Plain errors are Unknown already; a canceled or
+// expired request keeps its code.
+func asEtcd(err error) error {
+	st, ok := status.FromError(err)
+	if err == nil || !ok {
+		return err
+	}
+	switch st.Code() {
+	case codes.Unknown, codes.Canceled, codes.DeadlineExceeded:
+		return err
+	}
+	return status.Error(codes.Unknown, st.Message())
 }
 
 // cleanup runs fn, which undoes a failed request's write, with the
