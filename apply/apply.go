@@ -294,7 +294,11 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 					w.Abort()
 					return fmt.Errorf("decode entry %d: %w", e.GetIndex(), err)
 				}
+				revBefore := w.Rev()
 				res, changed, err := a.applyRequest(w, &req, &members)
+				if err == nil {
+					err = w.RecordIndex(e.GetIndex(), revBefore) // for log compaction (logcompact.go)
+				}
 				if err != nil {
 					w.Abort()
 					return fmt.Errorf("apply entry %d: %w", e.GetIndex(), err)

@@ -1,0 +1,276 @@
+package mvcc
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-kv/strata/engine"
+)
+
+// What log compaction needs from the store (DESIGN.md, "The log" and
+// "History horizon").
+//
+// Log compaction rewrites a run of applied raft entries as one record per
+// key version that recovery must rebuild. Those versions are already in the
+// store: every write left its KeyValue in mh and its revision in mr. What
+// the store did not know is which revisions a run of raft indexes produced.
+// The applier therefore calls RecordIndex after every request that wrote,
+// in the same batch:
+//
+//	mi<index>   -> revision before, revision after (8 bytes each, big-endian)
+//
+// so IndexRevisions(first, last) is one short scan and RevisionAtIndex one
+// seek. Indexes that wrote
+// nothing have no row: the revision is unchanged across them. ForgetIndexes
+// drops rows once the log no longer holds their entries.
+//
+// Replay goes the other way: SetKeyState writes one recorded version back
+// idempotently (history, revision index, and -- since records replay in
+// log order and the last record of a key is its final state -- the current
+// version and its lease attachment), so replaying a compacted batch on a
+// state at any index inside it ends at the state of its last index.
+
+// prefixIndexRev is the key space of the index -> revision rows.
+const prefixIndexRev = "mi"
+
+func indexRevKey(index uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte(prefixIndexRev), index)
+}
+
+// RecordIndex notes that the request applied at raft index wrote, moving
+// the revision from revBefore (w.Rev() before the request) to w.Rev(). It
+// writes nothing if the request did not write.
+func (w *WriteBatch) RecordIndex(index uint64, revBefore int64) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	if w.st.rev == revBefore {
+		return nil
+	}
+	var v [16]byte
+	binary.BigEndian.PutUint64(v[0:8], uint64(revBefore))
+	binary.BigEndian.PutUint64(v[8:16], uint64(w.st.rev))
+	if err := w.b.Set(indexRevKey(index), v[:]); err != nil {
+		return w.fail(fmt.Errorf("record revision of index %d: %w", index, err))
+	}
+	return nil
+}
+
+// ForgetIndexes drops the index -> revision rows below index.
+func (w *WriteBatch) ForgetIndexes(below uint64) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	if err := w.b.DeleteRange([]byte(prefixIndexRev), indexRevKey(below)); err != nil {
+		return w.fail(fmt.Errorf("forget index revisions below %d: %w", below, err))
+	}
+	return nil
+}
+
+// IndexRevision is what one raft index did to the revision.
+type IndexRevision struct {
+	Index         uint64
+	Before, After int64
+}
+
+// IndexRevisions returns, in index order, the rows of the indexes in
+// [first, last] whose requests wrote.
+func (s *Store) IndexRevisions(first, last uint64) (rows []IndexRevision, err error) {
+	snap := s.e.NewSnapshot()
+	defer snap.Close()
+	it := snap.NewIter(indexRevKey(first), indexRevKey(last+1))
+	defer func() {
+		if cerr := it.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("index revisions %d..%d: %w", first, last, cerr)
+		}
+	}()
+	for valid := it.First(); valid; valid = it.Next() {
+		r, err := decodeIndexRev(it.Key(), it.Value())
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// RevisionAtIndex returns the store's revision after the request at index
+// was applied (index itself need not have written). With no row at or
+// below index it returns 1, the revision of an empty store: rows are
+// written from the first write on, and forgotten only below the log's
+// first entry, which log compaction never asks about.
+func (s *Store) RevisionAtIndex(index uint64) (rev int64, err error) {
+	snap := s.e.NewSnapshot()
+	defer snap.Close()
+	it := snap.NewIter([]byte(prefixIndexRev), indexRevKey(index+1))
+	defer func() {
+		if cerr := it.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("revision at index %d: %w", index, cerr)
+		}
+	}()
+	if !it.Last() {
+		return 1, nil
+	}
+	r, err := decodeIndexRev(it.Key(), it.Value())
+	if err != nil {
+		return 0, err
+	}
+	return r.After, nil
+}
+
+func decodeIndexRev(k, v []byte) (IndexRevision, error) {
+	if len(k) != len(prefixIndexRev)+8 || len(v) != 16 {
+		return IndexRevision{}, fmt.Errorf("%w: index revision row of %d+%d bytes", errCorrupt, len(k), len(v))
+	}
+	return IndexRevision{
+		Index:  binary.BigEndian.Uint64(k[len(prefixIndexRev):]),
+		Before: int64(binary.BigEndian.Uint64(v[0:8])),
+		After:  int64(binary.BigEndian.Uint64(v[8:16])),
+	}, nil
+}
+
+// KeyChange is one version written to a key: a put (KV set) or a deletion.
+type KeyChange struct {
+	Main, Sub int64
+	Key       []byte
+	// KV is the key's state after a put; nil for a deletion.
+	KV *mvccpb.KeyValue
+}
+
+// Changes returns, in revision order, the key versions written in
+// revisions (from, to] that the store still holds: versions removed by
+// revision compaction are absent (they were at or below the compact
+// revision, which recovery restores). The slices are owned by the caller.
+func (s *Store) Changes(from, to int64) (out []KeyChange, err error) {
+	if to <= from {
+		return nil, nil
+	}
+	snap := s.e.NewSnapshot()
+	defer snap.Close()
+	it := snap.NewIter(revKey(from+1, 0), revKey(to+1, 0))
+	defer func() {
+		if cerr := it.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("changes (%d, %d]: %w", from, to, cerr)
+		}
+	}()
+	for valid := it.First(); valid; valid = it.Next() {
+		main, sub, err := parseRevKey(it.Key())
+		if err != nil {
+			return nil, err
+		}
+		tomb, key, err := parseRevValue(it.Value())
+		if err != nil {
+			return nil, err
+		}
+		c := KeyChange{Main: main, Sub: sub, Key: append([]byte(nil), key...)}
+		if !tomb {
+			raw, err := snap.Get(historyKey(key, main, sub))
+			if errors.Is(err, engine.ErrNotFound) {
+				// Removed by compaction between the two reads' keys: the
+				// snapshot makes this impossible, so it is corruption.
+				return nil, fmt.Errorf("%w: revision %d.%d of %q has no history entry", errCorrupt, main, sub, key)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("read revision %d.%d of %q: %w", main, sub, key, err)
+			}
+			if c.KV, err = decodeKV(raw); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// SetKeyState writes version c back: its history entry and revision index
+// row, and makes it the key's current state (moving the lease attachment).
+// Writing a version the store already holds rewrites the same bytes, so it
+// is idempotent; replaying a key's versions in order leaves the last one
+// current, whatever the state was before. It also raises the revision to
+// c.Main if it is below.
+func (w *WriteBatch) SetKeyState(c KeyChange) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	cur, err := w.view().get(c.Key)
+	if err != nil {
+		return w.fail(err)
+	}
+	kv := c.KV
+	if kv == nil {
+		kv = &mvccpb.KeyValue{Key: c.Key}
+	}
+	enc, err := proto.Marshal(kv)
+	if err != nil {
+		return w.fail(fmt.Errorf("encode key %q: %w", c.Key, err))
+	}
+	b := w.b
+	var lease int64
+	if c.KV != nil {
+		lease = c.KV.Lease
+		err = b.Set(currentKey(c.Key), enc)
+	} else {
+		err = b.Delete(currentKey(c.Key))
+	}
+	if err == nil {
+		err = b.Set(historyKey(c.Key, c.Main, c.Sub), enc)
+	}
+	if err == nil {
+		err = b.Set(revKey(c.Main, c.Sub), revValue(c.KV == nil, c.Key))
+	}
+	if err == nil && cur != nil && cur.Lease != 0 && cur.Lease != lease {
+		err = b.Delete(leaseKey(cur.Lease, c.Key))
+	}
+	if err == nil && lease != 0 {
+		err = b.Set(leaseKey(lease, c.Key), nil)
+	}
+	if err != nil {
+		return w.fail(fmt.Errorf("set state of %q at %d.%d: %w", c.Key, c.Main, c.Sub, err))
+	}
+	w.st.rev = max(w.st.rev, c.Main)
+	return nil
+}
+
+// RaiseRevision raises the store's revision to rev if it is below: the
+// revision after a compacted batch, some of whose writes left no record.
+func (w *WriteBatch) RaiseRevision(rev int64) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	w.st.rev = max(w.st.rev, rev)
+	return nil
+}
+
+// DropLeaseRecord deletes lease id's record and its key attachments, but
+// no key: the replay of a revocation whose key deletions are records of
+// their own in the compacted batch.
+func (w *WriteBatch) DropLeaseRecord(id int64) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	err := w.b.Delete(leaseRecordKey(id))
+	if err == nil {
+		p := leasePrefix(id)
+		err = w.b.DeleteRange(p, prefixEndBytes(p))
+	}
+	if err != nil {
+		return w.fail(fmt.Errorf("drop lease %x: %w", id, err))
+	}
+	return nil
+}
+
+// prefixEndBytes is the smallest key above every key starting with p.
+func prefixEndBytes(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
