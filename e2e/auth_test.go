@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"errors"
 	"strings"
 	"testing"
@@ -175,6 +178,57 @@ func TestAuthTokensAndWatch(t *testing.T) {
 			// clientv3 authenticates again by itself.
 			if _, err := alice.Get(ctx, "foo/x"); err != nil {
 				t.Fatalf("alice after expiry: %v", err)
+			}
+		})
+	}
+}
+
+// TestAuthJWT runs with --auth-token jwt (RS256, keys made by the test):
+// clientv3 logs in, the token is a JWT, and a forged one is refused.
+func TestAuthJWT(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv := writePEM(t, dir, "jwt.key", "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(key))
+	pub := writePEM(t, dir, "jwt.pub", "PUBLIC KEY", pubDER)
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, f), Flags: []string{
+				"--bcrypt-cost=4", "--auth-token=jwt,pub-key=" + pub + ",priv-key=" + priv + ",sign-method=RS256,ttl=10m",
+			}})
+			setupAuth(t, p.Client(t))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			plain := p.Client(t)
+			ar, err := pb.NewAuthClient(plain.ActiveConnection()).Authenticate(ctx, &pb.AuthenticateRequest{Name: "alice", Password: "apw"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if parts := strings.Split(ar.Token, "."); len(parts) != 3 {
+				t.Fatalf("token %q is not a JWT", ar.Token)
+			}
+			kv := pb.NewKVClient(plain.ActiveConnection())
+			if _, err := kv.Put(metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, ar.Token), &pb.PutRequest{Key: []byte("foo/j"), Value: []byte("1")}); err != nil {
+				t.Fatalf("put with JWT: %v", err)
+			}
+			forged := ar.Token[:strings.LastIndex(ar.Token, ".")+1] + "AAAA"
+			if _, err := kv.Range(metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, forged), &pb.RangeRequest{Key: []byte("foo/j")}); !errors.Is(rpctypes.Error(err), rpctypes.ErrInvalidAuthToken) {
+				t.Fatalf("range with forged JWT: %v, want invalid auth token", err)
+			}
+			alice, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Endpoint()}, Username: "alice", Password: "apw",
+				DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer alice.Close()
+			if resp, err := alice.Get(ctx, "foo/j"); err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("clientv3 get with JWT login: %v %v", resp, err)
 			}
 		})
 	}
