@@ -1,0 +1,252 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// fakeHealthBackend answers the questions the health checks ask; the rest
+// of Backend is nil and must not be called.
+type fakeHealthBackend struct {
+	Backend
+	leader  uint64
+	learner bool
+	alarms  []*pb.AlarmMember
+}
+
+func (b *fakeHealthBackend) Leader() uint64            { return b.leader }
+func (b *fakeHealthBackend) Status() Status            { return Status{IsLearner: b.learner} }
+func (b *fakeHealthBackend) Alarms() []*pb.AlarmMember { return b.alarms }
+func alarm(a pb.AlarmType) []*pb.AlarmMember           { return []*pb.AlarmMember{{MemberID: 1, Alarm: a}} }
+func okRange(context.Context, *pb.RangeRequest) error  { return nil }
+func failLinearizable(_ context.Context, r *pb.RangeRequest) error {
+	if r.Serializable {
+		return nil
+	}
+	return errors.New("etcdserver: request timed out")
+}
+
+func TestHealthHandlers(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		backend  fakeHealthBackend
+		rangeErr func(context.Context, *pb.RangeRequest) error
+		path     string
+		wantCode int
+		wantBody string
+	}{
+		{name: "healthy", backend: fakeHealthBackend{leader: 1}, path: "/health", wantCode: 200, wantBody: `{"health":"true","reason":""}`},
+		{name: "no leader", backend: fakeHealthBackend{}, path: "/health", wantCode: 503, wantBody: `{"health":"false","reason":"RAFT NO LEADER"}`},
+		{name: "no leader serializable", backend: fakeHealthBackend{}, path: "/health?serializable=true", wantCode: 200, wantBody: `{"health":"true","reason":""}`},
+		{name: "nospace alarm", backend: fakeHealthBackend{leader: 1, alarms: alarm(pb.AlarmType_NOSPACE)}, path: "/health", wantCode: 503, wantBody: `{"health":"false","reason":"ALARM NOSPACE"}`},
+		{name: "corrupt alarm before leader", backend: fakeHealthBackend{alarms: alarm(pb.AlarmType_CORRUPT)}, path: "/health", wantCode: 503, wantBody: `{"health":"false","reason":"ALARM CORRUPT"}`},
+		{name: "excluded alarm", backend: fakeHealthBackend{leader: 1, alarms: alarm(pb.AlarmType_NOSPACE)}, path: "/health?exclude=NOSPACE", wantCode: 200, wantBody: `{"health":"true","reason":""}`},
+		{name: "range fails", backend: fakeHealthBackend{leader: 1}, rangeErr: failLinearizable, path: "/health", wantCode: 503, wantBody: `{"health":"false","reason":"RANGE ERROR:etcdserver: request timed out"}`},
+		{name: "livez", backend: fakeHealthBackend{}, rangeErr: failLinearizable, path: "/livez?verbose", wantCode: 200, wantBody: "[+]serializable_read ok\nok"},
+		{name: "readyz verbose", backend: fakeHealthBackend{leader: 1}, path: "/readyz?verbose", wantCode: 200,
+			wantBody: "[+]data_corruption ok\n[+]linearizable_read ok\n[+]non_learner ok\n[+]serializable_read ok\nok"},
+		{name: "readyz quiet", backend: fakeHealthBackend{leader: 1}, path: "/readyz", wantCode: 200, wantBody: "ok"},
+		{name: "readyz learner", backend: fakeHealthBackend{leader: 1, learner: true}, path: "/readyz", wantCode: 503,
+			wantBody: "[+]data_corruption ok\n[+]linearizable_read ok\n[-]non_learner failed: not supported for learner\n[+]serializable_read ok"},
+		{name: "readyz learner excluded", backend: fakeHealthBackend{leader: 1, learner: true}, path: "/readyz?exclude=non_learner", wantCode: 200, wantBody: "ok"},
+		{name: "readyz corrupt", backend: fakeHealthBackend{leader: 1, alarms: alarm(pb.AlarmType_CORRUPT)}, path: "/readyz/data_corruption", wantCode: 503,
+			wantBody: "[-]data_corruption failed: alarm activated: CORRUPT"},
+		{name: "readyz one check ignores exclude", backend: fakeHealthBackend{leader: 1}, rangeErr: failLinearizable, path: "/readyz/linearizable_read?exclude=linearizable_read", wantCode: 503,
+			wantBody: "[-]linearizable_read failed: etcdserver: request timed out"},
+		{name: "unknown exclude", backend: fakeHealthBackend{leader: 1}, path: "/livez?exclude=nonsense", wantCode: 200, wantBody: "ok"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rangeErr := tc.rangeErr
+			if rangeErr == nil {
+				rangeErr = okRange
+			}
+			h := NewHTTPHandler(HTTPConfig{
+				Backend: &tc.backend,
+				Range: func(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+					if err := rangeErr(ctx, r); err != nil {
+						return nil, err
+					}
+					return &pb.RangeResponse{}, nil
+				},
+			})
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
+			if got := strings.TrimSpace(rec.Body.String()); rec.Code != tc.wantCode || got != tc.wantBody {
+				t.Errorf("GET %s = %d %q, want %d %q", tc.path, rec.Code, got, tc.wantCode, tc.wantBody)
+			}
+		})
+	}
+}
+
+func TestVersionHandler(t *testing.T) {
+	h := NewHTTPHandler(HTTPConfig{Backend: &fakeHealthBackend{}})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/version", nil))
+	cluster := strings.Join(strings.Split(EtcdVersion, ".")[:2], ".") + ".0"
+	want := `{"etcdserver":"` + EtcdVersion + `","etcdcluster":"` + cluster + `","storage":"` + cluster + `"}`
+	if rec.Code != 200 || rec.Body.String() != want {
+		t.Errorf("/version = %d %q, want 200 %q", rec.Code, rec.Body.String(), want)
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/version", nil))
+	if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "GET" {
+		t.Errorf("PUT /version = %d (Allow %q), want 405 with Allow: GET", rec.Code, rec.Header().Get("Allow"))
+	}
+}
+
+// routeOnce sends payload on a new connection to a SplitListener and
+// reports which side accepted it and what that side read.
+func routeOnce(t testing.TB, payload []byte, closeAfter bool) (side string, got []byte) {
+	t.Helper()
+	root, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSplitListener(root, nil)
+	defer s.Close()
+	go func() { _ = s.Serve() }()
+	client, err := net.Dial("tcp", root.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if _, err := client.Write(payload); err != nil {
+		t.Fatal(err)
+	}
+	if closeAfter {
+		_ = client.(*net.TCPConn).CloseWrite()
+	}
+	type accepted struct {
+		side string
+		conn net.Conn
+	}
+	ch := make(chan accepted, 2)
+	for side, l := range map[string]net.Listener{"grpc": s.GRPC(), "http": s.HTTP()} {
+		go func() {
+			if c, err := l.Accept(); err == nil {
+				ch <- accepted{side, c}
+			}
+		}()
+	}
+	select {
+	case a := <-ch:
+		defer a.conn.Close()
+		_ = a.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, len(payload))
+		n, _ := io.ReadFull(a.conn, buf)
+		return a.side, buf[:n]
+	case <-time.After(500 * time.Millisecond):
+		return "none", nil
+	}
+}
+
+func TestSplitListenerRoutes(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		payload    string
+		closeAfter bool
+		want       string
+	}{
+		{name: "short HTTP/1.0 request", payload: "GET / HTTP/1.0\r\n\r\n", want: "http"},
+		{name: "HTTP/1.1 POST", payload: "POST /v3/kv/put HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", want: "http"},
+		{name: "one byte that is not the preface", payload: "G", want: "http"},
+		{name: "HTTP/2 preface", payload: http2Preface + "\x00\x00\x00\x04\x00\x00\x00\x00\x00", want: "grpc"},
+		{name: "exactly the preface", payload: http2Preface, want: "grpc"},
+		{name: "preface cut short then closed", payload: http2Preface[:10], closeAfter: true, want: "none"},
+		{name: "PRI but not HTTP/2", payload: "PRI /x HTTP/1.1\r\n\r\n", want: "http"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			side, got := routeOnce(t, []byte(tc.payload), tc.closeAfter)
+			if side != tc.want {
+				t.Fatalf("routed to %s, want %s", side, tc.want)
+			}
+			if side != "none" && string(got) != tc.payload {
+				t.Fatalf("%s side read %q, want the payload replayed %q", side, got, tc.payload)
+			}
+		})
+	}
+}
+
+// TestSplitListenerServesBoth runs a gRPC server and an HTTP server on one
+// port, as the member does.
+func TestSplitListenerServesBoth(t *testing.T) {
+	root, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSplitListener(root, nil)
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello") })}
+	go func() { _ = s.Serve() }()
+	go func() { _ = gs.Serve(s.GRPC()) }()
+	go func() { _ = hs.Serve(s.HTTP()) }()
+	defer func() {
+		_ = hs.Close()
+		gs.Stop()
+		_ = s.Close()
+	}()
+
+	conn, err := grpc.NewClient("passthrough:///"+root.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || res.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("gRPC health check = %v, %v; want SERVING", res, err)
+	}
+	resp, err := http.Get("http://" + root.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "hello" {
+		t.Fatalf("HTTP body %q, want hello", body)
+	}
+}
+
+// FuzzSplitListenerRoute: whatever a client sends first, the connection
+// reaches exactly one side with its bytes intact, or (a strict prefix of
+// the preface followed by EOF) is dropped.
+func FuzzSplitListenerRoute(f *testing.F) {
+	for _, seed := range []string{"GET / HTTP/1.1\r\n\r\n", http2Preface, http2Preface[:5], "", "\x16\x03\x01"} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		if len(payload) == 0 || len(payload) > 4096 {
+			return
+		}
+		side, got := routeOnce(t, payload, true)
+		isPrefixOfPreface := len(payload) < len(http2Preface) && strings.HasPrefix(http2Preface, string(payload))
+		want := "http"
+		switch {
+		case isPrefixOfPreface:
+			want = "none"
+		case strings.HasPrefix(string(payload), http2Preface):
+			want = "grpc"
+		}
+		if side != want {
+			t.Fatalf("payload %q routed to %s, want %s", payload, side, want)
+		}
+		if side != "none" && string(got) != string(payload) {
+			t.Fatalf("read %q, want %q", got, payload)
+		}
+	})
+}
