@@ -359,6 +359,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err := m.startPeerServer(cluster, snaps); err != nil {
 		return nil, err
 	}
+	m.registerPeerMaintenance()
 	for _, u := range cfg.ListenClientURLs {
 		addr, err := hostPort(u)
 		if err != nil {
