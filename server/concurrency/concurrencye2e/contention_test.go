@@ -42,13 +42,7 @@ func TestMutexContention(t *testing.T) {
 				return fmt.Errorf("%d holders at once", n)
 			}
 			// A read-modify-write that only the lock makes safe.
-			resp, err := c.Get(ctx, "counter")
-			if err != nil {
-				return err
-			}
-			var n int
-			fmt.Sscan(string(resp.Kvs[0].Value), &n)
-			if _, err := c.Put(ctx, "counter", fmt.Sprint(n+1)); err != nil {
+			if err := increment(ctx, c, "counter"); err != nil {
 				return err
 			}
 			holders.Add(-1)
