@@ -6,6 +6,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -231,5 +232,66 @@ func TestAuthJWT(t *testing.T) {
 				t.Fatalf("clientv3 get with JWT login: %v %v", resp, err)
 			}
 		})
+	}
+}
+
+// TestAuthCluster checks on three members that a simple token issued by
+// one member is honoured by the others (its issue is replicated), and that
+// the auth state survives a member's restart.
+func TestAuthCluster(t *testing.T) {
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3, Flags: []string{"--bcrypt-cost=4"}})
+	setupAuth(t, c.Client(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eps := c.Endpoints()
+	first := c.Client(t, eps[0])
+	ar, err := pb.NewAuthClient(first.ActiveConnection()).Authenticate(ctx, &pb.AuthenticateRequest{Name: "alice", Password: "apw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tctx := metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, ar.Token)
+	for i, ep := range eps {
+		kv := pb.NewKVClient(c.Client(t, ep).ActiveConnection())
+		// A follower learns the token when it applies the Authenticate
+		// entry, which may be just after the issuing member answered.
+		for {
+			_, err := kv.Put(tctx, &pb.PutRequest{Key: []byte(fmt.Sprintf("foo/%d", i)), Value: []byte("v")})
+			if err == nil {
+				break
+			}
+			if !errors.Is(rpctypes.Error(err), rpctypes.ErrInvalidAuthToken) || ctx.Err() != nil {
+				t.Fatalf("put through member %d with a token issued by member 0: %v", i, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	m := c.Members[1]
+	m.Kill()
+	m.Launch()
+	alice, err := clientv3.New(clientv3.Config{Endpoints: []string{m.Endpoint()}, Username: "alice", Password: "apw",
+		DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, time.Second)
+		resp, err := alice.Get(rctx, "foo/", clientv3.WithPrefix())
+		rcancel()
+		if err == nil {
+			if len(resp.Kvs) != 3 {
+				t.Fatalf("after restart: %d keys, want 3", len(resp.Kvs))
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("alice after restart: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	anon := c.Client(t, m.Endpoint())
+	if _, err := anon.Get(ctx, "foo/0"); !errors.Is(rpctypes.Error(err), rpctypes.ErrUserEmpty) {
+		t.Fatalf("anonymous get after restart: %v, want user name is empty", err)
 	}
 }
