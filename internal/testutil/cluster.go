@@ -264,6 +264,16 @@ func (c *Cluster) AddMember(learner bool) *Member {
 		}
 	}
 	c.JoinMember(m, resp.Member.ID, strings.Join(initial, ","))
+	if !learner {
+		// A voter that serves a linearizable read has applied the log up
+		// to a recent commit, membership included. Before that, strata
+		// answers from a stale view (MemberRemove of a member it has not
+		// learned of: "member not found"); tests of something else must
+		// not trip on it.
+		if err := m.WaitReady(c.opts.ReadyTimeout); err != nil {
+			c.t.Fatalf("added member %s: %v", m.Name(), err)
+		}
+	}
 	return m
 }
 
