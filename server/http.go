@@ -310,7 +310,8 @@ const sniffTimeout = 10 * time.Second
 // connection are inspected, by a goroutine of its own, and then replayed;
 // after that the connection is the server's, so gRPC throughput is that of
 // grpc.Server.Serve (grpc.Server.ServeHTTP, the alternative, runs gRPC over
-// net/http's HTTP/2 server, which is markedly slower).
+// net/http's separate HTTP/2 server, which lacks some of grpc-go's features).
+// docs/http.md has the measurement.
 //
 // h2c (HTTP/2 without TLS) requests other than gRPC are not supported: they
 // reach the gRPC server, as they do in etcd.
