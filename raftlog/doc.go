@@ -54,6 +54,17 @@
 // directories into one order and drops the parts of a last Append that did
 // not reach every directory (stripe.go; FORMAT.md, "Several directories").
 //
+// # Log compaction
+//
+// CompactOldestSegment, called from a background goroutine concurrently
+// with Append, rewrites the oldest segment, once all its entries are
+// applied, as a compacted batch file (batchfile.go): per key the state to
+// set, plus the entries that cannot be merged. The caller's BatchBuilder
+// decides the records; the log writes the file durably, moves the snapshot
+// point past it and drops the segment. Recovery replays CompactedBatches on
+// the engine before raft starts (compactlog.go; FORMAT.md, "Compacted batch
+// files").
+//
 // # Failure
 //
 // A failed write or fdatasync is returned and the Log refuses every later

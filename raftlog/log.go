@@ -98,10 +98,18 @@ type Log struct {
 	// w is owned by the writer goroutine. The writer may read mem without
 	// mu, since only it changes mem. During a striped Append each lane is
 	// owned by the goroutine writing its part until the Append joins them.
-	w struct {
-		lanes  []*lane // one per directory, in Options.Dirs order
-		op     uint64  // sequence of the last write op (striped logs only)
-		failed error
+	//
+	// wmu serialises the writes (Append, Compact, ApplySnapshot, Close)
+	// with the installation of a compacted batch, which runs on the log
+	// compactor's goroutine (compactlog.go). It is held across writes and
+	// syncs, but readers never take it.
+	wmu sync.Mutex
+	w   struct {
+		lanes []*lane // one per directory, in Options.Dirs order
+		// batches are the compacted batch files, oldest first.
+		batches []batchFileInfo
+		op      uint64 // sequence of the last write op (striped logs only)
+		failed  error
 	}
 
 	mu struct {
@@ -176,7 +184,11 @@ func Open(opts Options) (*Log, error) {
 	if l.striped() {
 		recover = l.recoverStriped
 	}
-	if err := recover(); err != nil {
+	err := recover()
+	if err == nil {
+		err = l.loadBatchFiles()
+	}
+	if err != nil {
 		l.closeSegments()
 		return nil, err
 	}
@@ -458,6 +470,8 @@ func (l *Log) checkWritable() error {
 // An error from the write or the sync is returned and the Log refuses all
 // later writes (ErrFailed): the caller must restart from disk.
 func (l *Log) Append(entries []*raftpb.Entry, hs *raftpb.HardState) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
 	if err := l.checkWritable(); err != nil {
 		return err
 	}
@@ -582,9 +596,21 @@ func (l *Log) writeAndSync(ln *lane, buf []byte) error {
 // raft.ErrCompacted if index is at or below the snapshot point and an
 // error if index is beyond LastIndex.
 func (l *Log) Compact(index uint64, cs *raftpb.ConfState) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
 	if err := l.checkWritable(); err != nil {
 		return err
 	}
+	// Compacted batches at or below index are held by the engine too.
+	if err := l.dropBatchFiles(index); err != nil {
+		return err
+	}
+	return l.compactLocked(index, cs)
+}
+
+// compactLocked is Compact without the batch files.
+// REQUIRES: l.wmu held.
+func (l *Log) compactLocked(index uint64, cs *raftpb.ConfState) error {
 	m := l.mu.mem
 	switch {
 	case index <= m.snapIndex:
@@ -682,6 +708,8 @@ func (l *Log) deleteSegments(drop func(*lane, *segment) bool) error {
 // commit index is raised to the snapshot index if below it. It returns
 // raft.ErrSnapOutOfDate if meta is not newer than the snapshot point.
 func (l *Log) ApplySnapshot(meta *raftpb.SnapshotMetadata) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
 	if err := l.checkWritable(); err != nil {
 		return err
 	}
@@ -717,6 +745,8 @@ func (l *Log) ApplySnapshot(meta *raftpb.SnapshotMetadata) error {
 // Close closes the log. Reads and writes after Close return ErrClosed.
 // Everything Append returned for is already durable; Close syncs nothing.
 func (l *Log) Close() error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
 	l.mu.Lock()
 	if l.mu.closed {
 		l.mu.Unlock()

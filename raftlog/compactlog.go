@@ -1,0 +1,224 @@
+package raftlog
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+
+	"github.com/strata-kv/strata/internal/failpoint"
+)
+
+// Log compaction (DESIGN.md, "The log"; FORMAT.md, "Compacted batch
+// files"): the oldest segment, once every entry in it is committed and
+// applied, is rewritten as a compacted batch file and dropped.
+//
+// The log does not know what entries mean: the caller's BatchBuilder turns
+// entries into records (apply.BuildCompactedBatch). CompactOldestSegment
+// runs on the caller's background goroutine, concurrently with Append:
+//
+//  1. Under wmu: pick the oldest live segment if it is sealed and starts
+//     right after the snapshot point, and its last entry is at or below
+//     upTo (the caller's applied index, so committed).
+//  2. Without locks: read its entries (readers never wait), build the
+//     batch, write the file under a temporary name, fsync, rename, fsync
+//     the directory.
+//  3. Under wmu: if the snapshot point has not moved meanwhile, move it to
+//     the batch's last index (a state frame, as Compact writes) and delete
+//     the segment.
+//
+// Raft's view: the batch's entries are below the snapshot point from then
+// on (FirstIndex moves past them; Term of the batch's last index is the
+// snapshot term), exactly as after Compact. They are not lost: recovery
+// replays the batch files after the engine's applied index before raft
+// starts (CompactedBatches), so the engine reaches the snapshot point. A
+// follower that needs them gets a snapshot. Batch files are deleted by
+// Compact once the engine holds them durably.
+//
+// Crashes: before the rename, the temporary file is deleted by Open and
+// the segment is intact. After it, the batch and the segment both exist
+// until step 3 completes; recovery replays the batch (idempotent) and raft
+// then finds its entries already applied.
+
+// batchFileInfo is what the log keeps about one compacted batch file.
+type batchFileInfo struct {
+	dir, name   string
+	first, last uint64
+}
+
+// BatchBuilder builds the compacted batch for consecutive, committed and
+// applied entries. It may return an error wrapping ErrNotCompactable (for
+// example, entries that change the configuration): the segment is then
+// left as it is.
+type BatchBuilder func(entries []*raftpb.Entry) (*CompactedBatch, error)
+
+// ErrSkipSegment may be wrapped by a BatchBuilder's error to leave a
+// segment uncompacted without failing.
+var ErrSkipSegment = errors.New("raftlog: segment left uncompacted")
+
+// CompactOldestSegment rewrites the oldest segment as a compacted batch
+// file if every entry in it is at or below upTo (see the steps above). It
+// reports whether it did. Only logs with one directory are compacted
+// today: in a striped log a segment holds parts of many writes.
+func (l *Log) CompactOldestSegment(upTo uint64, build BatchBuilder) (bool, error) {
+	l.wmu.Lock()
+	if err := l.checkWritable(); err != nil {
+		l.wmu.Unlock()
+		return false, err
+	}
+	if l.striped() {
+		l.wmu.Unlock()
+		return false, nil
+	}
+	ln := l.w.lanes[0]
+	m := l.mu.mem
+	var seg *segment
+	l.mu.RLock()
+	if len(ln.segs) > 1 && ln.segs[0] != ln.active {
+		seg = ln.segs[0]
+	}
+	first, snap := m.first, m.snapIndex
+	var last uint64
+	if seg != nil {
+		last = seg.lastIndex
+	}
+	l.mu.RUnlock()
+	l.wmu.Unlock()
+	if seg == nil || last < first || last > upTo || seg.hdr.firstIndex > first {
+		return false, nil
+	}
+
+	entries, err := l.Entries(first, last+1, 1<<62)
+	if err != nil {
+		return false, fmt.Errorf("raftlog: log compaction: read entries %d..%d: %w", first, last, err)
+	}
+	b, err := build(entries)
+	if errors.Is(err, ErrSkipSegment) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("raftlog: log compaction of %d..%d: %w", first, last, err)
+	}
+	if b.FirstIndex != first || b.LastIndex != last {
+		return false, fmt.Errorf("raftlog: log compaction: builder returned batch %d..%d for entries %d..%d",
+			b.FirstIndex, b.LastIndex, first, last)
+	}
+	name := batchFileName(seg.hdr.seq, first)
+	failpoint.Hit("raftlog/compact-before-write")
+	if err := WriteCompactedBatch(l.fs, ln.dir, name, b); err != nil {
+		return false, fmt.Errorf("raftlog: log compaction: %w", err)
+	}
+	failpoint.Hit("raftlog/compact-after-rename")
+
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if err := l.checkWritable(); err != nil {
+		return false, err
+	}
+	if m.snapIndex != snap {
+		// Compact or ApplySnapshot moved the snapshot point meanwhile:
+		// the batch is correct but useless.
+		_ = l.fs.Remove(l.fs.PathJoin(ln.dir, name))
+		return false, nil
+	}
+	l.w.batches = append(l.w.batches, batchFileInfo{dir: ln.dir, name: name, first: first, last: last})
+	if err := l.compactLocked(last, nil); err != nil {
+		return false, err
+	}
+	l.logger.Debug("raftlog: segment rewritten as a compacted batch",
+		zap.String("segment", seg.name), zap.String("batch", name),
+		zap.Uint64("first", first), zap.Uint64("last", last),
+		zap.Int("commands", len(entries)), zap.Int("records", len(b.Records)))
+	return true, nil
+}
+
+// CompactedBatches reads the compacted batch files whose last index is
+// above after, oldest first: what recovery replays on an engine that
+// applied up to after, before raft starts.
+func (l *Log) CompactedBatches(after uint64) ([]*CompactedBatch, error) {
+	l.wmu.Lock()
+	infos := slices.Clone(l.w.batches)
+	l.wmu.Unlock()
+	var out []*CompactedBatch
+	for _, bi := range infos {
+		if bi.last <= after {
+			continue
+		}
+		b, err := ReadCompactedBatch(l.fs, l.fs.PathJoin(bi.dir, bi.name))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// loadBatchFiles finds the compacted batch files at Open, deleting the
+// temporary ones of a crashed compaction.
+func (l *Log) loadBatchFiles() error {
+	for _, ln := range l.w.lanes {
+		names, err := l.fs.List(ln.dir)
+		if err != nil {
+			return fmt.Errorf("list log dir %s: %w", ln.dir, err)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			if strings.HasSuffix(name, batchFileSuffix+tempSuffix) {
+				if err := l.fs.Remove(l.fs.PathJoin(ln.dir, name)); err != nil {
+					return fmt.Errorf("remove temporary file %s: %w", name, err)
+				}
+				continue
+			}
+			if _, _, ok := parseBatchFileName(name); !ok {
+				continue
+			}
+			b, err := ReadCompactedBatch(l.fs, l.fs.PathJoin(ln.dir, name))
+			if err != nil {
+				return err
+			}
+			l.w.batches = append(l.w.batches, batchFileInfo{dir: ln.dir, name: name, first: b.FirstIndex, last: b.LastIndex})
+		}
+	}
+	slices.SortFunc(l.w.batches, func(a, b batchFileInfo) int { return int64cmp(a.first, b.first) })
+	return nil
+}
+
+func int64cmp(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// dropBatchFiles deletes the compacted batch files whose entries are all
+// at or below index (held durably by the engine).
+// REQUIRES: l.wmu held.
+func (l *Log) dropBatchFiles(index uint64) error {
+	n := 0
+	dirs := map[string]bool{}
+	var errs []error
+	for n < len(l.w.batches) && l.w.batches[n].last <= index {
+		bi := l.w.batches[n]
+		if err := l.fs.Remove(l.fs.PathJoin(bi.dir, bi.name)); err != nil {
+			errs = append(errs, fmt.Errorf("remove compacted batch %s: %w", bi.name, err))
+		}
+		dirs[bi.dir] = true
+		n++
+	}
+	l.w.batches = l.w.batches[n:]
+	for d := range dirs {
+		if err := syncDir(l.fs, d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("raftlog: %w", err)
+	}
+	return nil
+}
