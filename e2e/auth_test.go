@@ -157,6 +157,41 @@ func TestAuthTokensAndWatch(t *testing.T) {
 				t.Fatalf("watch inside: %+v %v", w, w.Err())
 			}
 
+			// TimeToLive with keys needs read access to every key attached;
+			// revoking needs write access.
+			root, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Endpoint()}, Username: "root", Password: "rootpw",
+				DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer root.Close()
+			mine, err := alice.Grant(ctx, 60)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := alice.Put(ctx, "foo/leased", "1", clientv3.WithLease(mine.ID)); err != nil {
+				t.Fatal(err)
+			}
+			if ttl, err := alice.TimeToLive(ctx, mine.ID, clientv3.WithAttachedKeys()); err != nil || len(ttl.Keys) != 1 {
+				t.Fatalf("alice's lease time-to-live: %v %v", ttl, err)
+			}
+			theirs, err := root.Grant(ctx, 60)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := root.Put(ctx, "bar", "1", clientv3.WithLease(theirs.ID)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := alice.TimeToLive(ctx, theirs.ID, clientv3.WithAttachedKeys()); !errors.Is(rpctypes.Error(err), rpctypes.ErrPermissionDenied) {
+				t.Fatalf("time-to-live with keys of a lease on another's key: %v, want permission denied", err)
+			}
+			if _, err := alice.TimeToLive(ctx, theirs.ID); err != nil {
+				t.Fatalf("time-to-live without keys of a lease on another's key: %v", err)
+			}
+			if _, err := alice.Revoke(ctx, theirs.ID); !errors.Is(rpctypes.Error(err), rpctypes.ErrPermissionDenied) {
+				t.Fatalf("revoke of a lease on another's key: %v, want permission denied", err)
+			}
+
 			// A raw token, as clientv3 sends it, expires after its TTL
 			// without use.
 			plain := p.Client(t)

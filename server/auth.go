@@ -148,6 +148,11 @@ func (a *Auth) checkUnary(method string, req any, ai *auth.Info) error {
 		return a.s.IsTxnPermitted(ai, &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: r}}}})
 	case *pb.TxnRequest:
 		return a.s.IsTxnPermitted(ai, r)
+	case *pb.LeaseTimeToLiveRequest:
+		if !r.Keys {
+			return nil // etcd checks only when the keys are asked for
+		}
+		return a.checkLeaseTimeToLive(ai, r.ID)
 	case *pb.AuthUserGetRequest:
 		return a.s.IsUserOrAdmin(ai, r.Name)
 	case *pb.AuthUserChangePasswordRequest:
@@ -162,6 +167,39 @@ func (a *Auth) checkUnary(method string, req any, ai *auth.Info) error {
 		return auth.ErrPermissionDenied
 	}
 	return nil
+}
+
+// checkLeaseTimeToLive permits TimeToLive with keys to a user who may read
+// every key attached to the lease, as etcd does.
+func (a *Auth) checkLeaseTimeToLive(ai *auth.Info, id int64) error {
+	if err := a.s.IsAdminPermitted(ai); err == nil {
+		return nil
+	} else if !errors.Is(err, auth.ErrPermissionDenied) {
+		return err
+	}
+	keys, err := a.b.Store().LeaseKeys(id)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := a.s.IsRangePermitted(ai, k, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forwardToken copies the caller's token into the outgoing metadata of a
+// request forwarded to the leader, which checks the caller again.
+func forwardToken(ctx context.Context) context.Context {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return ctx
+	}
+	if ts := md.Get(rpctypes.TokenFieldNameGRPC); len(ts) > 0 {
+		return metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, ts[0])
+	}
+	return ctx
 }
 
 func (a *Auth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
