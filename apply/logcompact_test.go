@@ -197,21 +197,35 @@ func TestCompactedBatchReplay(t *testing.T) {
 					commands += hi - lo
 					lo = hi
 				}
-				// Recover from every prefix length k: the engine held
-				// entries 1..k, the log the batches.
+				// Recover from prefixes of every length k: the engine held
+				// entries 1..k, the log the batches. Recovery replays them
+				// before the member creates its lessor: a fresh applier
+				// without one.
 				for _, k := range []int{0, rng.IntN(len(entries)), rng.IntN(len(entries)), len(entries) - 1} {
-					m := newMember(t)
-					m.apply(t, rng, entries[:k])
-					for _, b := range batches {
-						if err := m.applier.ReplayCompactedBatch(b); err != nil {
-							t.Fatalf("k=%d: %v", k, err)
+					for _, strategy := range []string{RecoveryNaive, RecoveryDescending} {
+						m := newMember(t)
+						m.apply(t, rng, entries[:k])
+						recovering, err := New(m.store, nil, nil)
+						if err != nil {
+							t.Fatal(err)
 						}
-					}
-					if got := stateOf(t, m.store, !latest); got != want {
-						t.Fatalf("recovered from %d applied entries:\n got %+v\nwant %+v", k, got, want)
-					}
-					if m.applier.AppliedIndex() != uint64(len(entries)) {
-						t.Fatalf("applied index %d, want %d", m.applier.AppliedIndex(), len(entries))
+						h := m.store.CompactRev()
+						if latest {
+							h = horizon
+						}
+						tm, err := recovering.ReplayCompactedBatches(batches, strategy, h, 0)
+						if err != nil {
+							t.Fatalf("k=%d %s: %v", k, strategy, err)
+						}
+						if got := stateOf(t, m.store, !latest); got != want {
+							t.Fatalf("%s recovery from %d applied entries:\n got %+v\nwant %+v", strategy, k, got, want)
+						}
+						if recovering.AppliedIndex() != uint64(len(entries)) {
+							t.Fatalf("applied index %d, want %d", recovering.AppliedIndex(), len(entries))
+						}
+						if k == 0 && strategy == RecoveryDescending && tm.Applied > tm.Records {
+							t.Fatalf("descending applied %d of %d records", tm.Applied, tm.Records)
+						}
 					}
 				}
 				t.Logf("%d commands compacted to %d records", commands, kept)

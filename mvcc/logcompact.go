@@ -274,3 +274,26 @@ func prefixEndBytes(p []byte) []byte {
 	}
 	return nil
 }
+
+// CheckpointLease records the remaining TTL of lease id, if its record
+// exists, as the lessor's Checkpoint does: the replay of a checkpoint
+// before the lessor exists.
+func (w *WriteBatch) CheckpointLease(id, remaining int64) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	k := leaseRecordKey(id)
+	v, err := w.r.Get(k)
+	if errors.Is(err, engine.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return w.fail(fmt.Errorf("checkpoint lease %x: %w", id, err))
+	}
+	rec, err := decodeLeaseRecord(k, v)
+	if err != nil {
+		return w.fail(err)
+	}
+	rec.RemainingTTL = remaining
+	return w.PutLease(rec)
+}
