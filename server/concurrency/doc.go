@@ -32,9 +32,11 @@
 // own KV and Lease service implementations and its watch hub directly
 // (Backend): no loopback connection, no client TLS or credentials to
 // configure, no client-side retries that could repeat a write, and the
-// caller's context (deadline, and the incoming metadata that carries an
-// auth token) reaches the KV service unchanged, so a caller can lock only
-// what it may write.
+// caller's context (deadline, the caller's identity) reaches the KV
+// service unchanged. In-process calls pass no gRPC interceptor, so the
+// services ask Backend.Authorize before each KV request they make for a
+// caller: with auth on, a caller locks, campaigns and observes only where
+// it may read and write, as in etcd.
 //
 // # Generated code
 //
