@@ -74,6 +74,9 @@ func TestClusterFaults(t *testing.T) {
 	tests := []struct {
 		name string
 		size int // members; 3 if 0
+		// strataOnly skips the case against etcd (STRATA_E2E_CLUSTER=etcd):
+		// it relies on how strata's transport uses connections.
+		strataOnly bool
 		// fault injects the fault and repairs it; on return every member
 		// is running and connected.
 		fault func(t *testing.T, c *testutil.Cluster, w *workload)
@@ -136,8 +139,12 @@ func TestClusterFaults(t *testing.T) {
 		},
 		{
 			// Asymmetric: the leader still reaches the followers but hears
-			// nothing back; CheckQuorum must demote it.
-			name: "leader inbound peer links cut then healed",
+			// nothing back; CheckQuorum must demote it. With strata's
+			// transport (a member sends only on streams it dialed) that is
+			// what cutting inbound links does; etcd also receives on
+			// streams it dialed, so there the leader keeps quorum.
+			name:       "leader inbound peer links cut then healed",
+			strataOnly: true,
 			fault: func(t *testing.T, c *testutil.Cluster, w *workload) {
 				l := leaderIndex(t, c)
 				c.Members[l].Proxy.Blackhole()
@@ -172,6 +179,9 @@ func TestClusterFaults(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.strataOnly && os.Getenv("STRATA_E2E_CLUSTER") == "etcd" {
+				t.Skip("relies on strata's transport")
+			}
 			c := startTestCluster(t, cmp.Or(tt.size, 3))
 			w := startWorkload(t, c)
 			w.waitAcks(t, 20, faultTimeout)
