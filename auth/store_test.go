@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -245,6 +246,26 @@ func TestSimpleTokenExpiry(t *testing.T) {
 	now = now.Add(10 * time.Second)
 	if _, ok := tp.Info(tok); ok {
 		t.Fatal("token valid after TTL without use")
+	}
+}
+
+// TestSimpleTokenSweep checks that tokens never used again do not pile up.
+func TestSimpleTokenSweep(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tp := NewSimpleTokens(time.Second, func() time.Time { return now })
+	for i := range 10000 {
+		if _, err := tp.Assign(fmt.Sprintf("t.%d", i), Info{Username: "u"}); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(10 * time.Millisecond)
+	}
+	tp.mu.Lock()
+	n := len(tp.tokens)
+	tp.mu.Unlock()
+	// At most 100 are live (1 s at 10 ms each); expired ones wait at most
+	// until the map doubles.
+	if n > 2*max(100, 64)+1 {
+		t.Fatalf("%d tokens kept, want about 100 live ones", n)
 	}
 }
 

@@ -47,6 +47,10 @@ type SimpleTokens struct {
 
 	mu     sync.Mutex
 	tokens map[string]simpleToken // guarded by mu
+	// swept is len(tokens) after the last sweep of expired tokens; the
+	// next sweep runs when the map has doubled, so a token that is never
+	// used again costs amortized O(1) to drop. Guarded by mu.
+	swept int
 }
 
 type simpleToken struct {
@@ -86,7 +90,16 @@ func (t *SimpleTokens) Assign(simple string, info Info) (string, error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.tokens[simple] = simpleToken{info: info, deadline: t.now().Add(t.ttl)}
+	now := t.now()
+	if len(t.tokens) >= 2*max(t.swept, 64) {
+		for k, tok := range t.tokens {
+			if !now.Before(tok.deadline) {
+				delete(t.tokens, k)
+			}
+		}
+		t.swept = len(t.tokens)
+	}
+	t.tokens[simple] = simpleToken{info: info, deadline: now.Add(t.ttl)}
 	return simple, nil
 }
 

@@ -68,6 +68,13 @@ type authApplier struct{ s *auth.Store }
 
 // Apply implements apply.Auth.
 func (x authApplier) Apply(w *mvcc.WriteBatch, r *pb.InternalRaftRequest) (apply.Result, bool, error) {
+	if h := r.Header; h != nil && h.Username != "" && x.s.Enabled() {
+		// Auth management is decided again at apply time, as etcd's auth
+		// applier does: the caller may have lost the root role since.
+		if err := x.checkManagement(&auth.Info{Username: h.Username, Revision: h.AuthRevision}, r); err != nil {
+			return apply.Result{Err: err}, true, nil
+		}
+	}
 	resp, handled, refused, err := x.s.Apply(w.Batch(), r)
 	if err != nil {
 		return apply.Result{}, true, err
@@ -86,6 +93,21 @@ func (x authApplier) Apply(w *mvcc.WriteBatch, r *pb.InternalRaftRequest) (apply
 		return apply.Result{Err: refused}, true, err
 	}
 	return apply.Result{}, false, nil
+}
+
+// checkManagement permits an auth management request to the root role,
+// and a user changing its own password.
+func (x authApplier) checkManagement(info *auth.Info, r *pb.InternalRaftRequest) error {
+	switch {
+	case r.AuthUserChangePassword != nil && r.AuthUserChangePassword.Name == info.Username:
+		return x.s.IsUserOrAdmin(info, info.Username)
+	case r.AuthEnable != nil, r.AuthDisable != nil, r.AuthUserAdd != nil, r.AuthUserDelete != nil,
+		r.AuthUserChangePassword != nil, r.AuthUserGrantRole != nil, r.AuthUserRevokeRole != nil,
+		r.AuthRoleAdd != nil, r.AuthRoleDelete != nil, r.AuthRoleGrantPermission != nil,
+		r.AuthRoleRevokePermission != nil:
+		return x.s.IsAdminPermitted(info)
+	}
+	return nil
 }
 
 // check decides a user's write as etcd's auth applier does: refused is
