@@ -3,8 +3,11 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -275,5 +278,68 @@ func TestHTTPMetrics(t *testing.T) {
 	if after["etcd_server_proposals_pending"] != 0 || after["etcd_server_proposals_failed_total"] != 0 {
 		t.Errorf("pending %v, failed %v after acknowledged puts, want 0 and 0",
 			after["etcd_server_proposals_pending"], after["etcd_server_proposals_failed_total"])
+	}
+}
+
+// TestHTTPOverTLS serves the HTTP endpoints and gRPC on one https port with
+// --client-cert-auth: clientv3 (ALPN h2) and an HTTP client offering both h2
+// and http/1.1 (as curl does) are both served; an HTTP client without a
+// certificate is refused.
+func TestHTTPOverTLS(t *testing.T) {
+	t.Parallel()
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			ca := newTestCA(t, "ca")
+			serverCert, serverKey := ca.issue(t, "server")
+			rootCert, rootKey := ca.issue(t, "root")
+			url := fmt.Sprintf("https://127.0.0.1:%d", testutil.FreePorts(t, 1)[0])
+			p := testutil.NewProcess(t, testutil.Options{Binary: binary(t, f), Flags: []string{
+				"--listen-client-urls=" + url, "--advertise-client-urls=" + url,
+				"--cert-file=" + serverCert, "--key-file=" + serverKey, "--trusted-ca-file=" + ca.path,
+				"--client-cert-auth",
+			}})
+			p.Launch()
+			cli := tlsClient(t, url, ca, rootCert, rootKey)
+			waitTLSReady(t, p, cli)
+
+			pool := x509.NewCertPool()
+			pool.AddCert(ca.cert)
+			cert, err := tls.LoadX509KeyPair(rootCert, rootKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			withCert := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{ForceAttemptHTTP2: true,
+				TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}}}
+			resp, err := withCert.Get(url + "/health")
+			if err != nil {
+				t.Fatalf("GET /health over https: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || strings.TrimSpace(string(body)) != `{"health":"true","reason":""}` {
+				t.Fatalf("GET /health over https = %d %q", resp.StatusCode, body)
+			}
+			resp, err = withCert.Post(url+"/v3/kv/put", "application/json", strings.NewReader(`{"key":"`+b64("tls")+`","value":"`+b64("yes")+`"}`))
+			if err != nil {
+				t.Fatalf("gateway put over https: %v", err)
+			}
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("gateway put over https = %d %q", resp.StatusCode, body)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			if got, err := cli.Get(ctx, "tls"); err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "yes" {
+				t.Fatalf("get of the gateway's put over gRPC: %v %v", got, err)
+			}
+
+			noCert := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+			if resp, err := noCert.Get(url + "/health"); err == nil {
+				resp.Body.Close()
+				t.Fatalf("GET /health without a client certificate = %d, want refused", resp.StatusCode)
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ package member
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"math"
 	"net"
@@ -16,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/strata-kv/strata/engine"
@@ -99,23 +101,41 @@ func (w *clientHTTP) grpcServerOptions(limits server.Limits) []grpc.ServerOption
 // the first listener, as etcd's does; if that connection cannot be set up
 // the gateway is off and the rest is served.
 //
-// On https client URLs only gRPC is served: the gRPC server does the TLS
-// handshake itself (its credentials carry the client certificate to auth),
-// so the protocol cannot be told from the first bytes; the HTTP endpoints
-// there are not implemented yet.
+// On https client URLs the listener routes by the ClientHello's ALPN
+// (server.NewTLSSplitListener): gRPC connections keep going to the gRPC
+// server, which does its own handshake (its credentials carry the client
+// certificate to auth); the HTTP side terminates TLS here with the same
+// certificate and client-certificate rules, offering only HTTP/1.1.
 func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
 	w := m.web
-	if secure, _ := urlsTLS("--listen-client-urls", m.cfg.ListenClientURLs); secure {
-		m.logger.Warn("HTTP endpoints (/health, /metrics, /v3 gateway) are not served on https client URLs yet")
-		for _, l := range m.listener {
-			go func() { _ = m.grpc.Serve(l) }()
+	secure, _ := urlsTLS("--listen-client-urls", m.cfg.ListenClientURLs)
+	var httpTLS *tls.Config
+	dialCreds := insecure.NewCredentials()
+	if secure {
+		cfg, err := m.cfg.TLS.Client.ServerConfig()
+		if err != nil {
+			// startSecurity built the gRPC credentials from the same
+			// files a moment ago; failing now means they changed.
+			m.logger.Warn("HTTP endpoints not served on https client URLs", zap.Error(err))
+			for _, l := range m.listener {
+				go func() { _ = m.grpc.Serve(l) }()
+			}
+			return
 		}
-		return
+		httpTLS = cfg.Clone()
+		httpTLS.NextProtos = []string{"http/1.1"}
+		if dialTLS, err := m.cfg.TLS.Client.ClientConfig(); err == nil {
+			// The loopback dial reaches this process's own listening
+			// socket, whose certificate may not name the loopback
+			// address; etcd skips verification here for the same reason.
+			dialTLS.InsecureSkipVerify = true
+			dialCreds = credentials.NewTLS(dialTLS)
+		}
 	}
 	var gateway http.Handler
 	if len(m.listener) > 0 {
 		conn, err := grpc.NewClient("passthrough:///"+loopbackAddr(m.listener[0].Addr()),
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithTransportCredentials(dialCreds),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
 		if err == nil {
 			gateway, err = server.NewGateway(ctx, conn)
@@ -134,13 +154,21 @@ func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
 		Logger:         m.logger.Named("http"),
 	})
 	for _, l := range m.listener {
-		split := server.NewSplitListener(l, m.logger.Named("listener"))
+		var split *server.SplitListener
+		var httpL net.Listener
+		if secure {
+			split = server.NewTLSSplitListener(l, m.logger.Named("listener"))
+			httpL = tls.NewListener(split.HTTP(), httpTLS)
+		} else {
+			split = server.NewSplitListener(l, m.logger.Named("listener"))
+			httpL = split.HTTP()
+		}
 		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 		w.splits = append(w.splits, split)
 		w.servers = append(w.servers, srv)
 		go func() { _ = m.grpc.Serve(split.GRPC()) }()
 		go func() {
-			if err := srv.Serve(split.HTTP()); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(httpL); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				m.logger.Warn("HTTP server stopped", zap.Error(err))
 			}
 		}()

@@ -8,11 +8,14 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -320,6 +323,7 @@ const sniffTimeout = 10 * time.Second
 // may be called from any goroutine and ends it.
 type SplitListener struct {
 	root       net.Listener
+	tls        bool // route by the TLS ClientHello's ALPN instead of the preface
 	grpc, http *subListener
 	logger     *zap.Logger
 }
@@ -330,6 +334,17 @@ func NewSplitListener(l net.Listener, logger *zap.Logger) *SplitListener {
 		logger = zap.NewNop()
 	}
 	return &SplitListener{root: l, grpc: newSubListener(l.Addr()), http: newSubListener(l.Addr()), logger: logger}
+}
+
+// NewTLSSplitListener wraps a listener whose clients speak TLS. It routes
+// by the protocols a connection's ClientHello offers: "h2" alone (gRPC
+// clients) to GRPC, which must do the TLS handshake itself (grpc.Creds);
+// any other to HTTP, still encrypted: wrap HTTP() with tls.NewListener and a
+// configuration whose NextProtos is {"http/1.1"}.
+func NewTLSSplitListener(l net.Listener, logger *zap.Logger) *SplitListener {
+	s := NewSplitListener(l, logger)
+	s.tls = true
+	return s
 }
 
 // GRPC returns the listener for gRPC connections.
@@ -369,32 +384,155 @@ func (s *SplitListener) Close() error {
 
 func (s *SplitListener) route(conn net.Conn) {
 	_ = conn.SetReadDeadline(time.Now().Add(sniffTimeout))
-	var buf [len(http2Preface)]byte
-	n := 0
-	isGRPC := false
-	for {
-		m, err := conn.Read(buf[n:])
-		n += m
-		if n > 0 && !strings.HasPrefix(http2Preface, string(buf[:n])) {
-			break // diverged from the preface: HTTP/1.x
-		}
-		if n == len(buf) {
-			isGRPC = true
-			break
-		}
-		if err != nil {
-			s.logger.Debug("connection closed before its protocol was known", zap.Error(err))
-			conn.Close()
-			return
-		}
+	sniff := sniffPlain
+	if s.tls {
+		sniff = sniffTLS
+	}
+	prefix, isGRPC, err := sniff(conn)
+	if err != nil {
+		s.logger.Debug("connection closed before its protocol was known", zap.Error(err))
+		conn.Close()
+		return
 	}
 	_ = conn.SetReadDeadline(time.Time{})
-	c := &prefixConn{Conn: conn, prefix: append([]byte(nil), buf[:n]...)}
+	c := &prefixConn{Conn: conn, prefix: prefix}
 	if isGRPC {
 		s.grpc.deliver(c)
 	} else {
 		s.http.deliver(c)
 	}
+}
+
+// sniffPlain reads until the bytes diverge from the HTTP/2 preface (HTTP/1.x)
+// or match all of it (gRPC).
+func sniffPlain(r io.Reader) (prefix []byte, isGRPC bool, err error) {
+	var buf [len(http2Preface)]byte
+	n := 0
+	for {
+		m, err := r.Read(buf[n:])
+		n += m
+		if n > 0 && !strings.HasPrefix(http2Preface, string(buf[:n])) {
+			return buf[:n], false, nil // diverged from the preface: HTTP/1.x
+		}
+		if n == len(buf) {
+			return buf[:n], true, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+}
+
+// sniffTLS reads the first TLS record, the ClientHello, and routes by the
+// protocols it offers (ALPN): gRPC clients offer "h2" alone; browsers,
+// curl and Go's http.Client offer "http/1.1" as well, and the HTTP side
+// negotiates that. Anything that is not a parsable ClientHello goes to the
+// HTTP side, whose TLS handshake then refuses it.
+func sniffTLS(r io.Reader) (prefix []byte, isGRPC bool, err error) {
+	var hdr [5]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, false, err
+	}
+	const recordTypeHandshake = 0x16
+	size := int(binary.BigEndian.Uint16(hdr[3:5]))
+	if hdr[0] != recordTypeHandshake || size > maxTLSRecord {
+		return hdr[:], false, nil
+	}
+	rec := make([]byte, 5+size)
+	copy(rec, hdr[:])
+	if _, err := io.ReadFull(r, rec[5:]); err != nil {
+		return nil, false, err
+	}
+	protos, ok := clientHelloALPN(rec[5:])
+	return rec, ok && slices.Contains(protos, "h2") && !slices.Contains(protos, "http/1.1"), nil
+}
+
+// maxTLSRecord is the largest TLS plaintext record (RFC 8446 section 5.1)
+// plus the expansion TLS 1.2 allows; a larger length is not TLS.
+const maxTLSRecord = 16384 + 2048
+
+// clientHelloALPN returns the ALPN protocol names of a ClientHello
+// handshake message (RFC 8446 section 4.1.2, RFC 7301). ok is false if body
+// is not a complete ClientHello; a hello without ALPN returns none, ok.
+func clientHelloALPN(body []byte) (protos []string, ok bool) {
+	const (
+		handshakeClientHello = 1
+		extensionALPN        = 16
+	)
+	if len(body) < 4 || body[0] != handshakeClientHello {
+		return nil, false
+	}
+	n := int(body[1])<<16 | int(body[2])<<8 | int(body[3])
+	if n > len(body)-4 {
+		return nil, false // split across records: not worth routing on
+	}
+	b := body[4 : 4+n]
+	// legacy_version (2), random (32)
+	if len(b) < 34 {
+		return nil, false
+	}
+	b = b[34:]
+	var field []byte
+	if field, b, ok = cut8(b); !ok { // legacy_session_id
+		return nil, false
+	}
+	if field, b, ok = cut16(b); !ok { // cipher_suites
+		return nil, false
+	}
+	if field, b, ok = cut8(b); !ok { // legacy_compression_methods
+		return nil, false
+	}
+	if len(b) == 0 {
+		return nil, true // no extensions
+	}
+	exts, _, ok := cut16(b)
+	if !ok {
+		return nil, false
+	}
+	for len(exts) > 0 {
+		if len(exts) < 2 {
+			return nil, false
+		}
+		typ := binary.BigEndian.Uint16(exts)
+		if field, exts, ok = cut16(exts[2:]); !ok {
+			return nil, false
+		}
+		if typ != extensionALPN {
+			continue
+		}
+		list, _, ok := cut16(field)
+		if !ok {
+			return nil, false
+		}
+		for len(list) > 0 {
+			var name []byte
+			if name, list, ok = cut8(list); !ok {
+				return nil, false
+			}
+			protos = append(protos, string(name))
+		}
+	}
+	return protos, true
+}
+
+// cut8 splits a field with a one-byte length prefix off b.
+func cut8(b []byte) (field, rest []byte, ok bool) {
+	if len(b) < 1 || int(b[0]) > len(b)-1 {
+		return nil, nil, false
+	}
+	return b[1 : 1+int(b[0])], b[1+int(b[0]):], true
+}
+
+// cut16 splits a field with a two-byte big-endian length prefix off b.
+func cut16(b []byte) (field, rest []byte, ok bool) {
+	if len(b) < 2 {
+		return nil, nil, false
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	if n > len(b)-2 {
+		return nil, nil, false
+	}
+	return b[2 : 2+n], b[2+n:], true
 }
 
 // prefixConn replays the bytes read while sniffing before the rest.

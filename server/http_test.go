@@ -1,12 +1,15 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -247,6 +250,73 @@ func FuzzSplitListenerRoute(f *testing.F) {
 		}
 		if side != "none" && string(got) != string(payload) {
 			t.Fatalf("read %q, want %q", got, payload)
+		}
+	})
+}
+
+// clientHello returns the first TLS record a Go client sends when it offers
+// protos.
+func clientHello(t testing.TB, protos []string) []byte {
+	t.Helper()
+	client, server := net.Pipe()
+	defer server.Close()
+	go func() {
+		c := tls.Client(client, &tls.Config{ServerName: "x", NextProtos: protos})
+		_ = c.Handshake() // fails when the pipe closes
+		client.Close()
+	}()
+	var hdr [5]byte
+	if _, err := io.ReadFull(server, hdr[:]); err != nil {
+		t.Fatal(err)
+	}
+	rec := make([]byte, 5+(int(hdr[3])<<8|int(hdr[4])))
+	copy(rec, hdr[:])
+	if _, err := io.ReadFull(server, rec[5:]); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func TestSniffTLS(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		protos   []string
+		wantGRPC bool
+	}{
+		{name: "gRPC offers h2 alone", protos: []string{"h2"}, wantGRPC: true},
+		{name: "curl offers h2 and http/1.1", protos: []string{"h2", "http/1.1"}},
+		{name: "HTTP/1.1 only", protos: []string{"http/1.1"}},
+		{name: "no ALPN", protos: nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := clientHello(t, tc.protos)
+			protos, ok := clientHelloALPN(rec[5:])
+			if !ok || !slices.Equal(protos, tc.protos) {
+				t.Fatalf("clientHelloALPN = %q, %v; want %q", protos, ok, tc.protos)
+			}
+			prefix, isGRPC, err := sniffTLS(bytes.NewReader(rec))
+			if err != nil || isGRPC != tc.wantGRPC || !bytes.Equal(prefix, rec) {
+				t.Fatalf("sniffTLS = grpc %v, err %v, replay equal %v; want grpc %v", isGRPC, err, bytes.Equal(prefix, rec), tc.wantGRPC)
+			}
+		})
+	}
+	// Plaintext on a TLS port goes to the HTTP side, whose handshake refuses it.
+	prefix, isGRPC, err := sniffTLS(strings.NewReader("GET / HTTP/1.1\r\n\r\n"))
+	if err != nil || isGRPC || string(prefix) != "GET /" {
+		t.Fatalf("plaintext: %q %v %v", prefix, isGRPC, err)
+	}
+}
+
+// FuzzClientHelloALPN: any bytes parse without panicking, and a truncated
+// real hello is never mistaken for a complete one.
+func FuzzClientHelloALPN(f *testing.F) {
+	f.Add(clientHello(f, []string{"h2"})[5:])
+	f.Add(clientHello(f, []string{"h2", "http/1.1"})[5:])
+	f.Add([]byte{1, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		protos, ok := clientHelloALPN(body)
+		if !ok && protos != nil {
+			t.Fatalf("not ok but returned %q", protos)
 		}
 	})
 }
