@@ -60,11 +60,17 @@ func (a *Auth) ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// callerInfo finds who makes the call. A token that is not valid is an
+// callerInfo finds who makes the call: the "token" metadata (or
+// "authorization", from the JSON gateway), else the client certificate. A token that is not valid is an
 // error even if a certificate would do, as in etcd.
 func (a *Auth) callerInfo(ctx context.Context) (*auth.Info, error) {
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if ts := md.Get(rpctypes.TokenFieldNameGRPC); len(ts) > 0 && ts[0] != "" {
+		ts := md.Get(rpctypes.TokenFieldNameGRPC)
+		if len(ts) == 0 {
+			// The JSON gateway forwards the HTTP Authorization header.
+			ts = md.Get(rpctypes.TokenFieldNameSwagger)
+		}
+		if len(ts) > 0 && ts[0] != "" {
 			info, err := a.s.TokenInfo(ts[0])
 			if err != nil {
 				return nil, err
