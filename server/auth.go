@@ -61,8 +61,9 @@ func (a *Auth) ServerOptions() []grpc.ServerOption {
 }
 
 // callerInfo finds who makes the call: the "token" metadata (or
-// "authorization", from the JSON gateway), else the client certificate. A token that is not valid is an
-// error even if a certificate would do, as in etcd.
+// "authorization", from the JSON gateway), else the client certificate. A
+// token that is not valid is an error even if a certificate would do, as
+// in etcd.
 func (a *Auth) callerInfo(ctx context.Context) (*auth.Info, error) {
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		ts := md.Get(rpctypes.TokenFieldNameGRPC)
