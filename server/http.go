@@ -317,7 +317,8 @@ const sniffTimeout = 10 * time.Second
 // docs/http.md has the measurement.
 //
 // h2c (HTTP/2 without TLS) requests other than gRPC are not supported: they
-// reach the gRPC server, as they do in etcd.
+// reach the gRPC server, as they do in etcd. NewTLSSplitListener does the
+// same for TLS clients by the protocols their ClientHello offers.
 //
 // Concurrency: Serve runs the accept loop on the caller's goroutine; Close
 // may be called from any goroutine and ends it.
