@@ -18,14 +18,16 @@ import (
 type memLog struct {
 	*raft.MemoryStorage
 	mu        sync.Mutex
-	appends   int
+	appends   int // appends that carried entries
 	compacted uint64
 }
 
 func (l *memLog) Append(entries []*raftpb.Entry, hs *raftpb.HardState) error {
-	l.mu.Lock()
-	l.appends++
-	l.mu.Unlock()
+	if len(entries) > 0 {
+		l.mu.Lock()
+		l.appends++
+		l.mu.Unlock()
+	}
 	if hs != nil {
 		if err := l.SetHardState(hs); err != nil {
 			return err
