@@ -397,11 +397,11 @@ func (c *change) apply(r *pb.InternalRaftRequest) (proto.Message, error) {
 			return nil, ErrUserNotFound
 		}
 		u := proto.CloneOf(old)
-		if u.Options != nil && u.Options.NoPassword {
-			// etcd turns a no-password user into one with a password.
-			u.Options = nil
+		if u.Options == nil || !u.Options.NoPassword {
+			// A no-password user stays one, as in etcd: the new
+			// password is ignored.
+			u.Password = []byte(q.HashedPassword)
 		}
-		u.Password = []byte(q.HashedPassword)
 		c.putUser(u)
 		c.revokeTokens = append(c.revokeTokens, q.Name)
 		return &pb.AuthUserChangePasswordResponse{}, nil
