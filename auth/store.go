@@ -2,6 +2,7 @@ package auth
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -183,13 +184,24 @@ func (s *Store) Revision() uint64 {
 }
 
 // HashPassword hashes a password for a UserAdd or UserChangePassword
-// request before it is proposed.
+// request before it is proposed, in the form of etcd's hashedPassword
+// field: the bcrypt hash, base64-encoded (a client may send one itself).
 func (s *Store) HashPassword(password string) (string, error) {
 	h, err := bcrypt.GenerateFromPassword([]byte(password), s.cost)
 	if err != nil {
 		return "", fmt.Errorf("hash password: %w", err)
 	}
-	return string(h), nil
+	return base64.StdEncoding.EncodeToString(h), nil
+}
+
+// decodeHash turns a request's hashedPassword into the stored bcrypt hash;
+// etcd refuses a malformed one as a user without a password.
+func decodeHash(hashed string) ([]byte, error) {
+	h, err := base64.StdEncoding.DecodeString(hashed)
+	if err != nil || len(h) == 0 {
+		return nil, ErrNoPasswordUser
+	}
+	return h, nil
 }
 
 // CheckPassword verifies a user's password against the stored hash, before
@@ -375,7 +387,11 @@ func (c *change) apply(r *pb.InternalRaftRequest) (proto.Message, error) {
 		}
 		u := &authpb.User{Name: []byte(q.Name), Options: q.Options}
 		if q.Options == nil || !q.Options.NoPassword {
-			u.Password = []byte(q.HashedPassword)
+			h, err := decodeHash(q.HashedPassword)
+			if err != nil {
+				return nil, err
+			}
+			u.Password = h
 		}
 		c.putUser(u)
 		return &pb.AuthUserAddResponse{}, nil
@@ -400,7 +416,11 @@ func (c *change) apply(r *pb.InternalRaftRequest) (proto.Message, error) {
 		if u.Options == nil || !u.Options.NoPassword {
 			// A no-password user stays one, as in etcd: the new
 			// password is ignored.
-			u.Password = []byte(q.HashedPassword)
+			h, err := decodeHash(q.HashedPassword)
+			if err != nil {
+				return nil, err
+			}
+			u.Password = h
 		}
 		c.putUser(u)
 		c.revokeTokens = append(c.revokeTokens, q.Name)
