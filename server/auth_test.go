@@ -1,0 +1,122 @@
+package server
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/etcd/api/v3/authpb"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"golang.org/x/crypto/bcrypt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/strata-kv/strata/auth"
+	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+)
+
+// newAuthStore returns an auth store with auth on, root, and alice with
+// read-write on [foo/, foo0).
+func newAuthStore(t *testing.T) *auth.Store {
+	t.Helper()
+	e, err := pebbleengine.Open("engine", pebbleengine.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	s := auth.New(auth.Options{BcryptCost: bcrypt.MinCost})
+	for i, r := range []*pb.InternalRaftRequest{
+		{AuthUserAdd: &pb.AuthUserAddRequest{Name: "root", Options: &authpb.UserAddOptions{NoPassword: true}}},
+		{AuthUserGrantRole: &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"}},
+		{AuthRoleAdd: &pb.AuthRoleAddRequest{Name: "r"}},
+		{AuthRoleGrantPermission: &pb.AuthRoleGrantPermissionRequest{Name: "r", Perm: &authpb.Permission{
+			PermType: authpb.Permission_READWRITE, Key: []byte("foo/"), RangeEnd: []byte("foo0")}}},
+		{AuthUserAdd: &pb.AuthUserAddRequest{Name: "alice", Options: &authpb.UserAddOptions{NoPassword: true}}},
+		{AuthUserGrantRole: &pb.AuthUserGrantRoleRequest{User: "alice", Role: "r"}},
+		{AuthEnable: &pb.AuthEnableRequest{}},
+	} {
+		b := e.NewBatch()
+		_, _, refused, err := s.Apply(b, r)
+		if err != nil || refused != nil {
+			t.Fatalf("setup %d: %v %v", i, err, refused)
+		}
+		if err := b.Commit(uint64(i + 1)); err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+	}
+	return s
+}
+
+// TestCheckUnary checks the one place where calls are permitted.
+func TestCheckUnary(t *testing.T) {
+	s := newAuthStore(t)
+	a := &Auth{s: s}
+	alice := &auth.Info{Username: "alice", Revision: s.Revision()}
+	root := &auth.Info{Username: "root", Revision: s.Revision()}
+	put := func(k string, prev bool) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k), PrevKv: prev}}}
+	}
+	cases := []struct {
+		name   string
+		method string
+		req    any
+		who    *auth.Info
+		want   error
+	}{
+		{"range inside", "/etcdserverpb.KV/Range", &pb.RangeRequest{Key: []byte("foo/a")}, alice, nil},
+		{"range prefix", "/etcdserverpb.KV/Range", &pb.RangeRequest{Key: []byte("foo/"), RangeEnd: []byte("foo0")}, alice, nil},
+		{"range wider", "/etcdserverpb.KV/Range", &pb.RangeRequest{Key: []byte("fo"), RangeEnd: []byte("fp")}, alice, rpctypes.ErrGRPCPermissionDenied},
+		{"range anonymous", "/etcdserverpb.KV/Range", &pb.RangeRequest{Key: []byte("foo/a")}, nil, rpctypes.ErrGRPCUserEmpty},
+		{"range old revision", "/etcdserverpb.KV/Range", &pb.RangeRequest{Key: []byte("foo/a")}, &auth.Info{Username: "alice", Revision: 1}, rpctypes.ErrGRPCAuthOldRevision},
+		{"put outside", "/etcdserverpb.KV/Put", &pb.PutRequest{Key: []byte("bar")}, alice, rpctypes.ErrGRPCPermissionDenied},
+		{"delete inside", "/etcdserverpb.KV/DeleteRange", &pb.DeleteRangeRequest{Key: []byte("foo/a"), PrevKv: true}, alice, nil},
+		{"txn nested denied", "/etcdserverpb.KV/Txn", &pb.TxnRequest{Success: []*pb.RequestOp{
+			{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Failure: []*pb.RequestOp{put("bar", false)}}}},
+		}}, alice, rpctypes.ErrGRPCPermissionDenied},
+		{"txn inside", "/etcdserverpb.KV/Txn", &pb.TxnRequest{Success: []*pb.RequestOp{put("foo/b", true)}}, alice, nil},
+		{"compact as user", "/etcdserverpb.KV/Compact", &pb.CompactionRequest{Revision: 2}, alice, rpctypes.ErrGRPCPermissionDenied},
+		{"compact as root", "/etcdserverpb.KV/Compact", &pb.CompactionRequest{Revision: 2}, root, nil},
+		{"member add as user", "/etcdserverpb.Cluster/MemberAdd", &pb.MemberAddRequest{}, alice, rpctypes.ErrGRPCPermissionDenied},
+		{"member list as user", "/etcdserverpb.Cluster/MemberList", &pb.MemberListRequest{}, alice, nil},
+		{"status as user", "/etcdserverpb.Maintenance/Status", &pb.StatusRequest{}, alice, nil},
+		{"defragment as user", "/etcdserverpb.Maintenance/Defragment", &pb.DefragmentRequest{}, alice, rpctypes.ErrGRPCPermissionDenied},
+		{"user get self", "/etcdserverpb.Auth/UserGet", &pb.AuthUserGetRequest{Name: "alice"}, alice, nil},
+		{"user get other", "/etcdserverpb.Auth/UserGet", &pb.AuthUserGetRequest{Name: "root"}, alice, rpctypes.ErrGRPCPermissionDenied},
+		{"change own password", "/etcdserverpb.Auth/UserChangePassword", &pb.AuthUserChangePasswordRequest{Name: "alice"}, alice, nil},
+		{"role get own role", "/etcdserverpb.Auth/RoleGet", &pb.AuthRoleGetRequest{Role: "r"}, alice, nil},
+		{"role get other role", "/etcdserverpb.Auth/RoleGet", &pb.AuthRoleGetRequest{Role: "root"}, alice, rpctypes.ErrGRPCPermissionDenied},
+		{"user add as user", "/etcdserverpb.Auth/UserAdd", &pb.AuthUserAddRequest{Name: "x"}, alice, rpctypes.ErrGRPCPermissionDenied},
+		{"lease time-to-live without keys", "/etcdserverpb.Lease/LeaseTimeToLive", &pb.LeaseTimeToLiveRequest{ID: 1}, alice, nil},
+		{"lease grant", "/etcdserverpb.Lease/LeaseGrant", &pb.LeaseGrantRequest{TTL: 10}, alice, nil},
+	}
+	for _, c := range cases {
+		err := a.checkUnary(c.method, c.req, c.who)
+		if err != nil {
+			err = authError(err)
+		}
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
+// TestAuthErrorCodes checks that every auth error reaches clients as
+// etcd's gRPC error, never as Unknown.
+func TestAuthErrorCodes(t *testing.T) {
+	for _, m := range authErrors {
+		got := toGRPCError(m.err)
+		if got != m.grpc {
+			t.Errorf("%v: mapped to %v, want %v", m.err, got, m.grpc)
+		}
+		if status.Code(got) == codes.Unknown {
+			t.Errorf("%v: code Unknown", m.err)
+		}
+		// Wrapped errors map too (the applier wraps nothing today, but
+		// errors.Is is the contract).
+		if got := toGRPCError(errors.Join(errors.New("context"), m.err)); got != m.grpc {
+			t.Errorf("wrapped %v: mapped to %v", m.err, got)
+		}
+	}
+}
