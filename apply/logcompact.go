@@ -78,6 +78,10 @@ func BuildCompactedBatch(store *mvcc.Store, entries []*raftpb.Entry, horizon int
 		return rev
 	}
 	b.Revision = revAt(last)
+	hasRow := make(map[uint64]bool, len(rows))
+	for _, r := range rows {
+		hasRow[r.Index] = true
+	}
 	var kept []raftlog.BatchRecord
 	for i, e := range entries {
 		if e.GetIndex() != first+uint64(i) {
@@ -92,6 +96,11 @@ func BuildCompactedBatch(store *mvcc.Store, entries []*raftpb.Entry, horizon int
 		var req pb.InternalRaftRequest
 		if err := proto.Unmarshal(e.GetData(), &req); err != nil {
 			return nil, fmt.Errorf("apply: compact entries: decode entry %d: %w", e.GetIndex(), err)
+		}
+		if !hasRow[e.GetIndex()] {
+			// Applied before the store kept index rows (an older release):
+			// what it wrote cannot be told apart.
+			return nil, fmt.Errorf("%w: entry %d has no revision row", ErrNotCompactable, e.GetIndex())
 		}
 		switch {
 		case req.Put != nil || req.DeleteRange != nil || req.Txn != nil:

@@ -104,6 +104,8 @@ type Config struct {
 	// 0: no periodic check); see maintenance.go.
 	InitialCorruptCheck bool
 	CorruptCheckTime    time.Duration
+	// LogCompaction configures log compaction and recovery (logcompact.go).
+	LogCompaction LogCompactionConfig
 
 	Logger *zap.Logger
 }
@@ -237,7 +239,8 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open mvcc store: %w", err)
 	}
-	m.log, err = raftlog.Open(raftlog.Options{FS: cfg.FS, Dirs: cfg.LogDirs, Logger: cfg.Logger.Named("raftlog")})
+	m.log, err = raftlog.Open(raftlog.Options{FS: cfg.FS, Dirs: cfg.LogDirs, Logger: cfg.Logger.Named("raftlog"),
+		SegmentSize: cfg.LogCompaction.SegmentSize})
 	if err != nil {
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
@@ -247,6 +250,9 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, fmt.Errorf("open applier: %w", err)
 	}
 
+	if err := m.recoverCompactedBatches(); err != nil {
+		return nil, err
+	}
 	var peers []raft.Peer
 	if last, _ := m.log.LastIndex(); last == 0 && !joined {
 		peers, err = m.bootstrapPeers()
@@ -405,6 +411,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		m.compactor.Run()
 	}
 	m.startMaintenance(ctx)
+	m.startLogCompaction(ctx)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()

@@ -18,8 +18,8 @@ import (
 // key version that recovery must rebuild. Those versions are already in the
 // store: every write left its KeyValue in mh and its revision in mr. What
 // the store did not know is which revisions a run of raft indexes produced.
-// The applier therefore calls RecordIndex after every request that wrote,
-// in the same batch:
+// The applier therefore calls RecordIndex after every request, in the same
+// batch:
 //
 //	mi<index>   -> revision before, revision after (8 bytes each, big-endian)
 //
@@ -41,15 +41,14 @@ func indexRevKey(index uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte(prefixIndexRev), index)
 }
 
-// RecordIndex notes that the request applied at raft index wrote, moving
-// the revision from revBefore (w.Rev() before the request) to w.Rev(). It
-// writes nothing if the request did not write.
+// RecordIndex notes that the request applied at raft index moved the
+// revision from revBefore (w.Rev() before the request) to w.Rev(). It
+// writes a row for every request, those that wrote nothing included, so
+// that a missing row tells log compaction the entry was applied before
+// rows were kept (a data directory from an older release).
 func (w *WriteBatch) RecordIndex(index uint64, revBefore int64) error {
 	if err := w.usable(); err != nil {
 		return err
-	}
-	if w.st.rev == revBefore {
-		return nil
 	}
 	var v [16]byte
 	binary.BigEndian.PutUint64(v[0:8], uint64(revBefore))
@@ -78,7 +77,7 @@ type IndexRevision struct {
 }
 
 // IndexRevisions returns, in index order, the rows of the indexes in
-// [first, last] whose requests wrote.
+// [first, last].
 func (s *Store) IndexRevisions(first, last uint64) (rows []IndexRevision, err error) {
 	snap := s.e.NewSnapshot()
 	defer snap.Close()

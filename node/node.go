@@ -870,7 +870,12 @@ func (n *Node) compactLog(durable uint64) error {
 	if cs == nil {
 		return nil
 	}
-	if err := n.cfg.Log.Compact(to, cs); err != nil {
+	if err := n.cfg.Log.Compact(to, cs); errors.Is(err, raft.ErrCompacted) {
+		// Log compaction into batch files already moved the log's
+		// snapshot point past to (raftlog/compactlog.go).
+		n.compactedTo = to
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("compact raft log to %d: %w", to, err)
 	}
 	n.compactedTo = to

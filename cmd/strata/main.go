@@ -60,6 +60,7 @@ type flags struct {
 	logDirs                                     stringList
 	engineWAL                                   bool
 	corrupt                                     corruptFlags
+	logCompaction                               logCompactionFlags
 	security                                    securityFlags
 }
 
@@ -87,6 +88,7 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.Var(&f.logDirs, "log-dir", "strata: a directory for the raft log (default \"<data-dir>/log\"). Repeatable: each write is split across the directories and synced in parallel; keep the same list, in the same order, across restarts.")
 	fs.BoolVar(&f.engineWAL, "engine-wal", false, "strata: turn the engine's own WAL on, synced per apply batch (the double-logging baseline).")
 	f.corrupt.register(fs)
+	f.logCompaction.register(fs)
 	f.security.register(fs)
 	return fs
 }
@@ -134,6 +136,10 @@ func runMember(args []string) int {
 		return 2
 	}
 	f.corrupt.apply(&cfg)
+	if err := f.logCompaction.apply(&cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
+		return 2
+	}
 	f.security.apply(&cfg)
 	logger, err := newLogger(f.logLevel)
 	if err != nil {
