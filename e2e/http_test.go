@@ -343,3 +343,26 @@ func TestHTTPOverTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPListenMetricsURLs: --listen-metrics-urls serves /metrics and the
+// health endpoints on a port of their own (kubeadm probes etcd there).
+func TestHTTPListenMetricsURLs(t *testing.T) {
+	t.Parallel()
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			murl := fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePorts(t, 1)[0])
+			start(t, f, "--listen-metrics-urls="+murl)
+			for _, tc := range []struct{ path, want string }{
+				{"/health?exclude=NOSPACE&serializable=true", `"health":"true"`},
+				{"/livez", "ok"},
+				{"/readyz", "ok"},
+				{"/metrics", "etcd_server_has_leader 1"},
+			} {
+				if code, body := httpDo(t, http.MethodGet, murl+tc.path, ""); code != 200 || !strings.Contains(body, tc.want) {
+					t.Errorf("GET %s on the metrics URL = %d, want 200 with %q", tc.path, code, tc.want)
+				}
+			}
+		})
+	}
+}

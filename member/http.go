@@ -9,10 +9,12 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -35,6 +37,9 @@ type clientHTTP struct {
 	servers     []*http.Server
 	splits      []*server.SplitListener
 	gatewayConn *grpc.ClientConn
+	// metricsListeners are the --listen-metrics-urls, bound by
+	// listenMetrics and served by serveClients.
+	metricsListeners []net.Listener
 }
 
 // newClientHTTP builds the member's metrics. The source's functions read
@@ -153,6 +158,25 @@ func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
 		Gateway:        gateway,
 		Logger:         m.logger.Named("http"),
 	})
+	if len(w.metricsListeners) > 0 {
+		// etcd serves /metrics and the health endpoints there, no gateway.
+		metricsHandler := server.NewHTTPHandler(server.HTTPConfig{
+			Backend:        m,
+			Range:          server.NewKV(m, limits).Range,
+			RequestTimeout: limits.RequestTimeout,
+			Metrics:        w.metrics.Handler(),
+			Logger:         m.logger.Named("http"),
+		})
+		for _, l := range w.metricsListeners {
+			srv := &http.Server{Handler: metricsHandler, ReadHeaderTimeout: 10 * time.Second}
+			w.servers = append(w.servers, srv)
+			go func() {
+				if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					m.logger.Warn("metrics server stopped", zap.Error(err))
+				}
+			}()
+		}
+	}
 	for _, l := range m.listener {
 		var split *server.SplitListener
 		var httpL net.Listener
@@ -178,6 +202,26 @@ func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
 			}
 		}()
 	}
+}
+
+// listenMetrics binds the --listen-metrics-urls. On a later failure of
+// Start they stay open until the process exits, as Start's failures end it.
+func (m *Member) listenMetrics() error {
+	for _, u := range m.cfg.ListenMetricsURLs {
+		addr, err := hostPort(u)
+		if err != nil {
+			return fmt.Errorf("--listen-metrics-urls: %w", err)
+		}
+		if !strings.HasPrefix(u, "http://") {
+			return fmt.Errorf("--listen-metrics-urls: %s: only http is supported", u)
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen on metrics URL %s: %w", u, err)
+		}
+		m.web.metricsListeners = append(m.web.metricsListeners, l)
+	}
+	return nil
 }
 
 // stopClientHTTP ends the HTTP side and the gateway's loopback connection

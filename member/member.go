@@ -79,6 +79,10 @@ type Config struct {
 	InitialClusterState string
 	InitialClusterToken string
 
+	// ListenMetricsURLs serve /metrics and the health endpoints
+	// (--listen-metrics-urls; http only).
+	ListenMetricsURLs []string
+
 	AutoCompactionMode      string
 	AutoCompactionRetention string
 
@@ -376,6 +380,9 @@ func Start(cfg Config) (_ *Member, err error) {
 			return nil, fmt.Errorf("listen on client URL %s: %w", u, err)
 		}
 		m.listener = append(m.listener, l)
+	}
+	if err := m.listenMetrics(); err != nil {
+		return nil, err
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())

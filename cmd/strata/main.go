@@ -62,6 +62,7 @@ type flags struct {
 	corrupt                                     corruptFlags
 	logCompaction                               logCompactionFlags
 	security                                    securityFlags
+	metrics                                     metricsFlags
 }
 
 func newFlagSet(f *flags) *flag.FlagSet {
@@ -90,6 +91,7 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	f.corrupt.register(fs)
 	f.logCompaction.register(fs)
 	f.security.register(fs)
+	f.metrics.register(fs)
 	return fs
 }
 
@@ -141,6 +143,10 @@ func runMember(args []string) int {
 		return 2
 	}
 	f.security.apply(&cfg)
+	if err := f.metrics.apply(&cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
+		return 2
+	}
 	logger, err := newLogger(f.logLevel)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
