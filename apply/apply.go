@@ -360,9 +360,6 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 	}
 	if membersChanged {
 		a.members.Store(&members)
-		if a.onMembersChanged != nil {
-			a.onMembersChanged(members)
-		}
 	}
 	a.applied.Store(last)
 	if a.onCommit != nil {
@@ -378,6 +375,12 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 		}
 	}
 	a.mu.Unlock()
+	// After the answers: a member that applied its own removal stops on
+	// this call, and the client that asked for the removal must have its
+	// answer first.
+	if membersChanged && a.onMembersChanged != nil {
+		a.onMembersChanged(members)
+	}
 	if a.progress != nil {
 		a.progress.Applied(last)
 	}

@@ -226,11 +226,22 @@ func (ms membership) change(ctx context.Context, typ raftpb.ConfChangeType, id u
 		ms.m.applier.Cancel(reqID)
 		return nil, err
 	}
+	// A member removing itself may never apply its removal: the leader
+	// stops replicating to it once the removal commits. It then learns the
+	// outcome from its peers.
+	var removedc <-chan []*pb.Member
+	if typ == raftpb.ConfChangeRemoveNode && id == ms.m.memberID {
+		removedc = ms.m.awaitOwnRemoval(ctx)
+	}
 	select {
 	case res := <-resc:
 		if res.Err != nil {
 			return nil, res.Err
 		}
+	case members := <-removedc:
+		ms.m.applier.Cancel(reqID)
+		ms.m.logger.Info("membership changed", zap.Stringer("type", typ), zap.String("member", fmt.Sprintf("%x", id)))
+		return members, nil
 	case <-ctx.Done():
 		ms.m.applier.Cancel(reqID)
 		return nil, ctx.Err()

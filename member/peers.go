@@ -97,8 +97,10 @@ func (m *Member) membersChanged(members []*pb.Member) {
 	m.peersMu.Unlock()
 	if !self && len(members) > 0 && m.wasMember.Load() {
 		// Stopping waits for the applier, which runs this: stop from
-		// elsewhere.
-		go m.fail(errRemoved)
+		// elsewhere, and a moment later, so that the answer to the
+		// removal (when this member was asked) reaches the client, as
+		// etcd delays its stop.
+		go m.stopRemoved()
 	}
 	if self {
 		m.wasMember.Store(true)
@@ -256,23 +258,62 @@ func (m *Member) watchRemoval(ctx context.Context) {
 		if m.node.Leader() != 0 || !m.wasMember.Load() {
 			continue
 		}
-		for _, mem := range m.applier.Members() {
-			if mem.ID == m.memberID || len(mem.PeerURLs) == 0 {
-				continue
-			}
-			addr, err := hostPort(mem.PeerURLs[0])
-			if err != nil {
-				continue
-			}
-			resp, err := memberList(addr, m.dialCreds(mem.PeerURLs[0], m.cfg.TLS.Peer))
-			if err != nil || resp.Header.GetClusterId() != m.clusterID {
-				continue
-			}
-			if find(resp.Members, m.memberID) == nil {
-				m.fail(errRemoved)
-				return
-			}
-			break
+		if members, ok := m.peerMemberList(); ok && find(members, m.memberID) == nil {
+			m.stopRemoved()
+			return
 		}
 	}
+}
+
+// stopRemoved stops a member the cluster removed, a moment late, so that
+// the answer to the removal (when this member was asked for it) reaches the
+// client first, as etcd delays its stop.
+func (m *Member) stopRemoved() {
+	select {
+	case <-time.After(time.Second):
+	case <-m.done:
+	}
+	m.fail(errRemoved)
+}
+
+// awaitOwnRemoval polls the peers' member lists until one of this cluster's
+// members answers without this member, and then delivers that list.
+func (m *Member) awaitOwnRemoval(ctx context.Context) <-chan []*pb.Member {
+	out := make(chan []*pb.Member, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if members, ok := m.peerMemberList(); ok && find(members, m.memberID) == nil {
+				out <- members
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// peerMemberList asks the other members, in turn, for the member list, and
+// returns the first answer from a member of this cluster.
+func (m *Member) peerMemberList() ([]*pb.Member, bool) {
+	for _, mem := range m.applier.Members() {
+		if mem.ID == m.memberID || len(mem.PeerURLs) == 0 {
+			continue
+		}
+		addr, err := hostPort(mem.PeerURLs[0])
+		if err != nil {
+			continue
+		}
+		resp, err := memberList(addr, m.dialCreds(mem.PeerURLs[0], m.cfg.TLS.Peer))
+		if err != nil || resp.Header.GetClusterId() != m.clusterID {
+			continue
+		}
+		return resp.Members, true
+	}
+	return nil, false
 }
