@@ -216,6 +216,12 @@ func (a *Applier) replayRecords(first, last uint64, rev int64, records []raftlog
 			return fmt.Errorf("apply: replay compacted batch %d..%d at index %d: %w", first, last, r.Index, err)
 		}
 	}
+	// The revision at last, for RevisionAtIndex when the next batch is
+	// built (the replayed indexes have no rows of their own).
+	if err := w.RecordIndex(last, w.Rev()); err != nil {
+		w.Abort()
+		return err
+	}
 	if err := w.Commit(last); err != nil {
 		return fmt.Errorf("apply: replay compacted batch %d..%d: %w", first, last, err)
 	}

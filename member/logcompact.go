@@ -89,13 +89,12 @@ func (m *Member) leaseMinTTL() int64 {
 	return int64(math.Ceil(minTTL.Seconds()))
 }
 
-// startLogCompaction starts the log compactor if enabled: every Interval
-// it rewrites the oldest segments whose entries are all applied.
+// startLogCompaction starts the log compactor: every Interval, if
+// enabled, it rewrites the oldest segments whose entries are all applied;
+// enabled or not, it drops the store's index -> revision rows of indexes
+// the log no longer holds (the applier writes one per request).
 func (m *Member) startLogCompaction(ctx context.Context) {
 	lc := m.cfg.LogCompaction
-	if !lc.Enabled {
-		return
-	}
 	every := lc.Interval
 	if every <= 0 {
 		every = time.Second
@@ -116,13 +115,14 @@ func (m *Member) startLogCompaction(ctx context.Context) {
 		defer m.wg.Done()
 		tick := time.NewTicker(every)
 		defer tick.Stop()
+		var forgotten uint64
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
-			for ctx.Err() == nil {
+			for lc.Enabled && ctx.Err() == nil {
 				ok, err := m.log.CompactOldestSegment(m.applier.AppliedIndex(), build)
 				if err != nil {
 					if errors.Is(err, raftlog.ErrClosed) || errors.Is(err, raftlog.ErrFailed) {
@@ -133,6 +133,14 @@ func (m *Member) startLogCompaction(ctx context.Context) {
 				}
 				if !ok {
 					break
+				}
+			}
+			// Rows of indexes the log no longer holds are not needed.
+			if first, err := m.log.FirstIndex(); err == nil && first > forgotten+1 {
+				if err := m.store.ForgetIndexRevisions(first - 1); err != nil {
+					m.logger.Warn("forgetting index revisions failed", zap.Error(err))
+				} else {
+					forgotten = first - 1
 				}
 			}
 		}

@@ -59,15 +59,35 @@ func (w *WriteBatch) RecordIndex(index uint64, revBefore int64) error {
 	return nil
 }
 
-// ForgetIndexes drops the index -> revision rows below index.
-func (w *WriteBatch) ForgetIndexes(below uint64) error {
-	if err := w.usable(); err != nil {
+// ForgetIndexRevisions drops the index -> revision rows below index,
+// except the last of them, which RevisionAtIndex(index-1) still needs. It
+// takes the write lock and commits at the current applied index, so it
+// may run on any goroutine (the log compactor's, once the log's first
+// index has passed index).
+func (s *Store) ForgetIndexRevisions(below uint64) error {
+	w := s.Write()
+	// Keep the newest row below the bound.
+	keepFrom, err := func() (key []byte, err error) {
+		it := w.r.NewIter([]byte(prefixIndexRev), indexRevKey(below))
+		defer func() {
+			if cerr := it.Close(); err == nil && cerr != nil {
+				err = cerr
+			}
+		}()
+		if !it.Last() {
+			return nil, nil
+		}
+		return append([]byte(nil), it.Key()...), nil
+	}()
+	if err != nil || keepFrom == nil {
+		w.Abort()
 		return err
 	}
-	if err := w.b.DeleteRange([]byte(prefixIndexRev), indexRevKey(below)); err != nil {
-		return w.fail(fmt.Errorf("forget index revisions below %d: %w", below, err))
+	if err := w.b.DeleteRange([]byte(prefixIndexRev), keepFrom); err != nil {
+		w.Abort()
+		return fmt.Errorf("forget index revisions below %d: %w", below, err)
 	}
-	return nil
+	return w.Commit(s.e.AppliedIndex())
 }
 
 // IndexRevision is what one raft index did to the revision.
