@@ -473,14 +473,14 @@ func clientHelloALPN(body []byte) (protos []string, ok bool) {
 		return nil, false
 	}
 	b = b[34:]
-	var field []byte
-	if field, b, ok = cut8(b); !ok { // legacy_session_id
+	// Skip legacy_session_id, cipher_suites, legacy_compression_methods.
+	if _, b, ok = cut8(b); !ok {
 		return nil, false
 	}
-	if field, b, ok = cut16(b); !ok { // cipher_suites
+	if _, b, ok = cut16(b); !ok {
 		return nil, false
 	}
-	if field, b, ok = cut8(b); !ok { // legacy_compression_methods
+	if _, b, ok = cut8(b); !ok {
 		return nil, false
 	}
 	if len(b) == 0 {
@@ -495,6 +495,7 @@ func clientHelloALPN(body []byte) (protos []string, ok bool) {
 			return nil, false
 		}
 		typ := binary.BigEndian.Uint16(exts)
+		var field []byte
 		if field, exts, ok = cut16(exts[2:]); !ok {
 			return nil, false
 		}
