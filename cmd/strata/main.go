@@ -59,6 +59,7 @@ type flags struct {
 	logLevel                                    string
 	logDirs                                     stringList
 	engineWAL                                   bool
+	watchProgressNotifyInterval                 time.Duration
 	corrupt                                     corruptFlags
 	logCompaction                               logCompactionFlags
 	security                                    securityFlags
@@ -87,6 +88,8 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.UintVar(&f.electionMillis, "election-timeout", 1000, "Time (in milliseconds) for an election to timeout.")
 	fs.StringVar(&f.logLevel, "log-level", "info", "Configures log level. Only supports debug, info, warn, error, panic, or fatal.")
 	fs.Var(&f.logDirs, "log-dir", "strata: a directory for the raft log (default \"<data-dir>/log\"). Repeatable: each write is split across the directories and synced in parallel; keep the same list, in the same order, across restarts.")
+	fs.DurationVar(&f.watchProgressNotifyInterval, "watch-progress-notify-interval", 10*time.Minute, "Duration of periodic watch progress notifications.")
+	fs.DurationVar(&f.watchProgressNotifyInterval, "experimental-watch-progress-notify-interval", 10*time.Minute, "Deprecated name of --watch-progress-notify-interval.")
 	fs.BoolVar(&f.engineWAL, "engine-wal", false, "strata: turn the engine's own WAL on, synced per apply batch (the double-logging baseline).")
 	f.corrupt.register(fs)
 	f.logCompaction.register(fs)
@@ -214,26 +217,27 @@ func (f *flags) memberConfig() (member.Config, error) {
 		return member.Config{}, errors.New("--max-txn-ops must be positive")
 	}
 	return member.Config{
-		Name:                    f.name,
-		DataDir:                 f.dataDir,
-		LogDirs:                 f.logDirs,
-		ListenClientURLs:        splitURLs(f.listenClientURLs),
-		AdvertiseClientURLs:     splitURLs(f.advertiseClientURLs),
-		ListenPeerURLs:          splitURLs(f.listenPeerURLs),
-		AdvertisePeerURLs:       splitURLs(f.initialAdvertisePeerURLs),
-		InitialCluster:          cluster,
-		InitialClusterState:     f.initialClusterState,
-		InitialClusterToken:     f.token,
-		AutoCompactionMode:      f.autoCompactionMode,
-		AutoCompactionRetention: f.autoCompactionRetention,
-		QuotaBackendBytes:       f.quotaBackendBytes,
-		MaxRequestBytes:         int(f.maxRequestBytes),
-		MaxTxnOps:               int(f.maxTxnOps),
-		SnapshotCount:           f.snapshotCount,
-		CatchUpEntries:          f.catchUpEntries,
-		HeartbeatInterval:       time.Duration(f.heartbeatMillis) * time.Millisecond,
-		ElectionTimeout:         time.Duration(f.electionMillis) * time.Millisecond,
-		EngineWAL:               f.engineWAL,
+		Name:                        f.name,
+		DataDir:                     f.dataDir,
+		LogDirs:                     f.logDirs,
+		ListenClientURLs:            splitURLs(f.listenClientURLs),
+		AdvertiseClientURLs:         splitURLs(f.advertiseClientURLs),
+		ListenPeerURLs:              splitURLs(f.listenPeerURLs),
+		AdvertisePeerURLs:           splitURLs(f.initialAdvertisePeerURLs),
+		InitialCluster:              cluster,
+		InitialClusterState:         f.initialClusterState,
+		InitialClusterToken:         f.token,
+		AutoCompactionMode:          f.autoCompactionMode,
+		AutoCompactionRetention:     f.autoCompactionRetention,
+		QuotaBackendBytes:           f.quotaBackendBytes,
+		MaxRequestBytes:             int(f.maxRequestBytes),
+		MaxTxnOps:                   int(f.maxTxnOps),
+		SnapshotCount:               f.snapshotCount,
+		CatchUpEntries:              f.catchUpEntries,
+		HeartbeatInterval:           time.Duration(f.heartbeatMillis) * time.Millisecond,
+		ElectionTimeout:             time.Duration(f.electionMillis) * time.Millisecond,
+		EngineWAL:                   f.engineWAL,
+		WatchProgressNotifyInterval: f.watchProgressNotifyInterval,
 	}, nil
 }
 
