@@ -366,3 +366,48 @@ func TestHTTPListenMetricsURLs(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPGatewayAuth: with auth on, the gateway authenticates as etcd's
+// does: a token from /v3/auth/authenticate in the Authorization header
+// grants the user's permissions; no token is refused.
+func TestHTTPGatewayAuth(t *testing.T) {
+	t.Parallel()
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			p := start(t, f, "--bcrypt-cost=4")
+			setupAuth(t, p.Client(t))
+			url := p.Endpoint()
+			code, body := httpDo(t, http.MethodPost, url+"/v3/auth/authenticate", `{"name":"alice","password":"apw"}`)
+			var auth struct{ Token string }
+			if err := json.Unmarshal([]byte(body), &auth); code != 200 || err != nil || auth.Token == "" {
+				t.Fatalf("authenticate = %d %q (%v)", code, body, err)
+			}
+			put := func(key, token string) (int, string) {
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v3/kv/put",
+					strings.NewReader(`{"key":"`+b64(key)+`","value":"`+b64("v")+`"}`))
+				if token != "" {
+					req.Header.Set("Authorization", token)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatalf("put %s: %v", key, err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(b)
+			}
+			if code, body := put("foo/a", auth.Token); code != 200 {
+				t.Errorf("alice's put in her prefix = %d %q, want 200", code, body)
+			}
+			if code, body := put("bar", auth.Token); code == 200 || !strings.Contains(body, "permission denied") {
+				t.Errorf("alice's put outside her prefix = %d %q, want permission denied", code, body)
+			}
+			if code, body := put("foo/b", ""); code == 200 || !strings.Contains(body, "user name is empty") {
+				t.Errorf("put without a token = %d %q, want user name is empty", code, body)
+			}
+		})
+	}
+}
