@@ -155,6 +155,7 @@ func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
 		Range:          server.NewKV(m, limits).Range,
 		RequestTimeout: limits.RequestTimeout,
 		Metrics:        w.metrics.Handler(),
+		Stats:          w.metrics,
 		Gateway:        gateway,
 		Logger:         m.logger.Named("http"),
 	})
@@ -165,6 +166,7 @@ func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
 			Range:          server.NewKV(m, limits).Range,
 			RequestTimeout: limits.RequestTimeout,
 			Metrics:        w.metrics.Handler(),
+			Stats:          w.metrics,
 			Logger:         m.logger.Named("http"),
 		})
 		for _, l := range w.metricsListeners {

@@ -48,6 +48,8 @@ type HTTPConfig struct {
 	RequestTimeout time.Duration
 	// Metrics serves /metrics; nil: not served.
 	Metrics http.Handler
+	// Stats counts health checks (etcd_server_health_*); nil: not counted.
+	Stats *Metrics
 	// Gateway serves /v3/...; nil: not served.
 	Gateway http.Handler
 	// Logger; nil means zap.NewNop().
@@ -67,9 +69,9 @@ func NewHTTPHandler(cfg HTTPConfig) http.Handler {
 	mux.HandleFunc("/health", h.health)
 	mux.HandleFunc("/version", h.version)
 	for _, reg := range []checkRegistry{h.livez(), h.readyz()} {
-		mux.HandleFunc("/"+reg.kind, reg.handler(cfg.Logger, reg.names()))
+		mux.HandleFunc("/"+reg.kind, reg.handler(cfg.Logger, cfg.Stats, reg.names()))
 		for _, name := range reg.names() {
-			mux.HandleFunc("/"+reg.kind+"/"+name, reg.handler(cfg.Logger, []string{name}))
+			mux.HandleFunc("/"+reg.kind+"/"+name, reg.handler(cfg.Logger, cfg.Stats, []string{name}))
 		}
 	}
 	if cfg.Metrics != nil {
@@ -108,6 +110,7 @@ func (h *httpHandler) health(w http.ResponseWriter, r *http.Request) {
 	excluded := querySet(r, "exclude")
 	serializable := r.URL.Query().Get("serializable") == "true"
 	res := h.checkHealth(r.Context(), excluded, serializable)
+	h.cfg.Stats.observeHealth(res.Health == "true")
 	body, _ := json.Marshal(res)
 	if res.Health != "true" {
 		h.cfg.Logger.Warn("/health error", zap.String("output", string(body)))
@@ -213,7 +216,7 @@ func (reg checkRegistry) names() []string {
 // handler runs checks (minus those named by ?exclude= when more than one)
 // and answers 200 "ok" or 503 with one [+]/[-] line per check; ?verbose
 // shows those lines on success too.
-func (reg checkRegistry) handler(logger *zap.Logger, checks []string) http.HandlerFunc {
+func (reg checkRegistry) handler(logger *zap.Logger, stats *Metrics, checks []string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !allowGet(w, r) {
 			return
@@ -236,7 +239,9 @@ func (reg checkRegistry) handler(logger *zap.Logger, checks []string) http.Handl
 		var out bytes.Buffer
 		failed := false
 		for _, name := range run {
-			if err := reg.checks[name](r.Context()); err != nil {
+			err := reg.checks[name](r.Context())
+			stats.observeCheck(reg.kind, name, err == nil)
+			if err != nil {
 				fmt.Fprintf(&out, "[-]%s failed: %v\n", name, err)
 				failed = true
 			} else {

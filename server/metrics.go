@@ -61,6 +61,10 @@ type Metrics struct {
 	backendCommit    prometheus.Histogram
 	grpcStarted      *prometheus.CounterVec
 	grpcHandled      *prometheus.CounterVec
+	healthSuccess    prometheus.Counter
+	healthFailures   prometheus.Counter
+	checkGauge       *prometheus.GaugeVec
+	checkCounter     *prometheus.CounterVec
 }
 
 // NewMetrics registers etcd's and strata's metrics over src, and Go's
@@ -85,8 +89,21 @@ func NewMetrics(src MetricsSource) *Metrics {
 		grpcHandled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "grpc_server_handled_total", Help: "Total number of RPCs completed on the server, regardless of success or failure.",
 		}, []string{"grpc_type", "grpc_service", "grpc_method", "grpc_code"}),
+		healthSuccess: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "etcd_server_health_success", Help: "The total number of successful health checks",
+		}),
+		healthFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "etcd_server_health_failures", Help: "The total number of failed health checks",
+		}),
+		checkGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "etcd_server_healthcheck", Help: "The result of each kind of healthcheck.",
+		}, []string{"type", "name"}),
+		checkCounter: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "etcd_server_healthchecks_total", Help: "The total number of each kind of healthcheck.",
+		}, []string{"type", "name", "status"}),
 	}
 	m.reg.MustRegister(m.proposalsPending, m.proposalsFailed, m.backendCommit, m.grpcStarted, m.grpcHandled,
+		m.healthSuccess, m.healthFailures, m.checkGauge, m.checkCounter,
 		&sourceCollector{src: src},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -121,6 +138,31 @@ func (m *Metrics) ObserveBackendCommit(d time.Duration) {
 	if m != nil {
 		m.backendCommit.Observe(d.Seconds())
 	}
+}
+
+// observeHealth counts one /health answer.
+func (m *Metrics) observeHealth(ok bool) {
+	if m == nil {
+		return
+	}
+	if ok {
+		m.healthSuccess.Inc()
+	} else {
+		m.healthFailures.Inc()
+	}
+}
+
+// observeCheck records one livez or readyz check's result.
+func (m *Metrics) observeCheck(kind, name string, ok bool) {
+	if m == nil {
+		return
+	}
+	status, v := "success", 1.0
+	if !ok {
+		status, v = "error", 0
+	}
+	m.checkGauge.WithLabelValues(kind, name).Set(v)
+	m.checkCounter.WithLabelValues(kind, name, status).Inc()
 }
 
 // GRPCServerOptions returns interceptors that count RPCs as
