@@ -411,3 +411,25 @@ func TestHTTPGatewayAuth(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPPeerRoundTrip: a member of three reports a round-trip histogram
+// for each of its two peers, as etcd does.
+func TestHTTPPeerRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, f), Size: 3})
+			url := c.Members[0].Endpoint()
+			var peers int
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+				_, body := httpDo(t, http.MethodGet, url+"/metrics", "")
+				peers = strings.Count(body, "\netcd_network_peer_round_trip_time_seconds_count{To=\"")
+				if peers == 2 {
+					return
+				}
+			}
+			t.Fatalf("round-trip histograms for %d peers, want 2", peers)
+		})
+	}
+}

@@ -113,6 +113,8 @@ func (w *clientHTTP) grpcServerOptions(limits server.Limits) []grpc.ServerOption
 // certificate and client-certificate rules, offering only HTTP/1.1.
 func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
 	w := m.web
+	// The peer round-trip metric is /metrics' too; its prober lives with ctx.
+	m.startPeerProber(ctx)
 	secure, _ := urlsTLS("--listen-client-urls", m.cfg.ListenClientURLs)
 	var httpTLS *tls.Config
 	dialCreds := insecure.NewCredentials()
