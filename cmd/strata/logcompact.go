@@ -11,20 +11,25 @@ import (
 // logCompactionFlags are the flags of log compaction and recovery from
 // compacted batches (member.LogCompactionConfig; seed 000).
 type logCompactionFlags struct {
-	enabled  bool
-	history  string
-	strategy string
+	enabled     bool
+	history     string
+	strategy    string
+	segmentSize int64
 }
 
 func (c *logCompactionFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.enabled, "log-compaction", false, "strata: rewrite applied raft log segments as compacted batch files in the background (one --log-dir only).")
 	fs.StringVar(&c.history, "history", "", "strata: 'latest' lets log compaction drop every superseded write, not only those at or below the compact revision (for clients that never read old revisions).")
+	fs.Int64Var(&c.segmentSize, "log-segment-size", 0, "strata: size of a raft log segment in bytes, the unit of log compaction (0: 64 MiB).")
 	fs.StringVar(&c.strategy, "recovery-strategy", apply.RecoveryNaive, "strata: how start-up replays compacted batches: 'naive' (oldest first, batch by batch) or 'descending' (newest first, the minimal set in one batch).")
 }
 
 func (c *logCompactionFlags) apply(cfg *member.Config) error {
 	if c.history != "" && c.history != "latest" {
 		return fmt.Errorf("--history: %q is not 'latest'", c.history)
+	}
+	if c.segmentSize < 0 {
+		return fmt.Errorf("--log-segment-size: %d is negative", c.segmentSize)
 	}
 	if c.strategy != apply.RecoveryNaive && c.strategy != apply.RecoveryDescending {
 		return fmt.Errorf("--recovery-strategy: %q is neither %q nor %q", c.strategy, apply.RecoveryNaive, apply.RecoveryDescending)
@@ -33,6 +38,7 @@ func (c *logCompactionFlags) apply(cfg *member.Config) error {
 		Enabled:          c.enabled,
 		HistoryLatest:    c.history == "latest",
 		RecoveryStrategy: c.strategy,
+		SegmentSize:      c.segmentSize,
 	}
 	return nil
 }
