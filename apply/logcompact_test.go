@@ -106,6 +106,12 @@ func randomRequests(t *testing.T, rng *rand.Rand, n int) []*raftpb.Entry {
 			leases = slices.Delete(leases, j, j+1)
 		case p < 90:
 			req = &pb.InternalRaftRequest{Compaction: &pb.CompactionRequest{Revision: 1 + rng.Int64N(rev)}}
+		case p < 92 && len(leases) > 0:
+			// A grant of an existing lease fails and changes nothing.
+			req = &pb.InternalRaftRequest{LeaseGrant: &pb.LeaseGrantRequest{ID: leases[0], TTL: 5}}
+		case p < 93 && len(leases) > 0:
+			req = &pb.InternalRaftRequest{LeaseCheckpoint: &pb.LeaseCheckpointRequest{Checkpoints: []*pb.LeaseCheckpoint{
+				{ID: leases[rng.IntN(len(leases))], Remaining_TTL: 1 + rng.Int64N(50)}}}}
 		case p < 95:
 			out = append(out, &raftpb.Entry{Index: ptr(uint64(i)), Term: ptr(uint64(1)), Type: raftpb.EntryNormal.Enum()})
 			continue

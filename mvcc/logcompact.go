@@ -301,6 +301,9 @@ func (w *WriteBatch) CheckpointLease(id, remaining int64) error {
 	if err := w.usable(); err != nil {
 		return err
 	}
+	if remaining < 0 {
+		return nil // the lessor ignores it too
+	}
 	k := leaseRecordKey(id)
 	v, err := w.r.Get(k)
 	if errors.Is(err, engine.ErrNotFound) {
@@ -315,4 +318,20 @@ func (w *WriteBatch) CheckpointLease(id, remaining int64) error {
 	}
 	rec.RemainingTTL = remaining
 	return w.PutLease(rec)
+}
+
+// LeaseRecordExists reports whether lease id has a record, as the batch
+// sees it.
+func (w *WriteBatch) LeaseRecordExists(id int64) (bool, error) {
+	if err := w.usable(); err != nil {
+		return false, err
+	}
+	_, err := w.r.Get(leaseRecordKey(id))
+	if errors.Is(err, engine.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, w.fail(fmt.Errorf("read lease %x: %w", id, err))
+	}
+	return true, nil
 }
