@@ -61,25 +61,43 @@ var ErrSkipSegment = errors.New("raftlog: segment left uncompacted")
 
 // CompactOldestSegment rewrites the oldest segment as a compacted batch
 // file if every entry in it is at or below upTo (see the steps above). It
-// reports whether it did. Only logs with one directory are compacted
-// today: in a striped log a segment holds parts of many writes.
+// reports whether it did.
+//
+// With several directories a segment holds parts of many writes, so the
+// unit is an index range: among the directories whose oldest segment is
+// sealed, the one whose oldest segment ends lowest gives the range's end
+// L; the batch stands for (snapshot point, L] and goes to that directory,
+// and moving the snapshot point to L deletes that segment (and any other
+// ending at or below L). With one directory this is the oldest segment.
 func (l *Log) CompactOldestSegment(upTo uint64, build BatchBuilder) (bool, error) {
 	l.wmu.Lock()
 	if err := l.checkWritable(); err != nil {
 		l.wmu.Unlock()
 		return false, err
 	}
-	if l.striped() {
-		l.wmu.Unlock()
-		return false, nil
-	}
-	ln := l.w.lanes[0]
 	m := l.mu.mem
 	var seg *segment
+	var ln *lane
+	dead := false
 	l.mu.RLock()
-	if len(ln.segs) > 1 && ln.segs[0] != ln.active {
-		seg = ln.segs[0]
+	for _, x := range l.w.lanes {
+		if len(x.segs) < 2 || x.segs[0] == x.active {
+			continue
+		}
+		if x.segs[0].lastIndex < m.first {
+			dead = true // nothing live in it (only state frames, or compacted entries)
+		} else if seg == nil || x.segs[0].lastIndex < seg.lastIndex {
+			seg, ln = x.segs[0], x
+		}
 	}
+	l.mu.RUnlock()
+	if dead {
+		first := m.first
+		err := l.deleteSegments(func(_ *lane, s *segment) bool { return s.lastIndex < first })
+		l.wmu.Unlock()
+		return err == nil, err
+	}
+	l.mu.RLock()
 	first, snap := m.first, m.snapIndex
 	var last uint64
 	if seg != nil {
@@ -87,7 +105,7 @@ func (l *Log) CompactOldestSegment(upTo uint64, build BatchBuilder) (bool, error
 	}
 	l.mu.RUnlock()
 	l.wmu.Unlock()
-	if seg == nil || last < first || last > upTo || seg.hdr.firstIndex > first {
+	if seg == nil || last < first || last > upTo {
 		return false, nil
 	}
 

@@ -53,15 +53,25 @@ func covered(t *testing.T, l *Log) []*raftpb.Entry {
 }
 
 func TestCompactOldestSegment(t *testing.T) {
+	for _, n := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("dirs%d", n), func(t *testing.T) { testCompactOldestSegment(t, testDirs(n)) })
+	}
+}
+
+func testCompactOldestSegment(t *testing.T, dirs []string) {
 	fs := vfs.NewMem()
-	l := openLog(t, fs, 4<<10)
+	opts := Options{FS: fs, Dirs: dirs, SegmentSize: 4 << 10}
+	l, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var all []*raftpb.Entry
 	for i := uint64(0); i < 60; i++ {
 		e := ents(i*5+1, i*5+5, 1)
 		all = append(all, e...)
 		mustAppend(t, l, e, hs(1, 1, i*5+5))
 	}
-	if l.Stats().Segments < 3 {
+	if l.Stats().Segments < 2+len(dirs) {
 		t.Fatalf("only %d segments", l.Stats().Segments)
 	}
 	// Nothing is compacted above upTo.
@@ -86,7 +96,7 @@ func TestCompactOldestSegment(t *testing.T) {
 	if err := sameEntries(covered(t, l), all); err != nil {
 		t.Fatal(err)
 	}
-	infos, err := Inspect(fs, []string{testDir})
+	infos, err := Inspect(fs, dirs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +110,9 @@ func TestCompactOldestSegment(t *testing.T) {
 		t.Fatalf("Inspect shows %d batch files, want %d", batches, n)
 	}
 	_ = l.Close()
-	l = openLog(t, fs, 4<<10)
+	if l, err = Open(opts); err != nil {
+		t.Fatal(err)
+	}
 	if err := sameEntries(covered(t, l), all); err != nil {
 		t.Fatalf("after reopen: %v", err)
 	}
@@ -119,6 +131,12 @@ func TestCompactOldestSegment(t *testing.T) {
 // frame and the segment's deletion): every clone must open, and batch
 // files plus log must still hold every entry.
 func TestCompactionCrash(t *testing.T) {
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("dirs%d", n), func(t *testing.T) { testCompactionCrash(t, testDirs(n)) })
+	}
+}
+
+func testCompactionCrash(t *testing.T, dirs []string) {
 	mem := vfs.NewCrashableMem()
 	var clones []*vfs.MemFS
 	var ops []string
@@ -134,7 +152,7 @@ func TestCompactionCrash(t *testing.T) {
 		return nil
 	})
 	fs := errorfs.Wrap(mem, inj)
-	opts := Options{FS: fs, Dirs: []string{testDir}, SegmentSize: 4 << 10}
+	opts := Options{FS: fs, Dirs: dirs, SegmentSize: 4 << 10}
 	l, err := Open(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -161,17 +179,19 @@ func TestCompactionCrash(t *testing.T) {
 		t.Fatalf("only %d crash points", len(clones))
 	}
 	for i, c := range clones {
-		l, err := Open(Options{FS: c, Dirs: []string{testDir}, SegmentSize: 4 << 10})
+		l, err := Open(Options{FS: c, Dirs: dirs, SegmentSize: 4 << 10})
 		if err != nil {
 			t.Fatalf("crash at %s: Open: %v", ops[i], err)
 		}
 		if err := sameEntries(covered(t, l), all); err != nil {
 			t.Fatalf("crash at %s: %v", ops[i], err)
 		}
-		names, _ := c.List(testDir)
-		for _, n := range names {
-			if strings.HasSuffix(n, tempSuffix) && !strings.HasPrefix(n, "spare-") {
-				t.Fatalf("crash at %s: temporary file %s left after Open", ops[i], n)
+		for _, d := range dirs {
+			names, _ := c.List(d)
+			for _, n := range names {
+				if strings.HasSuffix(n, tempSuffix) && !strings.HasPrefix(n, "spare-") {
+					t.Fatalf("crash at %s: temporary file %s left after Open", ops[i], n)
+				}
 			}
 		}
 		_ = l.Close()

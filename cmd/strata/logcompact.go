@@ -18,7 +18,7 @@ type logCompactionFlags struct {
 }
 
 func (c *logCompactionFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&c.enabled, "log-compaction", false, "strata: rewrite applied raft log segments as compacted batch files in the background (one --log-dir only).")
+	fs.BoolVar(&c.enabled, "log-compaction", false, "strata: rewrite applied raft log segments as compacted batch files in the background.")
 	fs.StringVar(&c.history, "history", "", "strata: 'latest' lets log compaction drop every superseded write, not only those at or below the compact revision (for clients that never read old revisions).")
 	fs.Int64Var(&c.segmentSize, "log-segment-size", 0, "strata: size of a raft log segment in bytes, the unit of log compaction (0: 64 MiB).")
 	fs.StringVar(&c.strategy, "recovery-strategy", apply.RecoveryNaive, "strata: how start-up replays compacted batches: 'naive' (oldest first, batch by batch) or 'descending' (newest first, the minimal set in one batch).")
