@@ -15,11 +15,12 @@ import (
 	"github.com/strata-kv/strata/raftlog"
 )
 
-func startCompacting(t *testing.T, fs vfs.FS, strategy string, latest bool) *Member {
+func startCompacting(t *testing.T, fs vfs.FS, strategy string, latest bool, logDirs []string) *Member {
 	t.Helper()
 	m, err := Start(Config{
 		Name:                    "lc",
 		DataDir:                 "/data",
+		LogDirs:                 logDirs,
 		FS:                      fs,
 		ListenClientURLs:        []string{"http://127.0.0.1:0"},
 		AdvertiseClientURLs:     []string{"http://127.0.0.1:0"},
@@ -61,14 +62,23 @@ func startCompacting(t *testing.T, fs vfs.FS, strategy string, latest bool) *Mem
 // (HashKV) as each other.
 // With --history latest, superseded writes are dropped too.
 func TestLogCompactionPowerCut(t *testing.T) {
-	for _, latest := range []bool{false, true} {
-		t.Run(fmt.Sprintf("latest=%v", latest), func(t *testing.T) { testLogCompactionPowerCut(t, latest) })
+	for _, tc := range []struct {
+		latest bool
+		dirs   []string
+	}{
+		{false, []string{"/data/log"}},
+		{true, []string{"/data/log"}},
+		{false, []string{"/log0", "/log1"}},
+	} {
+		t.Run(fmt.Sprintf("latest=%v/dirs=%d", tc.latest, len(tc.dirs)), func(t *testing.T) {
+			testLogCompactionPowerCut(t, tc.latest, tc.dirs)
+		})
 	}
 }
 
-func testLogCompactionPowerCut(t *testing.T, latest bool) {
+func testLogCompactionPowerCut(t *testing.T, latest bool, dirs []string) {
 	fs := vfs.NewCrashableMem()
-	m := startCompacting(t, fs, apply.RecoveryNaive, latest)
+	m := startCompacting(t, fs, apply.RecoveryNaive, latest, dirs)
 	var mu sync.Mutex
 	acks := map[string]acked{}
 	ctx := context.Background()
@@ -105,7 +115,7 @@ func testLogCompactionPowerCut(t *testing.T, latest bool) {
 	// Let the compactor catch up with the applied index.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		infos, err := raftlog.Inspect(fs, []string{"/data/log"})
+		infos, err := raftlog.Inspect(fs, dirs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +145,7 @@ func testLogCompactionPowerCut(t *testing.T, latest bool) {
 	var hashes []uint32
 	for i, strategy := range []string{apply.RecoveryNaive, apply.RecoveryDescending} {
 		fs := []*vfs.MemFS{clone, clone2}[i]
-		m := startCompacting(t, fs, strategy, latest)
+		m := startCompacting(t, fs, strategy, latest, dirs)
 		for key, a := range acks {
 			resp, err := m.Store().Range(&pb.RangeRequest{Key: []byte(key)})
 			if err != nil {
