@@ -47,6 +47,23 @@ import (
 type batchFileInfo struct {
 	dir, name   string
 	first, last uint64
+	bytes       int64
+	records     int
+}
+
+// publishBatchStats recomputes the batch file totals Stats reports.
+// REQUIRES: l.wmu held (or Open).
+func (l *Log) publishBatchStats() {
+	var bytes, commands, records int64
+	for _, b := range l.w.batches {
+		bytes += b.bytes
+		commands += int64(b.last - b.first + 1)
+		records += int64(b.records)
+	}
+	l.stats.batchFiles.Store(int64(len(l.w.batches)))
+	l.stats.batchBytes.Store(bytes)
+	l.stats.batchCommands.Store(commands)
+	l.stats.batchRecords.Store(records)
 }
 
 // BatchBuilder builds the compacted batch for consecutive, committed and
@@ -129,6 +146,10 @@ func (l *Log) CompactOldestSegment(upTo uint64, build BatchBuilder) (bool, error
 	if err := WriteCompactedBatch(l.fs, ln.dir, name, b); err != nil {
 		return false, fmt.Errorf("raftlog: log compaction: %w", err)
 	}
+	var size int64
+	if st, err := l.fs.Stat(l.fs.PathJoin(ln.dir, name)); err == nil {
+		size = st.Size()
+	}
 	failpoint.Hit("raftlog/compact-after-rename")
 
 	l.wmu.Lock()
@@ -142,10 +163,13 @@ func (l *Log) CompactOldestSegment(upTo uint64, build BatchBuilder) (bool, error
 		_ = l.fs.Remove(l.fs.PathJoin(ln.dir, name))
 		return false, nil
 	}
-	l.w.batches = append(l.w.batches, batchFileInfo{dir: ln.dir, name: name, first: first, last: last})
+	l.w.batches = append(l.w.batches, batchFileInfo{dir: ln.dir, name: name, first: first, last: last,
+		bytes: size, records: len(b.Records)})
+	l.publishBatchStats()
 	if err := l.compactLocked(last, nil); err != nil {
 		return false, err
 	}
+	l.stats.segmentsCompacted.Add(1)
 	l.logger.Debug("raftlog: segment rewritten as a compacted batch",
 		zap.String("segment", seg.name), zap.String("batch", name),
 		zap.Uint64("first", first), zap.Uint64("last", last),
@@ -193,14 +217,21 @@ func (l *Log) loadBatchFiles() error {
 			if _, _, ok := parseBatchFileName(name); !ok {
 				continue
 			}
-			b, err := ReadCompactedBatch(l.fs, l.fs.PathJoin(ln.dir, name))
+			path := l.fs.PathJoin(ln.dir, name)
+			b, err := ReadCompactedBatch(l.fs, path)
 			if err != nil {
 				return err
 			}
-			l.w.batches = append(l.w.batches, batchFileInfo{dir: ln.dir, name: name, first: b.FirstIndex, last: b.LastIndex})
+			st, err := l.fs.Stat(path)
+			if err != nil {
+				return fmt.Errorf("stat %s: %w", path, err)
+			}
+			l.w.batches = append(l.w.batches, batchFileInfo{dir: ln.dir, name: name, first: b.FirstIndex, last: b.LastIndex,
+				bytes: st.Size(), records: len(b.Records)})
 		}
 	}
 	slices.SortFunc(l.w.batches, func(a, b batchFileInfo) int { return int64cmp(a.first, b.first) })
+	l.publishBatchStats()
 	return nil
 }
 
@@ -230,6 +261,7 @@ func (l *Log) dropBatchFiles(index uint64) error {
 		n++
 	}
 	l.w.batches = l.w.batches[n:]
+	l.publishBatchStats()
 	for d := range dirs {
 		if err := syncDir(l.fs, d); err != nil {
 			errs = append(errs, err)

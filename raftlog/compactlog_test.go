@@ -109,6 +109,10 @@ func testCompactOldestSegment(t *testing.T, dirs []string) {
 	if batches != n {
 		t.Fatalf("Inspect shows %d batch files, want %d", batches, n)
 	}
+	if st := l.Stats(); st.BatchFiles != n || st.SegmentsCompacted != uint64(n) || st.BatchCommands != first-1 ||
+		st.BatchRecords != first-1 || st.BatchBytes == 0 {
+		t.Fatalf("Stats = %+v after %d compactions up to %d", st, n, first-1)
+	}
 	_ = l.Close()
 	if l, err = Open(opts); err != nil {
 		t.Fatal(err)

@@ -63,6 +63,13 @@ type Stats struct {
 	BytesWritten  uint64        // bytes written by Append, Compact and ApplySnapshot
 	Fsyncs        uint64        // fdatasyncs of segment files
 	FsyncDuration time.Duration // total time spent in those fdatasyncs
+
+	// Log compaction (compactlog.go).
+	BatchFiles        int    // live compacted batch files
+	BatchBytes        int64  // their size
+	BatchCommands     uint64 // entries they stand for
+	BatchRecords      uint64 // records they hold
+	SegmentsCompacted uint64 // segments rewritten as batch files since Open
 }
 
 // Log is strata's raft log: raft.Storage for reads, Append for writes.
@@ -121,6 +128,9 @@ type Log struct {
 	stats struct {
 		appends, entries, bytes, fsyncs, fsyncNanos atomic.Uint64
 		fsyncHist                                   fsyncHistogram
+		// Totals over w.batches, published by publishBatchStats.
+		batchFiles, batchBytes, batchCommands, batchRecords atomic.Int64
+		segmentsCompacted                                   atomic.Uint64
 	}
 }
 
@@ -797,5 +807,10 @@ func (l *Log) Stats() Stats {
 	st.BytesWritten = l.stats.bytes.Load()
 	st.Fsyncs = l.stats.fsyncs.Load()
 	st.FsyncDuration = time.Duration(l.stats.fsyncNanos.Load())
+	st.BatchFiles = int(l.stats.batchFiles.Load())
+	st.BatchBytes = l.stats.batchBytes.Load()
+	st.BatchCommands = uint64(l.stats.batchCommands.Load())
+	st.BatchRecords = uint64(l.stats.batchRecords.Load())
+	st.SegmentsCompacted = l.stats.segmentsCompacted.Load()
 	return st
 }
