@@ -212,6 +212,7 @@ func testModel(t *testing.T, seed uint64, dirs []string) {
 			defer func() { _ = l.Close() }()
 			var m model
 			var term uint64 = 1
+			batches := 0
 			for i := 0; i < 400; i++ {
 				op := randomOp(rng, m, &term)
 				if op.kind == "reopen" {
@@ -226,7 +227,40 @@ func testModel(t *testing.T, seed uint64, dirs []string) {
 				if err := matches(l, m); err != nil {
 					t.Fatalf("op %d (%v): %v", i, op, err)
 				}
+				if rng.IntN(8) == 0 {
+					// Log compaction into a batch file, up to the commit
+					// index: the batch holds exactly the model's entries,
+					// and the log then looks as after Compact to its end.
+					var built *CompactedBatch
+					ok, err := l.CompactOldestSegment(m.hs.commit, func(es []*raftpb.Entry) (*CompactedBatch, error) {
+						b, err := keepAll(es)
+						built = b
+						return b, err
+					})
+					if err != nil {
+						t.Fatalf("op %d: log compaction: %v", i, err)
+					}
+					if ok && built != nil {
+						var got []*raftpb.Entry
+						for _, r := range built.Records {
+							got = append(got, r.Entry)
+						}
+						lo, hi := built.FirstIndex-m.snapIndex-1, built.LastIndex-m.snapIndex
+						if built.FirstIndex != m.snapIndex+1 || hi > uint64(len(m.entries)) {
+							t.Fatalf("op %d: batch %d..%d, model snapshot %d last %d", i, built.FirstIndex, built.LastIndex, m.snapIndex, m.last())
+						}
+						if err := sameEntries(got, m.entries[lo:hi]); err != nil {
+							t.Fatalf("op %d: batch %d..%d: %v", i, built.FirstIndex, built.LastIndex, err)
+						}
+						batches++
+						m = m.apply(modelOp{kind: "compact", index: built.LastIndex})
+						if err := matches(l, m); err != nil {
+							t.Fatalf("op %d (log compaction to %d): %v", i, built.LastIndex, err)
+						}
+					}
+				}
 			}
+			t.Logf("%d segments rewritten as batch files", batches)
 			if segs := l.Stats().Segments; segs > 20*len(dirs) {
 				t.Errorf("%d segments left: log compaction does not delete them", segs)
 			}
