@@ -20,7 +20,7 @@ import (
 // temporary directories are on one device here, so this measures the
 // cost of the split, not the gain of a second device.
 func BenchmarkAppend(b *testing.B) {
-	for _, c := range []struct{ perAppend, dirs int }{{1, 1}, {64, 1}, {64, 2}} {
+	for _, c := range []struct{ perAppend, dirs int }{{1, 1}, {64, 1}, {64, 2}, {512, 1}, {512, 2}} {
 		perAppend := c.perAppend
 		b.Run(fmt.Sprintf("entries=%d/size=256/dirs=%d", perAppend, c.dirs), func(b *testing.B) {
 			var dirs []string

@@ -60,7 +60,7 @@ func TestCompactOldestSegment(t *testing.T) {
 
 func testCompactOldestSegment(t *testing.T, dirs []string) {
 	fs := vfs.NewMem()
-	opts := Options{FS: fs, Dirs: dirs, SegmentSize: 4 << 10}
+	opts := Options{FS: fs, Dirs: dirs, SegmentSize: 4 << 10, MinStripeBytes: -1}
 	l, err := Open(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func testCompactionCrash(t *testing.T, dirs []string) {
 		return nil
 	})
 	fs := errorfs.Wrap(mem, inj)
-	opts := Options{FS: fs, Dirs: dirs, SegmentSize: 4 << 10}
+	opts := Options{FS: fs, Dirs: dirs, SegmentSize: 4 << 10, MinStripeBytes: -1}
 	l, err := Open(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +183,7 @@ func testCompactionCrash(t *testing.T, dirs []string) {
 		t.Fatalf("only %d crash points", len(clones))
 	}
 	for i, c := range clones {
-		l, err := Open(Options{FS: c, Dirs: dirs, SegmentSize: 4 << 10})
+		l, err := Open(Options{FS: c, Dirs: dirs, SegmentSize: 4 << 10, MinStripeBytes: -1})
 		if err != nil {
 			t.Fatalf("crash at %s: Open: %v", ops[i], err)
 		}

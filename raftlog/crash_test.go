@@ -36,16 +36,16 @@ type crashPoint struct {
 // goroutines of their own, so the crash points a seed draws depend on
 // their interleaving; every one is checked all the same.
 func TestCrashAtRandomPoints(t *testing.T) {
-	for _, ndirs := range []int{1, 2, 3} {
+	for _, c := range []struct{ ndirs, stripe int }{{1, 0}, {2, -1}, {3, -1}, {2, 0}} {
 		for seed := uint64(1); seed <= 4; seed++ {
-			t.Run(fmt.Sprintf("dirs%d/seed%d", ndirs, seed), func(t *testing.T) {
-				crashAtRandomPoints(t, seed, testDirs(ndirs))
+			t.Run(fmt.Sprintf("dirs%d/stripe%d/seed%d", c.ndirs, c.stripe, seed), func(t *testing.T) {
+				crashAtRandomPoints(t, seed, testDirs(c.ndirs), c.stripe)
 			})
 		}
 	}
 }
 
-func crashAtRandomPoints(t *testing.T, seed uint64, dirs []string) {
+func crashAtRandomPoints(t *testing.T, seed uint64, dirs []string, stripe int) {
 	{
 		{
 			rng := rand.New(rand.NewPCG(seed, 99))
@@ -85,7 +85,7 @@ func crashAtRandomPoints(t *testing.T, seed uint64, dirs []string) {
 				return nil
 			})
 			fs := errorfs.Wrap(mem, inj)
-			opts := Options{FS: fs, Dirs: dirs, SegmentSize: 8 << 10, tailBudget: 4 << 10}
+			opts := Options{FS: fs, Dirs: dirs, SegmentSize: 8 << 10, tailBudget: 4 << 10, MinStripeBytes: stripe}
 			l, err := Open(opts)
 			if err != nil {
 				t.Fatal(err)
@@ -113,7 +113,7 @@ func crashAtRandomPoints(t *testing.T, seed uint64, dirs []string) {
 			}
 			torn, sawBefore, sawAfter := 0, 0, 0
 			for _, c := range crashes {
-				copts := Options{FS: c.fs, Dirs: dirs, SegmentSize: 8 << 10, tailBudget: 4 << 10}
+				copts := Options{FS: c.fs, Dirs: dirs, SegmentSize: 8 << 10, tailBudget: 4 << 10, MinStripeBytes: stripe}
 				core, logs := observer.New(zap.WarnLevel)
 				copts.Logger = zap.New(core)
 				l, err := Open(copts)

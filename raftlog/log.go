@@ -48,6 +48,10 @@ type Options struct {
 	SegmentSize int64
 	// Logger receives recovery warnings; nil means zap.NewNop().
 	Logger *zap.Logger
+	// MinStripeBytes is the smallest Append split across several Dirs;
+	// smaller ones go whole to one directory, the directories taking
+	// turns. 0 means DefaultMinStripeBytes; negative splits every Append.
+	MinStripeBytes int
 
 	// tailBudget overrides the in-memory tail budget (tests).
 	tailBudget int
@@ -94,10 +98,11 @@ type Stats struct {
 //     is at or below the snapshot point (see Compact).
 //  4. After a failed write or sync, no further write is attempted.
 type Log struct {
-	fs      vfs.FS
-	segSize int64
-	budget  int // in-memory tail budget
-	logger  *zap.Logger
+	fs        vfs.FS
+	segSize   int64
+	minStripe int // Options.MinStripeBytes, resolved
+	budget    int // in-memory tail budget
+	logger    *zap.Logger
 	// nextSeq is the sequence number of the next segment, in any lane;
 	// lanes roll concurrently during a striped Append.
 	nextSeq atomic.Uint64
@@ -162,7 +167,10 @@ func Open(opts Options) (*Log, error) {
 	if len(opts.Dirs) == 0 || len(opts.Dirs) > maxDirs {
 		return nil, fmt.Errorf("raftlog: %d log directories given; want 1 to %d", len(opts.Dirs), maxDirs)
 	}
-	l := &Log{fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger, budget: opts.tailBudget}
+	l := &Log{fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger, budget: opts.tailBudget, minStripe: opts.MinStripeBytes}
+	if l.minStripe == 0 {
+		l.minStripe = DefaultMinStripeBytes
+	}
 	seen := map[string]bool{}
 	for _, d := range opts.Dirs {
 		if seen[d] {

@@ -14,9 +14,10 @@ import (
 // frame (FORMAT.md, "Several directories"): the wrapped state or batch
 // payload plus the log-wide sequence number of the write it belongs to
 // (op) and its part among that write's frames. An Append of n entries is
-// split into min(n, lanes) parts of consecutive entries, part k written
-// and synced in lane k by a goroutine of its own, all in parallel; Append
-// returns when every part is durable. Recovery scans every lane, sorts the
+// split into min(n, lanes) parts of consecutive entries (written whole to
+// one lane, the lanes taking turns, if under Options.MinStripeBytes), each part
+// written and synced in its lane by a goroutine of its own, all in
+// parallel; Append returns when every part is durable. Recovery scans every lane, sorts the
 // frames by (op, part) and replays them as a one-directory log would.
 //
 // Because Append waits for all its parts before the next write starts,
@@ -27,16 +28,23 @@ import (
 // compaction deleted the lane segment holding them, which it does only
 // once those entries are below the snapshot point.
 
+// DefaultMinStripeBytes is Options.MinStripeBytes when 0: below it, two
+// fdatasyncs cost more than the bytes they share (measured on one device:
+// BenchmarkAppend), so the Append goes whole to one directory,
+// directories taking turns.
+const DefaultMinStripeBytes = 64 << 10
+
 // splitParts cuts entries into at most lanes runs of consecutive entries
-// of similar data size. No entries give one empty part (a HardState alone).
-func splitParts(entries []*raftpb.Entry, lanes int) [][]*raftpb.Entry {
+// of similar data size; fewer than minBytes make one part. No entries
+// give one empty part (a HardState alone).
+func splitParts(entries []*raftpb.Entry, lanes, minBytes int) [][]*raftpb.Entry {
 	n := min(len(entries), lanes)
-	if n <= 1 {
-		return [][]*raftpb.Entry{entries}
-	}
 	total := 0
 	for _, e := range entries {
 		total += entryFixedSize + len(e.GetData())
+	}
+	if n <= 1 || total < minBytes {
+		return [][]*raftpb.Entry{entries}
 	}
 	parts := make([][]*raftpb.Entry, 0, n)
 	start, acc := 0, 0
@@ -57,9 +65,17 @@ func splitParts(entries []*raftpb.Entry, lanes int) [][]*raftpb.Entry {
 // appendStriped is Append for a log with several lanes: entries (possibly
 // none) starting at first, and the HardState h if withHS, carried by part 0.
 func (l *Log) appendStriped(entries []*raftpb.Entry, first uint64, withHS bool, h hardState) error {
-	parts := splitParts(entries, len(l.w.lanes))
+	parts := splitParts(entries, len(l.w.lanes), l.minStripe)
 	l.w.op++
 	op := l.w.op
+	// Part k goes to lane (first lane + k): an Append of one part goes to
+	// the lanes in turn, so that they share the small Appends.
+	lanes := len(l.w.lanes)
+	firstLane := 0
+	if len(parts) == 1 {
+		firstLane = int(op % uint64(lanes))
+	}
+	laneOf := func(k int) *lane { return l.w.lanes[(firstLane+k)%lanes] }
 	type result struct {
 		seg *segment
 		off int64
@@ -67,7 +83,7 @@ func (l *Log) appendStriped(entries []*raftpb.Entry, first uint64, withHS bool, 
 	}
 	res := make([]result, len(parts))
 	write := func(k int) {
-		ln, part := l.w.lanes[k], parts[k]
+		ln, part := laneOf(k), parts[k]
 		hsHere := withHS && k == 0
 		partFirst := first
 		if len(part) > 0 {
@@ -104,7 +120,7 @@ func (l *Log) appendStriped(entries []*raftpb.Entry, first uint64, withHS bool, 
 	}
 	l.mu.Lock()
 	for k, part := range parts {
-		ln := l.w.lanes[k]
+		ln := laneOf(k)
 		l.publish(part, res[k].seg, res[k].off)
 		res[k].seg.end = ln.off
 	}
@@ -115,7 +131,7 @@ func (l *Log) appendStriped(entries []*raftpb.Entry, first uint64, withHS bool, 
 	l.stats.appends.Add(1)
 	l.stats.entries.Add(uint64(len(entries)))
 	for k := range parts {
-		l.prepareSpare(l.w.lanes[k])
+		l.prepareSpare(laneOf(k))
 	}
 	return nil
 }

@@ -24,23 +24,26 @@ func TestSplitParts(t *testing.T) {
 		return out
 	}
 	for _, tc := range []struct {
-		name  string
-		sizes []int
-		lanes int
-		want  []int // entries per part
+		name     string
+		sizes    []int
+		lanes    int
+		minBytes int
+		want     []int // entries per part
 	}{
-		{"none", nil, 3, []int{0}},
-		{"one entry", []int{10}, 3, []int{1}},
-		{"one lane", []int{10, 10, 10}, 1, []int{3}},
-		{"even", []int{10, 10, 10, 10}, 2, []int{2, 2}},
-		{"fewer entries than lanes", []int{10, 10}, 3, []int{1, 1}},
-		{"one big entry first", []int{1000, 1, 1, 1}, 2, []int{1, 3}},
-		{"one big entry last", []int{1, 1, 1, 1000}, 2, []int{3, 1}},
-		{"every lane gets one", []int{1, 1, 1, 1000}, 4, []int{1, 1, 1, 1}},
+		{"none", nil, 3, 0, []int{0}},
+		{"one entry", []int{10}, 3, 0, []int{1}},
+		{"one lane", []int{10, 10, 10}, 1, 0, []int{3}},
+		{"even", []int{10, 10, 10, 10}, 2, 0, []int{2, 2}},
+		{"fewer entries than lanes", []int{10, 10}, 3, 0, []int{1, 1}},
+		{"one big entry first", []int{1000, 1, 1, 1}, 2, 0, []int{1, 3}},
+		{"one big entry last", []int{1, 1, 1, 1000}, 2, 0, []int{3, 1}},
+		{"every lane gets one", []int{1, 1, 1, 1000}, 4, 0, []int{1, 1, 1, 1}},
+		{"below the stripe size", []int{10, 10, 10, 10}, 2, 1000, []int{4}},
+		{"at the stripe size", []int{10, 10, 10, 10}, 2, 4 * (entryFixedSize + 10), []int{2, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			entries := sized(tc.sizes...)
-			parts := splitParts(entries, tc.lanes)
+			parts := splitParts(entries, tc.lanes, tc.minBytes)
 			var got []int
 			var joined []*raftpb.Entry
 			for _, p := range parts {
@@ -78,7 +81,7 @@ func TestStripedTornPart(t *testing.T) {
 	for lost := range dirs {
 		t.Run(dirs[lost], func(t *testing.T) {
 			fs := vfs.NewMem()
-			opts := Options{FS: fs, Dirs: dirs, SegmentSize: 64 << 10}
+			opts := Options{FS: fs, Dirs: dirs, SegmentSize: 64 << 10, MinStripeBytes: -1}
 			l, err := Open(opts)
 			if err != nil {
 				t.Fatal(err)
@@ -141,7 +144,7 @@ func TestDirCountChangeRefused(t *testing.T) {
 func TestStripedAppendsSpreadAcrossDirs(t *testing.T) {
 	fs := vfs.NewMem()
 	dirs := testDirs(2)
-	l, err := Open(Options{FS: fs, Dirs: dirs, SegmentSize: 64 << 10})
+	l, err := Open(Options{FS: fs, Dirs: dirs, SegmentSize: 64 << 10, MinStripeBytes: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
