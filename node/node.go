@@ -477,18 +477,10 @@ func (n *Node) run(ctx context.Context) error {
 			n.retryStaleReads()
 		case p := <-n.propc:
 			n.handleProposal(p)
-			// Drain what queued up so that one Ready (one fsync) carries it.
-			for i := 0; i < 1024; i++ {
-				select {
-				case p := <-n.propc:
-					n.handleProposal(p)
-					continue
-				default:
-				}
-				break
-			}
+			n.drainInput()
 		case m := <-n.recvc:
 			n.step(m)
+			n.drainInput()
 		case f := <-n.ctrlc:
 			f(n.rn)
 		case c := <-n.readc:
@@ -501,6 +493,23 @@ func (n *Node) run(ctx context.Context) error {
 			if err := n.compactLog(d); err != nil {
 				return err
 			}
+		}
+	}
+}
+
+// drainInput takes the proposals and peer messages already queued, so that
+// one Ready, and so one fsync, carries all of them: without it a follower
+// would sync once per message from the leader, and a leader once per
+// acknowledgement.
+func (n *Node) drainInput() {
+	for i := 0; i < 4096; i++ {
+		select {
+		case p := <-n.propc:
+			n.handleProposal(p)
+		case m := <-n.recvc:
+			n.step(m)
+		default:
+			return
 		}
 	}
 }
