@@ -22,7 +22,7 @@
 //
 // # Layout in the engine
 //
-// Seven key spaces, all under the prefix "m" (engine/pebble reserves keys
+// Eight key spaces, all under the prefix "m" (engine/pebble reserves keys
 // starting 0x00 0x00 for itself; other packages must keep off "m"):
 //
 //	mc<key>                              current version of every live key -> KeyValue
@@ -33,6 +33,8 @@
 //	mm<name>                             store state: "state" (revision and compact
 //	                                     revision), "compact" (physical compaction job)
 //	mu<name>                             the applier's SetMeta values
+//	mi<index>                            revisions each raft index wrote    -> before, after
+//	                                     (for log compaction, logcompact.go)
 //
 // Other packages write their own key spaces through WriteBatch.Batch, in
 // the same engine batch as the entry that changes them:
