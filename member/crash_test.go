@@ -93,6 +93,16 @@ func TestPowerCutLosesNoAcknowledgedWrite(t *testing.T) {
 			}()
 		}
 		time.Sleep(time.Duration(50+rng.IntN(200)) * time.Millisecond)
+		// On a loaded machine (or under -race) the writers may not have
+		// been acknowledged yet: let a few acknowledgements in first.
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			mu.Lock()
+			n := len(acks)
+			mu.Unlock()
+			if n >= 5 {
+				break
+			}
+		}
 		// The instant of the power cut: what was acknowledged until now
 		// must survive.
 		mu.Lock()
