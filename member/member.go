@@ -1,7 +1,8 @@
 // Package member wires one strata member together: it opens the data
 // directory (locked against a second process), the engine, the MVCC store,
-// the raft log, the raft node and the applier, and serves etcd's gRPC API on
-// the client URLs. cmd/strata turns flags into a Config and calls Start; the
+// the raft log, the raft node, the applier, the lessor and the watch hub,
+// serves etcd's gRPC API (and HTTP) on the client URLs and the raft
+// transport on the peer URLs. cmd/strata turns flags into a Config and calls Start; the
 // end-to-end tests do the same through the binary.
 //
 // # Data directory
@@ -10,12 +11,14 @@
 //	<data-dir>/identity   member and cluster IDs, written once (rule 7)
 //	<data-dir>/engine/    the Pebble engine (no WAL of its own)
 //	<data-dir>/log/       the raft log, unless --log-dir names other places
+//	<data-dir>/snap/      raft snapshots received and not yet installed
 //
 // # Goroutines
 //
 // Start launches the node goroutine (raft), the applier goroutine, the gRPC
-// server and the auto-compactor; Stop ends them in that order and closes
-// the stores. A storage failure in the node or the applier is fatal: Done
+// and peer servers, the lessor, the watch hub and the background loops
+// (auto-compaction, attribute publishing, removal watch); Stop ends them and
+// closes the stores. A storage failure in the node or the applier is fatal: Done
 // closes and Err reports it, and the process must exit.
 package member
 

@@ -3,9 +3,10 @@
 // library asks of its caller, in the order it requires:
 //
 //  1. persist the Ready's entries and HardState to the raft log, with one
-//     fsync (group commit: every proposal that arrived since the last Ready
-//     shares that sync);
-//  2. send the Ready's messages to peers (a single member has none);
+//     fsync (group commit: every proposal and peer message that arrived
+//     since the last Ready shares that sync);
+//  2. send the Ready's messages to peers, after the entries they acknowledge
+//     are durable (a leader sends before its own fsync, as etcd does);
 //  3. answer ReadIndex requests whose read state arrived;
 //  4. apply membership changes to raft, then hand the committed entries to
 //     the applier, which applies them to the state machine on its own
