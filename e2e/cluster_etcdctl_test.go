@@ -55,7 +55,7 @@ func TestClusterEtcdctl(t *testing.T) {
 	// member add --learner, then start the member from etcdctl's output.
 	m := c.PrepareMember()
 	out := mustCtl("member", "add", m.Name(), "--peer-urls="+m.PeerURL(), "--learner")
-	idm := regexp.MustCompile(`Member ([0-9a-f]+) added (?:as learner )?to cluster`).FindStringSubmatch(out)
+	idm := regexp.MustCompile(`Member\s+([0-9a-f]+) added (?:as learner )?to cluster`).FindStringSubmatch(out)
 	icm := regexp.MustCompile(`ETCD_INITIAL_CLUSTER="([^"]+)"`).FindStringSubmatch(out)
 	if idm == nil || icm == nil || !strings.Contains(out, `ETCD_INITIAL_CLUSTER_STATE="existing"`) {
 		t.Fatalf("member add output lacks the ID, ETCD_INITIAL_CLUSTER or ETCD_INITIAL_CLUSTER_STATE=\"existing\":\n%s", out)
