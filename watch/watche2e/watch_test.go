@@ -23,38 +23,10 @@ import (
 
 // bins are built once by TestMain: strata, and real etcd from tools/ to
 // check that the tests' expectations are etcd's.
-var (
-	bins      testutil.Binaries
-	strataBin string
-)
+var bins testutil.Binaries
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	root, err := testutil.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	dir, err := os.MkdirTemp("", "strata-watch-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	defer os.RemoveAll(dir)
-	if bins, err = testutil.BuildBinaries(root, dir); err != nil {
-		fmt.Fprintln(os.Stderr, "build etcd from tools/:", err)
-		return 2
-	}
-	if bins.StrataErr != nil {
-		fmt.Fprintln(os.Stderr, "build strata:", bins.StrataErr)
-		return 2
-	}
-	strataBin = bins.Strata
-	defer testutil.KillAll()
-	return m.Run()
+	os.Exit(testutil.RunWithBinaries(m, &bins))
 }
 
 // flavors are the servers the semantic tests run against: strata, and
@@ -63,7 +35,7 @@ var flavors = []string{"strata", "etcd"}
 
 func startFlavor(t *testing.T, flavor string) (*testutil.Process, *clientv3.Client) {
 	t.Helper()
-	bin := strataBin
+	bin := bins.Strata
 	if flavor == "etcd" {
 		bin = bins.Etcd
 	}
@@ -73,7 +45,7 @@ func startFlavor(t *testing.T, flavor string) (*testutil.Process, *clientv3.Clie
 
 func start(t *testing.T) (*testutil.Process, *clientv3.Client) {
 	t.Helper()
-	p := testutil.StartProcess(t, testutil.Options{Binary: strataBin})
+	p := testutil.StartProcess(t, testutil.Options{Binary: bins.Strata})
 	return p, p.Client(t)
 }
 
@@ -285,7 +257,7 @@ func pidOf(t *testing.T, p *testutil.Process) int {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, want) && bytes.HasPrefix(b, []byte(strataBin)) {
+		if err == nil && bytes.Contains(b, want) && bytes.HasPrefix(b, []byte(bins.Strata)) {
 			return pid
 		}
 	}
@@ -485,7 +457,7 @@ func TestWatchAcrossLeaderChange(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three members")
 	}
-	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: strataBin, Size: 3})
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: bins.Strata, Size: 3})
 	leader, err := c.WaitLeader(20 * time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -540,7 +512,7 @@ func TestWatchRequireLeader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three members")
 	}
-	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: strataBin, Size: 3})
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: bins.Strata, Size: 3})
 	leader, err := c.WaitLeader(20 * time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -711,7 +683,7 @@ func TestWatchAcrossSnapshotInstall(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three members")
 	}
-	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: strataBin, Size: 3,
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: bins.Strata, Size: 3,
 		Flags: []string{"--snapshot-count=20", "--snapshot-catchup-entries=5"}})
 	leader, err := c.WaitLeader(20 * time.Second)
 	if err != nil {

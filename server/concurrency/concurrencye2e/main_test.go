@@ -28,31 +28,7 @@ import (
 var bins testutil.Binaries
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	root, err := testutil.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	dir, err := os.MkdirTemp("", "strata-concurrency-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	defer os.RemoveAll(dir)
-	if bins, err = testutil.BuildBinaries(root, dir); err != nil {
-		fmt.Fprintln(os.Stderr, "build etcd from tools/:", err)
-		return 2
-	}
-	if bins.StrataErr != nil {
-		fmt.Fprintln(os.Stderr, "build strata:", bins.StrataErr)
-		return 2
-	}
-	defer testutil.KillAll()
-	return m.Run()
+	os.Exit(testutil.RunWithBinaries(m, &bins))
 }
 
 // start runs a fresh single-member server of the given flavor ("strata"
