@@ -43,9 +43,24 @@ type Proxy struct {
 // NewProxy listens on a free loopback port and forwards to target
 // ("127.0.0.1:port"). Call Start to begin accepting.
 func NewProxy(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("proxy for %s: listen: %w", target, err)
+	// The port must be one FreePorts has not handed to a process that has
+	// not bound it yet, or that process would find it taken.
+	var ln net.Listener
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("proxy for %s: listen: %w", target, err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		usedPorts.Lock()
+		fresh := !usedPorts.m[port]
+		usedPorts.m[port] = true
+		usedPorts.Unlock()
+		if fresh {
+			ln = l
+			break
+		}
+		l.Close()
 	}
 	p := &Proxy{ln: ln, target: target}
 	p.mu.conns = map[net.Conn]string{}
