@@ -132,7 +132,8 @@ func TestClusterEtcdctl(t *testing.T) {
 		t.Fatalf("etcdctl member remove %s: exit %d\nstdout:\n%s\nstderr:\n%s", idm[1], res.Code, res.Stdout, res.Stderr)
 	}
 	out = res.Stdout
-	if !strings.Contains(out, "Member "+idm[1]+" removed from cluster") {
+	// etcdctl pads the ID to 16 columns.
+	if !regexp.MustCompile(`Member\s+` + idm[1] + ` removed from cluster`).MatchString(out) {
 		t.Errorf("member remove output: %q", out)
 	}
 	if _, ok := m.WaitExit(5 * time.Second); !ok {
