@@ -343,28 +343,7 @@ func (c *Cluster) RemoveMember(i int) (exitedByItself bool) {
 // waitServing waits until the member answers a serializable Get: a learner
 // serves no linearizable reads, so WaitReady's Get would never succeed.
 func (p *Process) waitServing(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	cli, err := probeClient(p.clientURL)
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
-	var lastErr error
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.Exited():
-			return fmt.Errorf("process exited before ready: %v", p.ExitErr())
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		_, lastErr = cli.Get(ctx, "e2e-ready-probe", clientv3.WithSerializable())
-		cancel()
-		if lastErr == nil {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval
-	}
-	return fmt.Errorf("not serving after %v: last Get error: %v", timeout, lastErr)
+	return p.waitGet(timeout, clientv3.WithSerializable())
 }
 
 // status asks one endpoint for its Maintenance.Status.

@@ -64,7 +64,7 @@ type Process struct {
 	opts Options
 
 	clientURL, peerURL string
-	out                *syncBuffer
+	out                *SyncBuffer
 
 	mu struct {
 		sync.Mutex
@@ -104,7 +104,7 @@ func NewProcess(t testing.TB, opts Options) *Process {
 		opts:      opts,
 		clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
 		peerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
-		out:       &syncBuffer{},
+		out:       &SyncBuffer{},
 	}
 	t.Cleanup(func() {
 		p.kill()
@@ -197,6 +197,12 @@ func (p *Process) Launch() {
 // WaitReady polls with a clientv3 Get until it succeeds, the process exits,
 // or timeout passes.
 func (p *Process) WaitReady(timeout time.Duration) error {
+	return p.waitGet(timeout)
+}
+
+// waitGet polls a Get with opts until it succeeds, the process exits, or
+// timeout passes.
+func (p *Process) waitGet(timeout time.Duration, opts ...clientv3.OpOption) error {
 	deadline := time.Now().Add(timeout)
 	cli, err := probeClient(p.clientURL)
 	if err != nil {
@@ -211,7 +217,7 @@ func (p *Process) WaitReady(timeout time.Duration) error {
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		_, lastErr = cli.Get(ctx, "e2e-ready-probe")
+		_, lastErr = cli.Get(ctx, "e2e-ready-probe", opts...)
 		cancel()
 		if lastErr == nil {
 			return nil
@@ -410,26 +416,29 @@ func RunToExit(t testing.TB, timeout time.Duration, stdin string, env []string, 
 	return res
 }
 
-// syncBuffer is a bytes.Buffer safe for the two copy goroutines of
+// SyncBuffer is a bytes.Buffer safe for the two copy goroutines of
 // exec.Cmd and the test reading it.
-type syncBuffer struct {
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+// String returns what was written so far.
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
 
-func (b *syncBuffer) Len() int {
+// Len returns the number of bytes written so far.
+func (b *SyncBuffer) Len() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Len()

@@ -7,13 +7,11 @@
 package concurrencye2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -79,8 +77,8 @@ func keysUnder(t *testing.T, cli *clientv3.Client, pfx string) []string {
 // ctl is an etcdctl process that runs until it exits or is signalled.
 type ctl struct {
 	cmd  *exec.Cmd
-	out  *lockedBuffer
-	errb *lockedBuffer
+	out  *testutil.SyncBuffer
+	errb *testutil.SyncBuffer
 	done chan struct{}
 	err  error // set before done closes
 }
@@ -88,7 +86,7 @@ type ctl struct {
 // startCtl starts etcdctl against p with args.
 func startCtl(t *testing.T, p *testutil.Process, args ...string) *ctl {
 	t.Helper()
-	c := &ctl{out: &lockedBuffer{}, errb: &lockedBuffer{}, done: make(chan struct{})}
+	c := &ctl{out: &testutil.SyncBuffer{}, errb: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	c.cmd = exec.Command(bins.Etcdctl, append([]string{"--endpoints=" + p.Endpoint()}, args...)...)
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.errb
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -141,23 +139,4 @@ func (c *ctl) wait(t *testing.T) error {
 		t.Fatalf("etcdctl %v still running after 20 s; stdout %q, stderr %q", c.cmd.Args[1:], c.out.String(), c.errb.String())
 		return nil
 	}
-}
-
-// lockedBuffer is a bytes.Buffer written by exec's copy goroutine and read
-// by the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
