@@ -3,6 +3,7 @@ package apply
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -206,16 +207,45 @@ func (a *Applier) replayRecords(first, last uint64, rev int64, records []raftlog
 		w.Abort()
 		return err
 	}
-	for _, r := range records {
+	// Replay is applied in parallel where records are independent. Each
+	// key's records are independent of every other key's, and kept
+	// entries write no key, so the key records are prepared (current
+	// version read, state encoded) in parallel, split by key. The records
+	// after the last kept entry, usually nearly all of them, are also
+	// written in parallel into write-only batches that commit after the
+	// rest (nothing reads them before the commit); the others are written
+	// in log order into the batch, where the kept entries that follow them
+	// (a revision compaction, a lease revocation) read them.
+	workers := runtime.GOMAXPROCS(0)
+	var changes []mvcc.KeyChange
+	tailFrom := len(records) // records[tailFrom:] are key records
+	for i, r := range records {
+		if r.Index <= applied {
+			continue
+		}
+		if r.Kind == raftlog.RecordEntry {
+			tailFrom = len(records)
+			continue
+		}
+		changes = append(changes, keyChangeOf(r))
+		if tailFrom == len(records) {
+			tailFrom = i
+		}
+	}
+	prepared, err := a.store.PrepareKeyStates(changes, workers)
+	if err != nil {
+		w.Abort()
+		return fmt.Errorf("apply: replay compacted batch %d..%d: %w", first, last, err)
+	}
+	for _, r := range records[:tailFrom] {
 		if r.Index <= applied {
 			continue
 		}
 		var err error
 		switch r.Kind {
-		case raftlog.RecordPut:
-			err = w.SetKeyState(mvcc.KeyChange{Main: r.Main, Sub: r.Sub, Key: r.Key, KV: kvOf(r)})
-		case raftlog.RecordDelete:
-			err = w.SetKeyState(mvcc.KeyChange{Main: r.Main, Sub: r.Sub, Key: r.Key})
+		case raftlog.RecordPut, raftlog.RecordDelete:
+			err = w.SetPreparedKeyState(&prepared[0])
+			prepared = prepared[1:]
 		case raftlog.RecordEntry:
 			var changed bool
 			changed, err = a.replayKept(w, r.Entry, &members, minTTL)
@@ -242,7 +272,7 @@ func (a *Applier) replayRecords(first, last uint64, rev int64, records []raftlog
 			return fmt.Errorf("apply: replay compacted batch %d..%d: membership: %w", first, last, err)
 		}
 	}
-	if err := w.Commit(last); err != nil {
+	if err := w.CommitWithKeyStates(last, prepared, workers); err != nil {
 		return fmt.Errorf("apply: replay compacted batch %d..%d: %w", first, last, err)
 	}
 	a.members.Store(&members)
@@ -386,7 +416,12 @@ func (a *Applier) replayKept(w *mvcc.WriteBatch, e *raftpb.Entry, members *[]*pb
 	return changed, err
 }
 
-func kvOf(r raftlog.BatchRecord) *mvccpb.KeyValue {
-	return &mvccpb.KeyValue{Key: r.Key, Value: r.Value, CreateRevision: r.CreateRevision, ModRevision: r.Main,
-		Version: r.Version, Lease: r.Lease}
+// keyChangeOf is the key version a put or delete record stands for.
+func keyChangeOf(r raftlog.BatchRecord) mvcc.KeyChange {
+	c := mvcc.KeyChange{Main: r.Main, Sub: r.Sub, Key: r.Key}
+	if r.Kind == raftlog.RecordPut {
+		c.KV = &mvccpb.KeyValue{Key: r.Key, Value: r.Value, CreateRevision: r.CreateRevision, ModRevision: r.Main,
+			Version: r.Version, Lease: r.Lease}
+	}
+	return c
 }

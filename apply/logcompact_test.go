@@ -131,7 +131,7 @@ type state struct {
 	rev, compactRev int64
 	hash            uint32
 	kvs             string
-	leases          string
+	leases          string // records and attached keys
 }
 
 func stateOf(t *testing.T, s *mvcc.Store, withHistory bool) state {
@@ -155,7 +155,14 @@ func stateOf(t *testing.T, s *mvcc.Store, withHistory bool) state {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.leases = fmt.Sprint(recs)
+	// The keys attached to each lease: a revocation deletes them.
+	for _, r := range recs {
+		keys, err := s.LeaseKeys(r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.leases += fmt.Sprintf("%+v keys %q; ", r, keys)
+	}
 	return st
 }
 
@@ -168,11 +175,26 @@ func stateOf(t *testing.T, s *mvcc.Store, withHistory bool) state {
 // With --history latest (the horizon at the batch's last revision) the
 // current state is the same.
 func TestCompactedBatchReplay(t *testing.T) {
-	for seed := uint64(1); seed <= 12; seed++ {
+	for _, tc := range []struct {
+		name            string
+		seeds           uint64
+		commands, batch int // batch: the largest batch, in commands
+	}{
+		{name: "small", seeds: 12, commands: 150, batch: 40},
+		// Enough records per batch for replay's parallel paths
+		// (mvcc's minParallelPrepare).
+		{name: "large", seeds: 2, commands: 3000, batch: 3000},
+	} {
+		testCompactedBatchReplay(t, tc.name, tc.seeds, tc.commands, tc.batch)
+	}
+}
+
+func testCompactedBatchReplay(t *testing.T, name string, seeds uint64, commands, maxBatch int) {
+	for seed := uint64(1); seed <= seeds; seed++ {
 		for _, latest := range []bool{false, true} {
-			t.Run(fmt.Sprintf("seed%d/latest=%v", seed, latest), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/seed%d/latest=%v", name, seed, latest), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 7))
-				entries := randomRequests(t, rng, 150)
+				entries := randomRequests(t, rng, commands)
 				full := newMember(t)
 				full.apply(t, rng, entries)
 				want := stateOf(t, full.store, !latest)
@@ -185,7 +207,7 @@ func TestCompactedBatchReplay(t *testing.T) {
 				var batches []*raftlog.CompactedBatch
 				kept, commands := 0, 0
 				for lo := 0; lo < len(entries); {
-					hi := min(len(entries), lo+1+rng.IntN(40))
+					hi := min(len(entries), lo+1+rng.IntN(maxBatch))
 					b, err := BuildCompactedBatch(full.store, entries[lo:hi], horizon)
 					if err != nil {
 						t.Fatal(err)

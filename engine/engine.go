@@ -64,7 +64,27 @@ type Batch interface {
 	// sync, and releases the batch. appliedIndex must not be lower than the
 	// engine's current applied index.
 	Commit(appliedIndex uint64) error
+	// CommitWith commits the batch's writes followed by those of tails, in
+	// order, and the applied index, atomically, as Commit does; it releases
+	// the batch and the tails. Tails are built on other goroutines (see
+	// WriteOnlyBatch); what they write is not visible to reads through the
+	// batch before the commit, so a caller appends as tails only writes
+	// that no later read of the batch depends on.
+	CommitWith(appliedIndex uint64, tails []WriteOnlyBatch) error
 	// Close discards an uncommitted batch. It is a no-op after Commit.
+	Close() error
+}
+
+// WriteOnlyBatch collects writes that nothing reads back before they
+// commit, as part of a Batch (Batch.CommitWith). Without the index a Batch
+// keeps for its reads it is cheaper to build, and since it does not read
+// it can be built on any goroutine: recovery fills several in parallel.
+//
+// Concurrency: a WriteOnlyBatch is used by one goroutine at a time.
+type WriteOnlyBatch interface {
+	Set(key, value []byte) error
+	Delete(key []byte) error
+	// Close discards the writes. It is a no-op once committed.
 	Close() error
 }
 
@@ -81,6 +101,9 @@ type Snapshot interface {
 type Engine interface {
 	Reader
 	NewBatch() Batch
+	// NewWriteOnlyBatch returns an empty WriteOnlyBatch; it may be called
+	// from any goroutine.
+	NewWriteOnlyBatch() WriteOnlyBatch
 	NewSnapshot() Snapshot
 	// AppliedIndex returns the applied index of the last committed batch
 	// (after Open: of the last batch that survived).

@@ -95,6 +95,13 @@ func (b *timedBatch) Commit(appliedIndex uint64) error {
 	return err
 }
 
+func (b *timedBatch) CommitWith(appliedIndex uint64, tails []engine.WriteOnlyBatch) error {
+	start := time.Now()
+	err := b.Batch.CommitWith(appliedIndex, tails)
+	b.metrics.ObserveBackendCommit(time.Since(start))
+	return err
+}
+
 // grpcServerOptions adds the metrics interceptors to the client gRPC
 // server's options.
 func (w *clientHTTP) grpcServerOptions(limits server.Limits) []grpc.ServerOption {

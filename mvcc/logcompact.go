@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/proto"
@@ -219,38 +220,210 @@ func (w *WriteBatch) SetKeyState(c KeyChange) error {
 	if err != nil {
 		return w.fail(err)
 	}
+	var prevLease int64
+	if cur != nil {
+		prevLease = cur.Lease
+	}
+	p, err := prepareKeyState(c, prevLease)
+	if err != nil {
+		return w.fail(err)
+	}
+	return w.SetPreparedKeyState(&p)
+}
+
+// PreparedKeyState is a KeyChange made ready for SetPreparedKeyState: its
+// encoding, and the lease the key was attached to before it. Preparing is
+// the costly part of a replay (a read of the key's current version and an
+// encoding) and needs no write batch, so PrepareKeyStates does it for many
+// keys at once, in parallel.
+type PreparedKeyState struct {
+	change    KeyChange
+	enc       []byte
+	prevLease int64
+}
+
+func prepareKeyState(c KeyChange, prevLease int64) (PreparedKeyState, error) {
 	kv := c.KV
 	if kv == nil {
 		kv = &mvccpb.KeyValue{Key: c.Key}
 	}
 	enc, err := proto.Marshal(kv)
 	if err != nil {
-		return w.fail(fmt.Errorf("encode key %q: %w", c.Key, err))
+		return PreparedKeyState{}, fmt.Errorf("encode key %q: %w", c.Key, err)
 	}
-	b := w.b
-	var lease int64
+	return PreparedKeyState{change: c, enc: enc, prevLease: prevLease}, nil
+}
+
+// minParallelPrepare is the number of changes below which PrepareKeyStates
+// works on the calling goroutine: fewer are not worth the goroutines.
+const minParallelPrepare = 512
+
+// PrepareKeyStates prepares changes, in order, on up to workers goroutines.
+// Changes to one key are independent of changes to every other key, so the
+// keys are split among the workers by hash; each worker walks the changes
+// of its keys in order, reading a key's current version from the engine's
+// committed state at its first change and taking the previous change's
+// lease after that.
+//
+// Precondition: the result is applied, in order, by SetPreparedKeyState
+// on a batch in which nothing else changes these keys' current versions
+// between the engine's committed state now and those writes (true of a
+// compacted batch's replay: its kept entries write no key).
+func (s *Store) PrepareKeyStates(changes []KeyChange, workers int) ([]PreparedKeyState, error) {
+	out := make([]PreparedKeyState, len(changes))
+	if len(changes) < minParallelPrepare {
+		workers = 1
+	}
+	workers = max(workers, 1)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for worker := range workers {
+		wg.Go(func() {
+			// lease[key] is the key's lease after the worker's last
+			// prepared change of it.
+			lease := map[string]int64{}
+			for i, c := range changes {
+				if workers > 1 && int(keyShard(c.Key)%uint32(workers)) != worker {
+					continue
+				}
+				prev, seen := lease[string(c.Key)]
+				if !seen {
+					cur, err := (view{r: s.e}).get(c.Key)
+					if err != nil {
+						errs[worker] = err
+						return
+					}
+					if cur != nil {
+						prev = cur.Lease
+					}
+				}
+				p, err := prepareKeyState(c, prev)
+				if err != nil {
+					errs[worker] = err
+					return
+				}
+				out[i] = p
+				lease[string(c.Key)] = p.change.lease()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// keyShard is FNV-1a of key: which worker prepares its changes.
+func keyShard(key []byte) uint32 {
+	h := uint32(2166136261)
+	for _, b := range key {
+		h = (h ^ uint32(b)) * 16777619
+	}
+	return h
+}
+
+// lease is the lease the key is attached to after the change.
+func (c KeyChange) lease() int64 {
+	if c.KV == nil {
+		return 0
+	}
+	return c.KV.Lease
+}
+
+// SetPreparedKeyState writes a prepared version back, as SetKeyState does.
+func (w *WriteBatch) SetPreparedKeyState(p *PreparedKeyState) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	if err := p.write(w.b); err != nil {
+		return w.fail(err)
+	}
+	w.st.rev = max(w.st.rev, p.change.Main)
+	return nil
+}
+
+// CommitWithKeyStates writes prepared, in order, after everything else in
+// the batch, and commits at appliedIndex as Commit does (releasing the
+// write lock, also on error). The states are written on up to workers
+// goroutines into write-only batches, split by key as PrepareKeyStates
+// splits them, so that each key's states keep their order; states of
+// different keys write different engine keys. Nothing reads the batch
+// after them, which is why they come last.
+func (w *WriteBatch) CommitWithKeyStates(appliedIndex uint64, prepared []PreparedKeyState, workers int) error {
+	if err := w.usable(); err != nil {
+		w.Abort()
+		return err
+	}
+	if len(prepared) < minParallelPrepare {
+		workers = 1
+	}
+	workers = max(workers, 1)
+	tails := make([]engine.WriteOnlyBatch, workers)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for worker := range workers {
+		tails[worker] = w.s.e.NewWriteOnlyBatch()
+		wg.Go(func() {
+			for i := range prepared {
+				p := &prepared[i]
+				if workers > 1 && int(keyShard(p.change.Key)%uint32(workers)) != worker {
+					continue
+				}
+				if err := p.write(tails[worker]); err != nil {
+					errs[worker] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, t := range tails {
+			_ = t.Close()
+		}
+		w.Abort()
+		return fmt.Errorf("mvcc: commit at index %d: %w", appliedIndex, err)
+	}
+	for i := range prepared {
+		w.st.rev = max(w.st.rev, prepared[i].change.Main)
+	}
+	return w.commit(appliedIndex, tails)
+}
+
+// keyStateWriter is where a prepared state is written: a WriteBatch's
+// engine batch or a write-only batch.
+type keyStateWriter interface {
+	Set(key, value []byte) error
+	Delete(key []byte) error
+}
+
+// write writes the version's history entry and revision index row, makes
+// it the key's current state, and moves the lease attachment.
+func (p *PreparedKeyState) write(b keyStateWriter) error {
+	c := p.change
+	lease := c.lease()
+	var err error
 	if c.KV != nil {
-		lease = c.KV.Lease
-		err = b.Set(currentKey(c.Key), enc)
+		err = b.Set(currentKey(c.Key), p.enc)
 	} else {
 		err = b.Delete(currentKey(c.Key))
 	}
 	if err == nil {
-		err = b.Set(historyKey(c.Key, c.Main, c.Sub), enc)
+		err = b.Set(historyKey(c.Key, c.Main, c.Sub), p.enc)
 	}
 	if err == nil {
 		err = b.Set(revKey(c.Main, c.Sub), revValue(c.KV == nil, c.Key))
 	}
-	if err == nil && cur != nil && cur.Lease != 0 && cur.Lease != lease {
-		err = b.Delete(leaseKey(cur.Lease, c.Key))
+	if err == nil && p.prevLease != 0 && p.prevLease != lease {
+		err = b.Delete(leaseKey(p.prevLease, c.Key))
 	}
 	if err == nil && lease != 0 {
 		err = b.Set(leaseKey(lease, c.Key), nil)
 	}
 	if err != nil {
-		return w.fail(fmt.Errorf("set state of %q at %d.%d: %w", c.Key, c.Main, c.Sub, err))
+		return fmt.Errorf("set state of %q at %d.%d: %w", c.Key, c.Main, c.Sub, err)
 	}
-	w.st.rev = max(w.st.rev, c.Main)
 	return nil
 }
 

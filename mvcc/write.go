@@ -537,6 +537,19 @@ func (w *WriteBatch) Rev() int64 { return w.st.rev }
 // batch; then readers see the new revision. It releases the write lock,
 // also on error.
 func (w *WriteBatch) Commit(appliedIndex uint64) error {
+	return w.commit(appliedIndex, nil)
+}
+
+// commit commits the batch followed by tails (engine.Batch.CommitWith).
+func (w *WriteBatch) commit(appliedIndex uint64, tails []engine.WriteOnlyBatch) error {
+	handedOver := false // CommitWith releases the tails
+	defer func() {
+		if !handedOver {
+			for _, t := range tails {
+				_ = t.Close()
+			}
+		}
+	}()
 	if w.done {
 		return errors.New("mvcc: commit: write batch already committed or aborted")
 	}
@@ -555,7 +568,8 @@ func (w *WriteBatch) Commit(appliedIndex uint64) error {
 			return fmt.Errorf("mvcc: commit at index %d: %w", appliedIndex, err)
 		}
 	}
-	if err := w.b.Commit(appliedIndex); err != nil {
+	handedOver = true
+	if err := w.b.CommitWith(appliedIndex, tails); err != nil {
 		return fmt.Errorf("mvcc: commit at index %d: %w", appliedIndex, err)
 	}
 	s.rev.Store(w.st.rev)

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/strata-kv/strata/engine"
@@ -42,6 +43,7 @@ func Run(t *testing.T, open Opener) {
 		{"FlushAndDurableIndex", testFlush},
 		{"Checkpoint", testCheckpoint},
 		{"CloseDiscardsBatch", testBatchClose},
+		{"CommitWithTails", testCommitWith},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })
@@ -252,4 +254,57 @@ func testBatchClose(t *testing.T, open Opener) {
 	if e.AppliedIndex() != 0 {
 		t.Fatalf("a closed batch moved the applied index to %d", e.AppliedIndex())
 	}
+}
+
+// testCommitWith: tails built on other goroutines commit atomically after
+// the batch's own writes, in order, with the applied index; a discarded
+// batch discards its tails.
+func testCommitWith(t *testing.T, open Opener) {
+	e := open(t, t.TempDir())
+	defer e.Close()
+	commit(t, e, 1, func(b engine.Batch) { _ = b.Set(k("a"), []byte("1")) })
+	tails := make([]engine.WriteOnlyBatch, 2)
+	var wg sync.WaitGroup
+	for i := range tails {
+		wg.Go(func() {
+			w := e.NewWriteOnlyBatch()
+			_ = w.Set(k(fmt.Sprintf("tail%d", i)), []byte("x"))
+			_ = w.Set(k("last"), []byte(fmt.Sprint(i)))
+			tails[i] = w
+		})
+	}
+	wg.Wait()
+	_ = tails[0].Delete(k("a"))
+	b := e.NewBatch()
+	_ = b.Set(k("a"), []byte("2"))
+	_ = b.Set(k("last"), []byte("batch"))
+	want(t, "batch scan before commit (tails not visible)", all(t, b), "t/a=2", "t/last=batch")
+	want(t, "engine scan before commit", all(t, e), "t/a=1")
+	if err := b.CommitWith(2, tails); err != nil {
+		t.Fatal(err)
+	}
+	// Order: the batch, then tail 0 (which deletes a), then tail 1.
+	want(t, "engine scan after commit", all(t, e), "t/last=1", "t/tail0=x", "t/tail1=x")
+	if got := e.AppliedIndex(); got != 2 {
+		t.Fatalf("applied index %d after CommitWith(2), want 2", got)
+	}
+
+	// Discarded: neither the batch nor its tails reach the engine.
+	tail := e.NewWriteOnlyBatch()
+	_ = tail.Set(k("discarded"), []byte("x"))
+	b = e.NewBatch()
+	_ = b.Set(k("discarded2"), []byte("x"))
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tail.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want(t, "engine scan after discard", all(t, e), "t/last=1", "t/tail0=x", "t/tail1=x")
+	// A tail below the applied index is refused like a batch.
+	b = e.NewBatch()
+	if err := b.CommitWith(1, []engine.WriteOnlyBatch{e.NewWriteOnlyBatch()}); err == nil {
+		t.Fatal("CommitWith below the applied index succeeded")
+	}
+	_ = b.Close()
 }

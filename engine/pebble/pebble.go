@@ -338,24 +338,91 @@ func (b *batch) Commit(appliedIndex uint64) error {
 	if b.done {
 		return errors.New("commit batch: already committed or closed")
 	}
-	if cur := b.e.applied.Load(); appliedIndex < cur {
+	if err := b.e.commit(b.b, appliedIndex); err != nil {
+		return err
+	}
+	b.done = true
+	return b.b.Close()
+}
+
+// CommitWith implements engine.Batch. The batch and its tails are copied
+// into one unindexed pebble batch: copying is cheap, and indexing the
+// tails would cost what building them apart saved.
+func (b *batch) CommitWith(appliedIndex uint64, tails []engine.WriteOnlyBatch) error {
+	defer func() {
+		for _, t := range tails {
+			_ = t.Close()
+		}
+	}()
+	if len(tails) == 0 {
+		return b.Commit(appliedIndex)
+	}
+	if b.done {
+		return errors.New("commit batch: already committed or closed")
+	}
+	whole := b.e.db.NewBatch()
+	defer whole.Close()
+	if err := whole.Apply(b.b, nil); err != nil {
+		return fmt.Errorf("commit batch at index %d: %w", appliedIndex, err)
+	}
+	for i, t := range tails {
+		wb, ok := t.(*writeOnlyBatch)
+		if !ok || wb.done {
+			return fmt.Errorf("commit batch at index %d: tail %d is not an open write-only batch of this engine", appliedIndex, i)
+		}
+		if err := whole.Apply(wb.b, nil); err != nil {
+			return fmt.Errorf("commit batch at index %d: tail %d: %w", appliedIndex, i, err)
+		}
+	}
+	if err := b.e.commit(whole, appliedIndex); err != nil {
+		return err
+	}
+	b.done = true
+	return b.b.Close()
+}
+
+// commit writes the applied index into pb and commits it without a sync
+// (with a sync when the engine keeps its own WAL).
+func (e *Engine) commit(pb *pebble.Batch, appliedIndex uint64) error {
+	if cur := e.applied.Load(); appliedIndex < cur {
 		return fmt.Errorf("commit batch: applied index %d below the engine's %d", appliedIndex, cur)
 	}
 	var buf [8]byte
 	binary.BigEndian.PutUint64(buf[:], appliedIndex)
-	if err := b.b.Set(AppliedIndexKey, buf[:], nil); err != nil {
+	if err := pb.Set(AppliedIndexKey, buf[:], nil); err != nil {
 		return fmt.Errorf("commit batch at index %d: %w", appliedIndex, err)
 	}
 	wo := pebble.NoSync
-	if b.e.wal {
+	if e.wal {
 		wo = pebble.Sync
 	}
-	if err := b.b.Commit(wo); err != nil {
+	if err := pb.Commit(wo); err != nil {
 		return fmt.Errorf("commit batch at index %d: %w", appliedIndex, err)
 	}
-	b.e.applied.Store(appliedIndex)
-	b.done = true
-	return b.b.Close()
+	e.applied.Store(appliedIndex)
+	return nil
+}
+
+// writeOnlyBatch is an unindexed pebble batch (engine.WriteOnlyBatch).
+type writeOnlyBatch struct {
+	b    *pebble.Batch
+	done bool
+}
+
+// NewWriteOnlyBatch implements engine.Engine.
+func (e *Engine) NewWriteOnlyBatch() engine.WriteOnlyBatch {
+	return &writeOnlyBatch{b: e.db.NewBatch()}
+}
+
+func (w *writeOnlyBatch) Set(key, value []byte) error { return w.b.Set(key, value, nil) }
+func (w *writeOnlyBatch) Delete(key []byte) error     { return w.b.Delete(key, nil) }
+
+func (w *writeOnlyBatch) Close() error {
+	if w.done {
+		return nil
+	}
+	w.done = true
+	return w.b.Close()
 }
 
 func (b *batch) Close() error {
