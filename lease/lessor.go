@@ -273,6 +273,25 @@ func (l *Lessor) Revoke(w *mvcc.WriteBatch, r *pb.LeaseRevokeRequest) (*pb.Lease
 	return &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: rev}}, nil
 }
 
+// Forget drops lease id from memory only, if it exists: its record and
+// its keys are the caller's business. An incremental snapshot install
+// replays a compacted batch's kept revocation this way (the deletions of
+// the lease's keys are records of their own in the batch) and needs the
+// lease gone before later entries of the same engine batch ask whether it
+// exists; the lessor is reloaded from the engine after the install.
+func (l *Lessor) Forget(id int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	le, ok := l.mu.leases[id]
+	if !ok {
+		return
+	}
+	delete(l.mu.leases, id)
+	if le.index >= 0 {
+		heap.Remove(&l.mu.heap, le.index)
+	}
+}
+
 // Checkpoint applies a LeaseCheckpoint: it records the remaining TTL of
 // each named lease that still exists (0 clears it). The deadlines the
 // primary keeps do not move: the checkpoint was taken from them.

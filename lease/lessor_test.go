@@ -381,3 +381,44 @@ func TestPromoteWaitsForReplay(t *testing.T) {
 		t.Fatalf("%d s left, want the replayed checkpoint's 30", left)
 	}
 }
+
+// TestForget: Forget drops a lease from memory only (its keys and record
+// stay, for the caller), also from the primary's expiry heap; forgetting
+// an unknown lease does nothing.
+func TestForget(t *testing.T) {
+	v := newEnv(t, Config{ElectionTimeout: time.Second})
+	v.tick() // promote: leases get deadlines in the heap
+	for _, id := range []int64{1, 2} {
+		if err := v.grant(id, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.put("k", 1); err != nil {
+		t.Fatal(err)
+	}
+	v.l.Forget(1)
+	v.l.Forget(99)
+	if v.l.Exists(1) || !v.l.Exists(2) {
+		t.Fatalf("after Forget(1): Exists(1) %v, Exists(2) %v", v.l.Exists(1), v.l.Exists(2))
+	}
+	if err := v.put("k2", 1); !errors.Is(err, mvcc.ErrLeaseNotFound) {
+		t.Fatalf("put with a forgotten lease: %v, want ErrLeaseNotFound", err)
+	}
+	// Its key is untouched, and the expiry of the other lease still works
+	// (the heap holds no stale entry).
+	v.clock.advance(time.Minute)
+	v.tick()
+	if v.count("k") != 1 {
+		t.Fatalf("key of the forgotten lease: count %d, want 1", v.count("k"))
+	}
+	if v.l.Exists(2) {
+		t.Fatalf("lease 2 did not expire")
+	}
+	// Reloading from the engine brings the lease back: its record stayed.
+	if err := v.l.Load(v.store); err != nil {
+		t.Fatal(err)
+	}
+	if !v.l.Exists(1) {
+		t.Fatalf("lease 1 not reloaded from its record")
+	}
+}
