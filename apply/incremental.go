@@ -1,0 +1,258 @@
+package apply
+
+import (
+	"fmt"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-kv/strata/mvcc"
+	"github.com/strata-kv/strata/node"
+	"github.com/strata-kv/strata/raftlog"
+)
+
+// Incremental snapshots, the installing member's half
+// (docs/log-compaction.md, "Incremental snapshots", member steps 3-5).
+// Instead of replacing the whole engine with the leader's, the member
+// reaches the snapshot's state from its own: its own log's committed
+// entries up to the base, then the leader's compacted batches, then the
+// leader's entries after them.
+
+// CatchUp is what an incremental snapshot brings: see InstallCatchUp.
+type CatchUp struct {
+	// Base is the index up to which this member's log holds the leader's
+	// entries.
+	Base uint64
+	// OwnEntries reads this member's raft log: entries [lo, hi), at most
+	// maxSize bytes but at least one (raft.Storage's Entries).
+	OwnEntries func(lo, hi, maxSize uint64) ([]*raftpb.Entry, error)
+	// Batches are the leader's compacted batches, consecutive, the first
+	// covering Base+1.
+	Batches []*raftlog.CompactedBatch
+	// Entries follow the last batch (or Base) consecutively and end at
+	// End.
+	Entries []*raftpb.Entry
+	// End is the index the engine holds after the install.
+	End uint64
+	// ConfState is the snapshot's (raft's membership at End).
+	ConfState *raftpb.ConfState
+	// MinTTL is the lessor's minimum TTL, for kept lease grants replayed
+	// without a lessor.
+	MinTTL int64
+}
+
+// CatchUpStats says what InstallCatchUp applied.
+type CatchUpStats struct {
+	// OwnEntries were applied from this member's log, up to Base.
+	OwnEntries int
+	// Records of the batches and Entries of the leader were applied
+	// (those at or below the applied index were skipped).
+	Records, Entries int
+}
+
+// ownEntriesChunk bounds one read of the member's own log.
+const ownEntriesChunk = 16 << 20
+
+// InstallCatchUp brings the store from its applied index A to c.End:
+//
+//  1. if A < c.Base, the entries (A, Base] of the member's own log are
+//     applied through the ordinary apply path (each commit at an index its
+//     log holds, as any apply);
+//  2. then, in one engine batch committed at c.End: for each batch ending
+//     above the applied index, the revision is raised to the batch's and
+//     its records above the applied index are replayed as recovery
+//     replays them (SetKeyState, kept entries through replayKept); the
+//     entries above the applied index are applied through the ordinary
+//     request path; the ConfState is written.
+//
+// A crash leaves the engine at the end of step 1 or at c.End. Replaying a
+// batch on a state at any index inside it ends at its last index's state,
+// so the store ends at the leader's state at c.End.
+//
+// It runs on the applier goroutine, from the installer (SetInstaller),
+// which reloads the lessor and the auth store afterwards.
+func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
+	var st CatchUpStats
+	for applied := a.applied.Load(); applied < c.Base; applied = a.applied.Load() {
+		if c.OwnEntries == nil {
+			return st, fmt.Errorf("apply: catch up to %d: applied index %d is below the base %d and the log is not readable", c.End, applied, c.Base)
+		}
+		ents, err := c.OwnEntries(applied+1, c.Base+1, ownEntriesChunk)
+		if err != nil {
+			return st, fmt.Errorf("apply: catch up to %d: read own entries %d..%d: %w", c.End, applied+1, c.Base, err)
+		}
+		if len(ents) == 0 || ents[0].GetIndex() != applied+1 {
+			return st, fmt.Errorf("apply: catch up to %d: own log gave no entry %d", c.End, applied+1)
+		}
+		for i, e := range ents {
+			if e.GetIndex() != applied+1+uint64(i) || e.GetIndex() > c.Base {
+				return st, fmt.Errorf("apply: catch up to %d: own log gave entry %d after %d (base %d)", c.End, e.GetIndex(), applied+uint64(i), c.Base)
+			}
+		}
+		if err := a.applyBatches([]node.Committed{{Entries: ents}}); err != nil {
+			return st, fmt.Errorf("apply: catch up to %d: own entries up to base %d: %w", c.End, c.Base, err)
+		}
+		st.OwnEntries += len(ents)
+	}
+	applied := a.applied.Load()
+	if applied >= c.End {
+		return st, fmt.Errorf("apply: catch up to %d: already applied %d", c.End, applied)
+	}
+	// Check that the batches and entries cover (applied, End] without a
+	// gap before writing anything.
+	next := applied + 1
+	for _, b := range c.Batches {
+		if b.LastIndex < next {
+			continue
+		}
+		if b.FirstIndex > next {
+			return st, fmt.Errorf("apply: catch up to %d: compacted batch %d..%d does not cover index %d", c.End, b.FirstIndex, b.LastIndex, next)
+		}
+		next = b.LastIndex + 1
+	}
+	for _, e := range c.Entries {
+		if e.GetIndex() < next {
+			continue
+		}
+		if e.GetIndex() != next {
+			return st, fmt.Errorf("apply: catch up to %d: entry %d where %d was due", c.End, e.GetIndex(), next)
+		}
+		next++
+	}
+	if next != c.End+1 {
+		return st, fmt.Errorf("apply: catch up to %d: the batches and entries end at %d", c.End, next-1)
+	}
+
+	w := a.store.Write()
+	fail := func(err error) (CatchUpStats, error) {
+		w.Abort()
+		return st, fmt.Errorf("apply: catch up from %d to %d: %w", applied, c.End, err)
+	}
+	members := append([]*pb.Member(nil), a.Members()...)
+	membersChanged := false
+	for _, b := range c.Batches {
+		if b.LastIndex <= applied {
+			continue
+		}
+		if err := w.RaiseRevision(b.Revision); err != nil {
+			return fail(err)
+		}
+		for _, r := range b.Records {
+			if r.Index <= applied {
+				continue
+			}
+			var err error
+			switch r.Kind {
+			case raftlog.RecordPut, raftlog.RecordDelete:
+				err = w.SetKeyState(keyChangeOf(r))
+			case raftlog.RecordEntry:
+				var changed bool
+				changed, err = a.replayKeptLive(w, r.Entry, &members, c.MinTTL)
+				membersChanged = membersChanged || changed
+			}
+			if err != nil {
+				return fail(fmt.Errorf("compacted batch %d..%d at index %d: %w", b.FirstIndex, b.LastIndex, r.Index, err))
+			}
+			st.Records++
+		}
+		// The revision at the batch's end, for RevisionAtIndex (the
+		// replayed indexes have no rows of their own), as recovery writes.
+		if err := w.RecordIndex(b.LastIndex, w.Rev()); err != nil {
+			return fail(err)
+		}
+	}
+	var answers []answer
+	for _, e := range c.Entries {
+		if e.GetIndex() <= applied {
+			continue
+		}
+		st.Entries++
+		switch e.GetType() {
+		case raftpb.EntryNormal:
+			if len(e.GetData()) == 0 {
+				continue // a new leader's empty entry
+			}
+			var req pb.InternalRaftRequest
+			if err := proto.Unmarshal(e.GetData(), &req); err != nil {
+				return fail(fmt.Errorf("decode entry %d: %w", e.GetIndex(), err))
+			}
+			revBefore := w.Rev()
+			res, changed, err := a.applyRequest(w, &req, &members)
+			if err == nil {
+				err = w.RecordIndex(e.GetIndex(), revBefore)
+			}
+			if err != nil {
+				return fail(fmt.Errorf("entry %d: %w", e.GetIndex(), err))
+			}
+			membersChanged = membersChanged || changed
+			if id := requestID(&req); id != 0 {
+				answers = append(answers, answer{id: id, result: res})
+			}
+		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
+			id, changed, err := applyConfChange(e, &members)
+			if err != nil {
+				return fail(fmt.Errorf("conf change %d: %w", e.GetIndex(), err))
+			}
+			membersChanged = membersChanged || changed
+			if id != 0 {
+				answers = append(answers, answer{id: id})
+			}
+		}
+	}
+	if c.ConfState != nil {
+		raw, err := proto.Marshal(c.ConfState)
+		if err == nil {
+			err = w.SetMeta(metaConfState, raw)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("conf state: %w", err))
+		}
+	}
+	if membersChanged {
+		raw, err := proto.Marshal(&pb.MemberListResponse{Members: members})
+		if err == nil {
+			err = w.SetMeta(metaMembers, raw)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("membership: %w", err))
+		}
+	}
+	if err := w.Commit(c.End); err != nil {
+		return st, fmt.Errorf("apply: catch up from %d to %d: %w", applied, c.End, err)
+	}
+	if c.ConfState != nil {
+		a.confState.Store(proto.CloneOf(c.ConfState))
+	}
+	a.members.Store(&members)
+	a.applied.Store(c.End)
+	a.mu.Lock()
+	for _, ans := range answers {
+		if ch, ok := a.mu.waiters[ans.id]; ok {
+			ch <- ans.result
+			delete(a.mu.waiters, ans.id)
+		}
+	}
+	a.mu.Unlock()
+	return st, nil
+}
+
+// replayKeptLive is replayKept for an applier that has a lessor: a kept
+// revocation drops the lease record (replayKept) and also the lease from
+// the lessor's memory, so that a put to it later in the same engine batch
+// is refused, as it was where the entries were first applied. (Grants and
+// checkpoints already go through the lessor.)
+func (a *Applier) replayKeptLive(w *mvcc.WriteBatch, e *raftpb.Entry, members *[]*pb.Member, minTTL int64) (bool, error) {
+	changed, err := a.replayKept(w, e, members, minTTL)
+	if err != nil || a.lessor == nil {
+		return changed, err
+	}
+	var req pb.InternalRaftRequest
+	if err := proto.Unmarshal(e.GetData(), &req); err != nil {
+		return false, fmt.Errorf("decode kept entry %d: %w", e.GetIndex(), err)
+	}
+	if req.LeaseRevoke != nil {
+		a.lessor.Forget(req.LeaseRevoke.ID)
+	}
+	return changed, nil
+}
