@@ -289,7 +289,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, fmt.Errorf("start raft node: %w", err)
 	}
 	m.applier.SetProgress(m.node)
-	snaps := &snapshotter{m: m}
+	snaps := newSnapshotter(m)
 	// etcd's minimum lease TTL: a lease outlives an election.
 	minTTL := time.Duration(3*max(electionTicks, 2)/2) * tick
 	m.lessor = lease.New(lease.Config{

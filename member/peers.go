@@ -1,6 +1,7 @@
 package member
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
@@ -42,7 +44,7 @@ func (m *Member) startPeerServer(cluster pb.ClusterServer, snaps *snapshotter) e
 		TLS:         peerTLS,
 		LocalID:     m.memberID,
 		ClusterID:   m.clusterID,
-		Handler:     m.node,
+		Handler:     snapshotReports{Handler: m.node, s: snaps},
 		Snapshotter: snaps,
 		Logger:      m.logger.Named("transport"),
 	})
@@ -156,26 +158,77 @@ func memberList(addr string, creds credentials.TransportCredentials) (*pb.Member
 }
 
 // snapshotter moves raft snapshots for the transport: the leader streams a
-// consistent export of its engine, the follower stages it as a table that
-// the applier installs when raft hands the snapshot over.
+// consistent export of its engine, or the compacted log batches that cover
+// the member's gap when that is smaller (incremental.go); the follower
+// stages the data (a table, or the decoded batches) that the applier
+// installs when raft hands the snapshot over.
+//
+// Concurrency: Open, Receive and reported run on transport goroutines,
+// install on the applier goroutine; the maps are guarded by their mutexes.
 type snapshotter struct {
-	m *Member
+	m       *Member
+	metrics *snapshotMetrics
+	send    sendState
 
 	mu     sync.Mutex
-	staged map[uint64]string // snapshot index -> staged table
+	staged map[uint64]stagedSnapshot // snapshot index -> staged data; guarded by mu
+}
+
+// stagedSnapshot is a received snapshot waiting for raft: a table to
+// ingest (full) or a decoded incremental stream.
+type stagedSnapshot struct {
+	path string
+	inc  *snapshot.Incremental
+}
+
+func newSnapshotter(m *Member) *snapshotter {
+	s := &snapshotter{m: m, staged: map[uint64]stagedSnapshot{}}
+	s.send.pending = map[uint64]*outgoing{}
+	s.send.forceFull = map[uint64]bool{}
+	var reg *prometheus.Registry
+	if m.web != nil {
+		reg = m.web.metrics.Registry()
+	}
+	s.metrics = newSnapshotMetrics(reg, m.logger)
+	return s
 }
 
 func (s *snapshotter) dir() string { return filepath.Join(s.m.cfg.DataDir, "snap") }
 
-// Open implements transport.Snapshotter.
+// Open implements transport.Snapshotter: an incremental stream if one can
+// and should be sent (incremental.go), else every key of an engine view.
 func (s *snapshotter) Open(msg *raftpb.Message) (io.ReadCloser, error) {
-	view, err := s.m.engine.NewExportView()
-	if err != nil {
-		return nil, err
+	index := msg.GetSnapshot().GetMetadata().GetIndex()
+	kind := snapshot.KindIncremental
+	rc, view, reason := s.openIncremental(msg)
+	if rc == nil {
+		kind = snapshot.KindFull
+		s.m.logger.Info("sending full snapshot", zap.String("to", fmt.Sprintf("%x", msg.GetTo())),
+			zap.Uint64("index", index), zap.String("reason", reason))
+		var err error
+		if rc, err = s.openFull(index, view); err != nil {
+			return nil, err
+		}
 	}
-	if view.AppliedIndex() < msg.GetSnapshot().GetMetadata().GetIndex() {
+	out := &outgoing{kind: kind, index: index}
+	s.send.mu.Lock()
+	s.send.pending[msg.GetTo()] = out
+	s.send.mu.Unlock()
+	return &countingReader{ReadCloser: rc, out: out}, nil
+}
+
+// openFull streams every key of view (or of a new engine view if nil).
+func (s *snapshotter) openFull(index uint64, view fullView) (io.ReadCloser, error) {
+	if view == nil {
+		v, err := s.m.engine.NewExportView()
+		if err != nil {
+			return nil, err
+		}
+		view = v
+	}
+	if view.AppliedIndex() < index {
 		view.Close()
-		return nil, fmt.Errorf("engine at %d is behind snapshot index %d", view.AppliedIndex(), msg.GetSnapshot().GetMetadata().GetIndex())
+		return nil, fmt.Errorf("engine at %d is behind snapshot index %d", view.AppliedIndex(), index)
 	}
 	pr, pw := io.Pipe()
 	go func() {
@@ -186,8 +239,18 @@ func (s *snapshotter) Open(msg *raftpb.Message) (io.ReadCloser, error) {
 	return pr, nil
 }
 
-// Receive implements transport.Snapshotter.
+// Receive implements transport.Snapshotter. The first bytes say which
+// stream it is.
 func (s *snapshotter) Receive(msg *raftpb.Message, r io.Reader) error {
+	br := bufio.NewReaderSize(r, 1<<20)
+	if prefix, _ := br.Peek(len(snapshot.IncrementalMagic)); snapshot.Kind(prefix) == snapshot.KindIncremental {
+		return s.receiveIncremental(msg, br)
+	}
+	return s.receiveFull(msg, br)
+}
+
+// receiveFull writes a full stream into a table to ingest.
+func (s *snapshotter) receiveFull(msg *raftpb.Message, r io.Reader) error {
 	index := msg.GetSnapshot().GetMetadata().GetIndex()
 	if err := s.m.cfg.FS.MkdirAll(s.dir(), 0o700); err != nil {
 		return fmt.Errorf("create snapshot dir: %w", err)
@@ -197,7 +260,8 @@ func (s *snapshotter) Receive(msg *raftpb.Message, r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	applied, records, err := snapshot.Read(r, w)
+	cr := &byteCounter{r: r}
+	applied, records, err := snapshot.Read(cr, w)
 	if err == nil && applied < index {
 		err = fmt.Errorf("snapshot stream holds index %d, below the snapshot's %d", applied, index)
 	}
@@ -210,35 +274,79 @@ func (s *snapshotter) Receive(msg *raftpb.Message, r io.Reader) error {
 		_ = s.m.cfg.FS.Remove(path)
 		return err
 	}
-	s.mu.Lock()
-	if s.staged == nil {
-		s.staged = map[uint64]string{}
-	}
-	s.staged[index] = path
-	s.mu.Unlock()
-	s.m.logger.Info("received snapshot", zap.Uint64("index", index), zap.Uint64("engine-index", applied), zap.Uint64("records", records))
+	s.stage(index, stagedSnapshot{path: path})
+	s.metrics.received.WithLabelValues(snapshot.KindFull).Inc()
+	s.metrics.receivedBytes.WithLabelValues(snapshot.KindFull).Add(float64(cr.n))
+	s.m.logger.Info("received snapshot", zap.Uint64("index", index), zap.Uint64("engine-index", applied),
+		zap.Uint64("records", records), zap.Int64("bytes", cr.n))
 	return nil
 }
 
-// install replaces the state machine with the staged snapshot for snap.
-// It runs on the applier goroutine.
+// byteCounter counts the bytes read through it.
+type byteCounter struct {
+	r io.Reader
+	n int64
+}
+
+func (c *byteCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// stage keeps st for the snapshot at index, replacing what was staged for
+// it, and drops what was staged for snapshots the engine has passed (raft
+// ignores a snapshot at or below the commit index, so those are never
+// installed).
+func (s *snapshotter) stage(index uint64, st stagedSnapshot) {
+	applied := s.m.applier.AppliedIndex()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, old := range s.staged {
+		if i == index || i <= applied {
+			s.discardLocked(i, old)
+		}
+	}
+	s.staged[index] = st
+}
+
+// discardLocked forgets a staged snapshot and removes its table.
+// REQUIRES: s.mu held.
+func (s *snapshotter) discardLocked(index uint64, st stagedSnapshot) {
+	delete(s.staged, index)
+	if st.path != "" {
+		_ = s.m.cfg.FS.Remove(st.path)
+	}
+}
+
+// install replaces the state machine with the staged snapshot for snap,
+// or brings it there with a staged incremental one. It runs on the
+// applier goroutine.
 func (s *snapshotter) install(snap *raftpb.Snapshot) error {
 	index := snap.GetMetadata().GetIndex()
 	s.mu.Lock()
-	path, ok := s.staged[index]
+	st, ok := s.staged[index]
 	delete(s.staged, index)
+	for i, old := range s.staged {
+		if i < index {
+			s.discardLocked(i, old)
+		}
+	}
 	s.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("no staged data for snapshot at index %d", index)
 	}
+	if st.inc != nil {
+		return s.installIncremental(snap, st.inc)
+	}
 	err := s.m.store.Replace(func() error {
-		_, err := s.m.engine.InstallSnapshot(path)
+		_, err := s.m.engine.InstallSnapshot(st.path)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	_ = s.m.cfg.FS.Remove(path)
+	_ = s.m.cfg.FS.Remove(st.path)
 	return nil
 }
 

@@ -100,6 +100,39 @@ func Write(w io.Writer, appliedIndex uint64, forEach func(fn func(key, value []b
 	return bw.Flush()
 }
 
+// errAboveLimit stops Size's walk.
+var errAboveLimit = errors.New("snapshot: stream above the limit")
+
+// Size returns the length of the stream Write would produce for the
+// records forEach produces, without producing it. It stops walking once
+// the length is above limit (then it returns a length above limit, not
+// the whole length): a leader weighing an incremental snapshot against a
+// full one reads no more of its engine than the incremental one's size.
+func Size(forEach func(fn func(key, value []byte) error) error, limit int64) (int64, error) {
+	n := int64(17) // header
+	var count uint64
+	err := forEach(func(key, value []byte) error {
+		n += int64(uvarintLen(uint64(len(key))) + uvarintLen(uint64(len(value))) + len(key) + len(value))
+		count++
+		if n > limit {
+			return errAboveLimit
+		}
+		return nil
+	})
+	if errors.Is(err, errAboveLimit) {
+		return n, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return n + int64(1+uvarintLen(count)+4), nil
+}
+
+func uvarintLen(x uint64) int {
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], x)
+}
+
 // crcReader checksums what it reads.
 type crcReader struct {
 	r   *bufio.Reader

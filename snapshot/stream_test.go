@@ -105,3 +105,48 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// TestSize: Size is the length Write produces, and stops early above its
+// limit.
+func TestSize(t *testing.T) {
+	var records []kv
+	for i := 0; i < 300; i++ {
+		records = append(records, kv{fmt.Sprintf("key%05d", i), string(bytes.Repeat([]byte{'v'}, i))})
+	}
+	forEach := func(rs []kv, seen *int) func(fn func(k, v []byte) error) error {
+		return func(fn func(k, v []byte) error) error {
+			for _, r := range rs {
+				*seen++
+				if err := fn([]byte(r.k), []byte(r.v)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		records []kv
+	}{
+		{name: "empty"},
+		{name: "one", records: records[:1]},
+		{name: "many", records: records},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := int64(len(encode(t, 7, tc.records)))
+			var seen int
+			got, err := Size(forEach(tc.records, &seen), 1<<40)
+			if err != nil || got != want {
+				t.Fatalf("Size = %d, %v; Write wrote %d", got, err, want)
+			}
+			if want < 100 {
+				return
+			}
+			seen = 0
+			got, err = Size(forEach(tc.records, &seen), want/2)
+			if err != nil || got <= want/2 || seen == len(tc.records) {
+				t.Fatalf("Size with limit %d = %d, %v after %d of %d records", want/2, got, err, seen, len(tc.records))
+			}
+		})
+	}
+}
