@@ -237,9 +237,10 @@ func DecodeCompactedBatch(p []byte) (*CompactedBatch, error) {
 	}
 	count := binary.LittleEndian.Uint64(p[40:48])
 	body := p[batchFileHeaderSize:end]
-	// The smallest record is a deletion with an empty key: the count is
-	// bounded by the bytes before anything is allocated.
-	if count > uint64(len(body)/recordDeleteFixed) {
+	// The smallest record is a kept entry with no data (28 bytes; a
+	// deletion takes at least 32): the count is bounded by the bytes
+	// before anything is allocated.
+	if count > uint64(len(body)/min(recordEntryFixed, recordDeleteFixed, recordPutFixed)) {
 		return nil, bad("%d records cannot fit %d bytes", count, len(body))
 	}
 	b.Records = make([]BatchRecord, 0, count)
