@@ -108,6 +108,8 @@ type Cluster struct {
 	dir     string
 	log     *zap.Logger
 	members []*member
+	// dev is the block device holding dir; nil if it has none (device.go).
+	dev *device
 }
 
 // member is one server process and the directories and ports it owns.
@@ -143,7 +145,11 @@ func Start(ctx context.Context, spec Spec, dir string, log *zap.Logger) (*Cluste
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create cluster dir %s: %w", dir, err)
 	}
-	c := &Cluster{spec: spec, dir: dir, log: log}
+	dev, err := findDevice(dir)
+	if err != nil {
+		log.Warn("device writes not measured", zap.Error(err))
+	}
+	c := &Cluster{spec: spec, dir: dir, log: log, dev: dev}
 	// All ports in one call: the listeners stay open until every port is
 	// chosen, so no two members can be given the same one.
 	ports, err := freePorts(2 * n)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat. It is
@@ -25,9 +27,17 @@ type Sample struct {
 	// PeakRSSBytes is VmHWM: the peak resident set since start, or since the
 	// last ResetPeakRSS.
 	PeakRSSBytes int64
-	// WriteBytes is /proc/PID/io write_bytes: bytes the process caused to be
-	// sent to the storage layer.
+	// WriteBytes is /proc/PID/io write_bytes: the sizes of the page-cache
+	// folios the process dirtied (an overstatement with large folios, see
+	// device.go), plus direct I/O.
 	WriteBytes int64
+	// DeviceWriteBytes is what the block device under the cluster directory
+	// has written since boot, after a syncfs (device.go); valid only if
+	// DeviceKnown.
+	DeviceWriteBytes int64
+	// DeviceKnown is false when the directory has no block device of its
+	// own or its counter could not be read.
+	DeviceKnown bool
 	// Fsyncs is the sum of Spec.FsyncMetrics; valid only if FsyncsKnown.
 	Fsyncs float64
 	// FsyncsKnown is false when the server exposes none of those metrics.
@@ -41,8 +51,13 @@ type Usage struct {
 	// PeakRSSBytes is the peak resident set during the interval (if the
 	// peak was reset at its start) or since start.
 	PeakRSSBytes int64 `json:"peak_rss_bytes"`
-	// WriteBytes is the storage write volume.
+	// WriteBytes is the write_bytes delta of /proc/PID/io: folios dirtied,
+	// which overstates small writes into large folios (device.go).
 	WriteBytes int64 `json:"write_bytes"`
+	// DeviceWriteBytes is what the block device holding the data wrote,
+	// file-system journal included, other processes' writes to it too; nil
+	// when not obtainable (tmpfs, overlayfs).
+	DeviceWriteBytes *int64 `json:"device_write_bytes,omitempty"`
 	// Fsyncs is the number of fsyncs, or nil when not obtainable.
 	Fsyncs *int64 `json:"fsyncs,omitempty"`
 	// FsyncSource says where Fsyncs came from, or why it is missing.
@@ -60,6 +75,10 @@ func (s Sample) Sub(s0 Sample, source string) Usage {
 	if s.FsyncsKnown && s0.FsyncsKnown {
 		n := int64(s.Fsyncs - s0.Fsyncs)
 		u.Fsyncs = &n
+	}
+	if s.DeviceKnown && s0.DeviceKnown {
+		n := s.DeviceWriteBytes - s0.DeviceWriteBytes
+		u.DeviceWriteBytes = &n
 	}
 	return u
 }
@@ -91,9 +110,18 @@ func (c *Cluster) ResetPeakRSS() error {
 	return nil
 }
 
-// Sample reads the resource counters of every running member.
+// Sample reads the resource counters of every running member, and the
+// device's write counter after syncing the file system (device.go).
 func (c *Cluster) Sample() (Sample, error) {
 	s := Sample{At: time.Now(), FsyncsKnown: len(c.spec.FsyncMetrics) > 0 || c.spec.Strace != ""}
+	if c.dev != nil {
+		n, err := c.dev.writtenBytes()
+		if err != nil {
+			c.log.Warn("device write counter not read", zap.Error(err))
+		} else {
+			s.DeviceWriteBytes, s.DeviceKnown = n, true
+		}
+	}
 	for _, m := range c.members {
 		if m.cmd == nil || m.exited() {
 			continue

@@ -59,7 +59,13 @@ var runColumns = []column{
 		return r.Usage.CPUSeconds * 1e6 / float64(r.Ops), true
 	}, fmt: "%.0f"},
 	{head: "peak RSS MiB", val: func(r Result) (float64, bool) { return float64(r.Usage.PeakRSSBytes) / mib, true }, fmt: "%.0f"},
-	{head: "written MiB", val: func(r Result) (float64, bool) { return float64(r.Usage.WriteBytes) / mib, true }, fmt: "%.1f"},
+	{head: "write_bytes MiB", val: func(r Result) (float64, bool) { return float64(r.Usage.WriteBytes) / mib, true }, fmt: "%.1f"},
+	{head: "device MiB", val: func(r Result) (float64, bool) {
+		if r.Usage.DeviceWriteBytes == nil {
+			return 0, false
+		}
+		return float64(*r.Usage.DeviceWriteBytes) / mib, true
+	}, fmt: "%.1f"},
 	{head: "fsyncs", val: func(r Result) (float64, bool) {
 		if r.Usage.Fsyncs == nil {
 			return 0, false
@@ -91,7 +97,12 @@ func Markdown(rep *Report) string {
 	b.WriteString("\nRatios are strata/etcd for every column: above 1 means strata's number is larger " +
 		"(better for ops/s, worse for latency, CPU, memory and bytes). " +
 		"disk MiB is what the data and log directories occupy (du: preallocated segments count in full); " +
-		"files MiB is the sum of the file lengths.\n")
+		"files MiB is the sum of the file lengths. " +
+		"write_bytes MiB is the servers' /proc/PID/io write_bytes: the page-cache folios they dirtied, which on kernels " +
+		"with large folios counts a whole folio (up to megabytes) for a small write into it, so it overstates small appends " +
+		"into files that were written in large chunks (strata's zero-filled log segments); " +
+		"device MiB is what the block device under the data directories wrote during the run (sectors written, after a syncfs " +
+		"at both ends, file-system journal included), which also counts other processes writing to that device.\n")
 	if fs := fsyncSources(rep); len(fs) > 0 {
 		b.WriteString("\nfsync counts: " + strings.Join(fs, "; ") + ".\n")
 	}
