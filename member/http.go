@@ -1,9 +1,9 @@
 package member
 
-// The client URLs' HTTP side: /health, /livez, /readyz, /version, /metrics
-// and the JSON gateway, served on the same ports as gRPC (server.SplitListener
-// sends HTTP/2 connections to gRPC and HTTP/1.x ones here, as etcd's cmux
-// does), and the member's metrics.
+// The client URLs' HTTP side: /health, /livez, /readyz, /version, /metrics,
+// the JSON gateway and, with --enable-pprof, /debug/pprof/, served on the
+// same ports as gRPC (server.SplitListener sends HTTP/2 connections to gRPC
+// and HTTP/1.x ones here, as etcd's cmux does), and the member's metrics.
 
 import (
 	"context"
@@ -166,6 +166,7 @@ func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
 		Metrics:        w.metrics.Handler(),
 		Stats:          w.metrics,
 		Gateway:        gateway,
+		Pprof:          m.cfg.EnablePprof,
 		Logger:         m.logger.Named("http"),
 	})
 	if len(w.metricsListeners) > 0 {

@@ -85,6 +85,9 @@ type Config struct {
 	// ListenMetricsURLs serve /metrics and the health endpoints
 	// (--listen-metrics-urls; http only).
 	ListenMetricsURLs []string
+	// EnablePprof serves Go's runtime profiles on the client URLs under
+	// /debug/pprof/ (--enable-pprof).
+	EnablePprof bool
 
 	AutoCompactionMode      string
 	AutoCompactionRetention string

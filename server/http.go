@@ -15,6 +15,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -52,6 +53,10 @@ type HTTPConfig struct {
 	Stats *Metrics
 	// Gateway serves /v3/...; nil: not served.
 	Gateway http.Handler
+	// Pprof serves Go's runtime profiles under /debug/pprof/ (etcd's
+	// --enable-pprof). Off by default: a CPU profile costs the server CPU
+	// while it runs and the endpoints are not authenticated.
+	Pprof bool
 	// Logger; nil means zap.NewNop().
 	Logger *zap.Logger
 }
@@ -79,6 +84,16 @@ func NewHTTPHandler(cfg HTTPConfig) http.Handler {
 	}
 	if cfg.Gateway != nil {
 		mux.Handle("/v3/", cfg.Gateway)
+	}
+	if cfg.Pprof {
+		// pprof.Index serves the named profiles (heap, goroutine, block,
+		// mutex, allocs...) below the prefix; the others have their own
+		// handlers, as net/http/pprof registers them on the default mux.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
 }

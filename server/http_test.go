@@ -110,6 +110,38 @@ func TestVersionHandler(t *testing.T) {
 	}
 }
 
+// TestPprofHandlers checks that /debug/pprof/ is served only when enabled,
+// as with etcd's --enable-pprof.
+func TestPprofHandlers(t *testing.T) {
+	tests := []struct {
+		name     string
+		pprof    bool
+		path     string
+		wantCode int
+		wantBody string
+	}{
+		{name: "off: index", pprof: false, path: "/debug/pprof/", wantCode: http.StatusNotFound},
+		{name: "off: cmdline", pprof: false, path: "/debug/pprof/cmdline", wantCode: http.StatusNotFound},
+		{name: "on: index lists profiles", pprof: true, path: "/debug/pprof/", wantCode: http.StatusOK, wantBody: "goroutine"},
+		{name: "on: named profile", pprof: true, path: "/debug/pprof/goroutine?debug=1", wantCode: http.StatusOK, wantBody: "goroutine profile:"},
+		{name: "on: cmdline", pprof: true, path: "/debug/pprof/cmdline", wantCode: http.StatusOK},
+		{name: "on: unknown profile", pprof: true, path: "/debug/pprof/nosuch", wantCode: http.StatusNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := NewHTTPHandler(HTTPConfig{Backend: &fakeHealthBackend{}, Pprof: tt.pprof})
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tt.path, nil))
+			if rec.Code != tt.wantCode {
+				t.Fatalf("GET %s = %d, want %d", tt.path, rec.Code, tt.wantCode)
+			}
+			if !strings.Contains(rec.Body.String(), tt.wantBody) {
+				t.Errorf("GET %s body does not contain %q:\n%.300s", tt.path, tt.wantBody, rec.Body.String())
+			}
+		})
+	}
+}
+
 // routeOnce sends payload on a new connection to a SplitListener and
 // reports which side accepted it and what that side read.
 func routeOnce(t testing.TB, payload []byte, closeAfter bool) (side string, got []byte) {
