@@ -1,7 +1,10 @@
 // Package snapshot moves a member's state to another member as a raft
 // snapshot: the leader streams every key of a consistent engine view, the
 // follower writes them into one table and installs it atomically (see
-// engine/pebble, InstallSnapshot).
+// engine/pebble, InstallSnapshot). When the leader's compacted raft log
+// covers the member's gap, it may send those batches instead, in the
+// incremental stream of incremental.go (FORMAT.md, "Incremental snapshot
+// stream"); the first 8 bytes tell the two apart (Kind).
 //
 // # Stream format (version 1)
 //
