@@ -66,6 +66,7 @@ type options struct {
 	etcdBin, strataBin string
 	strataFsync        []string
 	fsyncCount         string
+	pprofSeconds       int // > 0: CPU profiles of every measurement (profile.go)
 
 	putConfigs []connClients
 	putTotal   int64
@@ -252,7 +253,8 @@ func registerFlags(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.etcdBin, "etcd-bin", o.etcdBin, "use this etcd binary instead of building tools/cmd/etcd")
 	fs.StringVar(&o.strataBin, "strata-bin", o.strataBin, "use this strata binary instead of building cmd/strata")
 	fs.StringVar(&o.fsyncCount, "fsync-count", o.fsyncCount, "how fsyncs are counted: metrics (etcd's Prometheus counters; strata exports none) or strace (every server runs under strace, counting its sync calls; adds a ptrace stop per sync)")
-	fs.Func("strata-fsync-metrics", "comma-separated Prometheus counters on strata's /metrics whose sum counts its fsyncs (default: none, reported as not obtainable)", listSetter(&o.strataFsync))
+	fs.Func("strata-fsync-metrics", "comma-separated Prometheus counters on strata's /metrics whose sum counts its fsyncs (default: the raft log's fdatasyncs, etcd_disk_wal_fsync_duration_seconds_count, plus etcd_disk_backend_commit_duration_seconds_count for strata-wal, whose every engine commit syncs)", listSetter(&o.strataFsync))
+	fs.IntVar(&o.pprofSeconds, "pprof-seconds", o.pprofSeconds, "if > 0, start servers with --enable-pprof and save a CPU profile of member 0 over the first N seconds of every measurement in <out>/pprof/")
 
 	fs.Func("put-configs", "conns/clients list for put, e.g. 1/1,10/10", ccSetter(&o.putConfigs))
 	fs.Int64Var(&o.putTotal, "put-total", o.putTotal, "requests per put configuration")

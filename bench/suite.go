@@ -28,6 +28,16 @@ var etcdFsyncMetrics = []string{
 	"etcd_disk_backend_commit_duration_seconds_count",
 }
 
+// strataFsyncMetrics count strata's fsyncs: its raft log's fdatasyncs,
+// exported under etcd's WAL fsync histogram. Pebble's own syncs (flushes,
+// compactions: a few per second at most) are not counted, so this is a
+// lower bound, like etcdFsyncMetrics.
+var strataFsyncMetrics = []string{"etcd_disk_wal_fsync_duration_seconds_count"}
+
+// strataEngineSyncMetric counts strata-wal's engine commits, each of which
+// syncs Pebble's WAL (--engine-wal).
+const strataEngineSyncMetric = "etcd_disk_backend_commit_duration_seconds_count"
+
 // suite runs the chosen steps on every server and collects the report.
 //
 // Concurrency: one goroutine. Failures of one server in one step are logged,
@@ -217,9 +227,18 @@ func (s *suite) resolveServers(ctx context.Context) error {
 				continue
 			}
 			spec = cluster.Spec{Name: name, Kind: cluster.KindStrata, Binary: o.strataBin, FsyncMetrics: o.strataFsync}
+			if len(spec.FsyncMetrics) == 0 {
+				spec.FsyncMetrics = strataFsyncMetrics
+			}
 			if name == "strata-wal" {
 				spec.ExtraArgs = []string{"--engine-wal"}
+				if len(o.strataFsync) == 0 {
+					spec.FsyncMetrics = append(slices.Clone(strataFsyncMetrics), strataEngineSyncMetric)
+				}
 			}
+		}
+		if o.pprofSeconds > 0 {
+			spec.ExtraArgs = append(spec.ExtraArgs, pprofArgs...)
 		}
 		spec.Members = o.members
 		spec.Strace = straceBin
@@ -276,8 +295,10 @@ func (s *suite) measure(ctx context.Context, c *cluster.Cluster, w load.Workload
 	if err != nil {
 		return err
 	}
+	waitProfile := s.startProfile(ctx, c, w, cfg)
 	lr, runErr := load.Run(ctx, w, cfg)
 	after, err := c.Sample()
+	waitProfile()
 	if err != nil {
 		return errors.Join(runErr, err)
 	}
