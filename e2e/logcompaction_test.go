@@ -46,7 +46,8 @@ func compactedBatches(t *testing.T, dataDir string) (files, commands, records in
 // exist, kills it with SIGKILL (the engine, whose WAL is off, loses what it
 // had not flushed) and restarts it with each recovery strategy: every key
 // must come back with its value, create and mod revision and version, and
-// the revision must be the same.
+// the revision must be the same. The unit of log compaction is a sealed
+// segment, or a run of entries (--log-compaction-batch).
 func TestLogCompactionKillRestart(t *testing.T) {
 	for _, tc := range []struct {
 		strategy string
@@ -55,6 +56,8 @@ func TestLogCompactionKillRestart(t *testing.T) {
 		{"naive", nil},
 		{"descending", nil},
 		{"descending", []string{"--history=latest"}},
+		// Batches of 97 entries instead of whole segments.
+		{"naive", []string{"--log-compaction-batch=97"}},
 	} {
 		strategy := tc.strategy
 		t.Run(fmt.Sprint(strategy, tc.history), func(t *testing.T) {

@@ -29,10 +29,18 @@ type LogCompactionConfig struct {
 	// RecoveryStrategy is apply.RecoveryNaive (default) or
 	// apply.RecoveryDescending (--recovery-strategy).
 	RecoveryStrategy string
-	// Interval is the time between compaction passes; 0 means 1 s.
+	// BatchEntries (--log-compaction-batch), if not 0, makes the unit of
+	// log compaction a run of that many applied entries after the log's
+	// snapshot point (raftlog.CompactNextBatch: 000's batches of N
+	// commands) instead of a whole sealed segment. The newest
+	// Config.CatchUpEntries applied entries stay in the log for followers.
+	BatchEntries uint64
+	// Interval is the time between compaction passes; 0 means 1 s for
+	// segments and 100 ms for batches of BatchEntries (a batch is small,
+	// and entries wait in the segments until their batch is written).
 	Interval time.Duration
-	// SegmentSize is the raft log's segment size, the unit of compaction;
-	// 0 means raftlog.DefaultSegmentSize.
+	// SegmentSize is the raft log's segment size, the unit of compaction
+	// unless BatchEntries is set; 0 means raftlog.DefaultSegmentSize.
 	SegmentSize int64
 }
 
@@ -90,14 +98,18 @@ func (m *Member) leaseMinTTL() int64 {
 }
 
 // startLogCompaction starts the log compactor: every Interval, if
-// enabled, it rewrites the oldest segments whose entries are all applied;
-// enabled or not, it drops the store's index -> revision rows of indexes
-// the log no longer holds (the applier writes one per request).
+// enabled, it rewrites the oldest segments whose entries are all applied,
+// or every run of BatchEntries applied entries; enabled or not, it drops
+// the store's index -> revision rows of indexes the log no longer holds
+// (the applier writes one per request).
 func (m *Member) startLogCompaction(ctx context.Context) {
 	lc := m.cfg.LogCompaction
 	every := lc.Interval
 	if every <= 0 {
 		every = time.Second
+		if lc.BatchEntries > 0 {
+			every = 100 * time.Millisecond
+		}
 	}
 	build := func(entries []*raftpb.Entry) (*raftlog.CompactedBatch, error) {
 		horizon := m.store.CompactRev()
@@ -110,12 +122,29 @@ func (m *Member) startLogCompaction(ctx context.Context) {
 		}
 		return b, err
 	}
+	compact := func() (bool, error) {
+		applied := m.applier.AppliedIndex()
+		if lc.BatchEntries > 0 {
+			// Keep the newest CatchUpEntries applied entries in the log, as
+			// the node's log truncation does, so that a follower a little
+			// behind catches up from entries, not from a snapshot: batches
+			// are small, and compacting up to the applied index would put
+			// a follower a few hundred entries behind out of the log's
+			// reach. (A whole segment is slack enough on its own.)
+			if applied <= m.cfg.CatchUpEntries {
+				return false, nil
+			}
+			return m.log.CompactNextBatch(applied-m.cfg.CatchUpEntries, lc.BatchEntries, build)
+		}
+		return m.log.CompactOldestSegment(applied, build)
+	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		var forgotten uint64
+		var lastForget time.Time
 		for {
 			select {
 			case <-ctx.Done():
@@ -123,7 +152,7 @@ func (m *Member) startLogCompaction(ctx context.Context) {
 			case <-tick.C:
 			}
 			for lc.Enabled && ctx.Err() == nil {
-				ok, err := m.log.CompactOldestSegment(m.applier.AppliedIndex(), build)
+				ok, err := compact()
 				if err != nil {
 					if errors.Is(err, raftlog.ErrClosed) || errors.Is(err, raftlog.ErrFailed) {
 						return
@@ -135,7 +164,14 @@ func (m *Member) startLogCompaction(ctx context.Context) {
 					break
 				}
 			}
-			// Rows of indexes the log no longer holds are not needed.
+			// Rows of indexes the log no longer holds are not needed. At
+			// most once a second: each pass is a range deletion in the
+			// engine, which batches of a few hundred entries would
+			// otherwise multiply.
+			if time.Since(lastForget) < time.Second {
+				continue
+			}
+			lastForget = time.Now()
 			if first, err := m.log.FirstIndex(); err == nil && first > forgotten+1 {
 				if err := m.store.ForgetIndexRevisions(first - 1); err != nil {
 					m.logger.Warn("forgetting index revisions failed", zap.Error(err))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/crc32"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +16,9 @@ import (
 	"github.com/strata-kv/strata/raftlog"
 )
 
-func startCompacting(t *testing.T, fs vfs.FS, strategy string, latest bool, logDirs []string) *Member {
+// startCompacting starts a member with log compaction of whole segments
+// (batch 0) or of runs of batch entries (--log-compaction-batch).
+func startCompacting(t *testing.T, fs vfs.FS, strategy string, latest bool, logDirs []string, batch uint64) *Member {
 	t.Helper()
 	m, err := Start(Config{
 		Name:                    "lc",
@@ -41,7 +44,7 @@ func startCompacting(t *testing.T, fs vfs.FS, strategy string, latest bool, logD
 		HeartbeatInterval: 10 * time.Millisecond,
 		ElectionTimeout:   100 * time.Millisecond,
 		LogCompaction: LogCompactionConfig{Enabled: true, Interval: 10 * time.Millisecond,
-			SegmentSize: 16 << 10, RecoveryStrategy: strategy, HistoryLatest: latest},
+			SegmentSize: 16 << 10, RecoveryStrategy: strategy, HistoryLatest: latest, BatchEntries: batch},
 	})
 	if err != nil {
 		t.Fatalf("start member: %v", err)
@@ -60,25 +63,32 @@ func startCompacting(t *testing.T, fs vfs.FS, strategy string, latest bool, logD
 // on the clone with each recovery strategy: every acknowledged put must be
 // there with its revision, and both strategies must reach the same state
 // (HashKV) as each other.
-// With --history latest, superseded writes are dropped too.
+// With --history latest, superseded writes are dropped too. The unit of
+// log compaction is a segment (batch 0) or a random number of entries.
 func TestLogCompactionPowerCut(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	randomBatch := func() uint64 { return 20 + rng.Uint64N(130) }
 	for _, tc := range []struct {
 		latest bool
 		dirs   []string
+		batch  uint64
 	}{
-		{false, []string{"/data/log"}},
-		{true, []string{"/data/log"}},
-		{false, []string{"/log0", "/log1"}},
+		{latest: false, dirs: []string{"/data/log"}},
+		{latest: true, dirs: []string{"/data/log"}},
+		{latest: false, dirs: []string{"/log0", "/log1"}},
+		{latest: false, dirs: []string{"/data/log"}, batch: randomBatch()},
+		{latest: true, dirs: []string{"/data/log"}, batch: randomBatch()},
+		{latest: false, dirs: []string{"/log0", "/log1"}, batch: randomBatch()},
 	} {
-		t.Run(fmt.Sprintf("latest=%v/dirs=%d", tc.latest, len(tc.dirs)), func(t *testing.T) {
-			testLogCompactionPowerCut(t, tc.latest, tc.dirs)
+		t.Run(fmt.Sprintf("latest=%v/dirs=%d/batch=%d", tc.latest, len(tc.dirs), tc.batch), func(t *testing.T) {
+			testLogCompactionPowerCut(t, tc.latest, tc.dirs, tc.batch)
 		})
 	}
 }
 
-func testLogCompactionPowerCut(t *testing.T, latest bool, dirs []string) {
+func testLogCompactionPowerCut(t *testing.T, latest bool, dirs []string, batch uint64) {
 	fs := vfs.NewCrashableMem()
-	m := startCompacting(t, fs, apply.RecoveryNaive, latest, dirs)
+	m := startCompacting(t, fs, apply.RecoveryNaive, latest, dirs, batch)
 	var mu sync.Mutex
 	acks := map[string]acked{}
 	ctx := context.Background()
@@ -124,14 +134,33 @@ func testLogCompactionPowerCut(t *testing.T, latest bool, dirs []string) {
 		batches, commands, records := 0, uint64(0), 0
 		for _, in := range infos {
 			if in.Compacted {
+				if batch > 0 && in.Commands != batch {
+					t.Fatalf("batch file %s stands for %d commands, want %d", in.Name, in.Commands, batch)
+				}
 				batches++
 				commands += in.Commands
 				records += in.Records
 			}
 		}
-		if batches >= 1 {
+		// With batches of N entries, wait until fewer than N applied
+		// entries (beyond the catch-up entries kept for followers) are
+		// left in the segments.
+		first, _ := m.log.FirstIndex()
+		caughtUp := batch == 0 || m.applier.AppliedIndex()+1-first < batch+m.cfg.CatchUpEntries
+		if batches >= 1 && caughtUp {
 			t.Logf("%d batch files stand for %d commands with %d records", batches, commands, records)
 			break
+		}
+		if caughtUp && batch > 0 {
+			// The node's log truncation dropped every batch file (the
+			// engine flushed past them): write on until there is one.
+			key := fmt.Sprintf("more/k%d", time.Now().UnixNano()%50)
+			res, err := m.Propose(ctx, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte(key), Value: []byte(key)}})
+			if err != nil || res.Err != nil {
+				t.Fatalf("propose: %v %v", err, res.Err)
+			}
+			acks[key] = acked{value: key, rev: res.Response.(*pb.PutResponse).Header.Revision}
+			continue
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("only %d batch files after the writes", batches)
@@ -147,7 +176,7 @@ func testLogCompactionPowerCut(t *testing.T, latest bool, dirs []string) {
 	var hashes []uint32
 	for i, strategy := range []string{apply.RecoveryNaive, apply.RecoveryDescending} {
 		fs := []*vfs.MemFS{clone, clone2}[i]
-		m := startCompacting(t, fs, strategy, latest, dirs)
+		m := startCompacting(t, fs, strategy, latest, dirs, batch)
 		for key, a := range acks {
 			resp, err := m.Store().Range(&pb.RangeRequest{Key: []byte(key)})
 			if err != nil {

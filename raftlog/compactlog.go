@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 
@@ -13,22 +14,26 @@ import (
 )
 
 // Log compaction (DESIGN.md, "The log"; FORMAT.md, "Compacted batch
-// files"): the oldest segment, once every entry in it is committed and
-// applied, is rewritten as a compacted batch file and dropped.
+// files"): a run of committed and applied entries right after the
+// snapshot point is rewritten as a compacted batch file, and the snapshot
+// point moves past it. The run is either the oldest segment
+// (CompactOldestSegment) or the next n entries (CompactNextBatch,
+// --log-compaction-batch).
 //
 // The log does not know what entries mean: the caller's BatchBuilder turns
-// entries into records (apply.BuildCompactedBatch). CompactOldestSegment
-// runs on the caller's background goroutine, concurrently with Append:
+// entries into records (apply.BuildCompactedBatch). Both run on the
+// caller's background goroutine, concurrently with Append:
 //
-//  1. Under wmu: pick the oldest live segment if it is sealed and starts
-//     right after the snapshot point, and its last entry is at or below
-//     upTo (the caller's applied index, so committed).
+//  1. Under wmu: pick the run: the oldest live segment if it is sealed and
+//     starts right after the snapshot point, or the next n entries; its
+//     last entry must be at or below upTo (the caller's applied index, so
+//     committed).
 //  2. Without locks: read its entries (readers never wait), build the
 //     batch, write the file under a temporary name, fsync, rename, fsync
 //     the directory.
 //  3. Under wmu: if the snapshot point has not moved meanwhile, move it to
 //     the batch's last index (a state frame, as Compact writes) and delete
-//     the segment.
+//     every segment whose entries are all at or below it.
 //
 // Raft's view: the batch's entries are below the snapshot point from then
 // on (FirstIndex moves past them; Term of the batch's last index is the
@@ -40,8 +45,10 @@ import (
 //
 // Crashes: before the rename, the temporary file is deleted by Open and
 // the segment is intact. After it, the batch and the segment both exist
-// until step 3 completes; recovery replays the batch (idempotent) and raft
-// then finds its entries already applied.
+// until the state frame of step 3 is durable; without it the batch ends
+// above the recovered snapshot point, its entries are all still in the
+// segments, and Open deletes it (so batch files are always consecutive,
+// the newest ending at the snapshot point).
 
 // batchFileInfo is what the log keeps about one compacted batch file.
 type batchFileInfo struct {
@@ -125,8 +132,74 @@ func (l *Log) CompactOldestSegment(upTo uint64, build BatchBuilder) (bool, error
 	if seg == nil || last < first || last > upTo {
 		return false, nil
 	}
+	ok, err := l.compactRange(first, last, snap, ln.dir, batchFileName(seg.hdr.seq, first), build)
+	if ok {
+		l.stats.segmentsCompacted.Add(1)
+		l.logger.Debug("raftlog: segment rewritten as a compacted batch", zap.String("segment", seg.name))
+	}
+	return ok, err
+}
 
+// CompactNextBatch rewrites the n entries right after the snapshot point,
+// (snapshot point, snapshot point + n], as a compacted batch file once
+// every one of them is at or below upTo (the caller's applied index), and
+// moves the snapshot point to the batch's last index, as
+// CompactOldestSegment does for a segment. It reports whether it did; it
+// does nothing while fewer than n entries after the snapshot point are
+// applied. This is --log-compaction-batch: 000's batches of a fixed number
+// of commands.
+//
+// Segments are untouched by the batch itself: a segment is deleted (by
+// the state frame's compaction, as after Compact) once every entry in it
+// is at or below the snapshot point, so one segment stands for many
+// batches and no segment is rolled, let alone zero-filled, per batch.
+// Recovery replays a segment's entries below the snapshot point and then
+// drops them at the state frame that moved it (memState.compact); raft
+// never sees them. Batch files go to the directories in turn, so with
+// several directories consecutive batches are written to different
+// devices (000's parallel log writers).
+func (l *Log) CompactNextBatch(upTo, n uint64, build BatchBuilder) (bool, error) {
+	if n == 0 {
+		return false, errors.New("raftlog: log compaction batch of 0 entries")
+	}
+	l.wmu.Lock()
+	if err := l.checkWritable(); err != nil {
+		l.wmu.Unlock()
+		return false, err
+	}
+	m := l.mu.mem
+	l.mu.RLock()
+	first, snap, lastIndex := m.first, m.snapIndex, m.last()
+	var seq uint64
+	if m.pos.len() > 0 {
+		seq = m.pos.at(0).seg.hdr.seq
+	}
+	l.mu.RUnlock()
+	ln := l.w.lanes[l.w.batchLane%len(l.w.lanes)]
+	l.wmu.Unlock()
+	last := snap + n
+	if last > upTo || last > lastIndex {
+		return false, nil
+	}
+	ok, err := l.compactRange(first, last, snap, ln.dir, batchFileName(seq, first), build)
+	if ok {
+		l.wmu.Lock()
+		l.w.batchLane++
+		l.wmu.Unlock()
+	}
+	return ok, err
+}
+
+// compactRange turns the entries [first, last], the first ones after the
+// snapshot point snap, into the batch file name in dir and moves the
+// snapshot point to last (steps 2 and 3 of the comment above). It does
+// nothing and reports false if the builder skips the range or the
+// snapshot point moved meanwhile.
+func (l *Log) compactRange(first, last, snap uint64, dir, name string, build BatchBuilder) (bool, error) {
 	entries, err := l.Entries(first, last+1, 1<<62)
+	if errors.Is(err, raft.ErrCompacted) {
+		return false, nil // Compact or ApplySnapshot moved the snapshot point past first
+	}
 	if err != nil {
 		return false, fmt.Errorf("raftlog: log compaction: read entries %d..%d: %w", first, last, err)
 	}
@@ -141,13 +214,12 @@ func (l *Log) CompactOldestSegment(upTo uint64, build BatchBuilder) (bool, error
 		return false, fmt.Errorf("raftlog: log compaction: builder returned batch %d..%d for entries %d..%d",
 			b.FirstIndex, b.LastIndex, first, last)
 	}
-	name := batchFileName(seg.hdr.seq, first)
 	failpoint.Hit("raftlog/compact-before-write")
-	if err := WriteCompactedBatch(l.fs, ln.dir, name, b); err != nil {
+	if err := WriteCompactedBatch(l.fs, dir, name, b); err != nil {
 		return false, fmt.Errorf("raftlog: log compaction: %w", err)
 	}
 	var size int64
-	if st, err := l.fs.Stat(l.fs.PathJoin(ln.dir, name)); err == nil {
+	if st, err := l.fs.Stat(l.fs.PathJoin(dir, name)); err == nil {
 		size = st.Size()
 	}
 	failpoint.Hit("raftlog/compact-after-rename")
@@ -157,22 +229,21 @@ func (l *Log) CompactOldestSegment(upTo uint64, build BatchBuilder) (bool, error
 	if err := l.checkWritable(); err != nil {
 		return false, err
 	}
-	if m.snapIndex != snap {
+	if l.mu.mem.snapIndex != snap {
 		// Compact or ApplySnapshot moved the snapshot point meanwhile:
 		// the batch is correct but useless.
-		_ = l.fs.Remove(l.fs.PathJoin(ln.dir, name))
+		_ = l.fs.Remove(l.fs.PathJoin(dir, name))
 		return false, nil
 	}
-	l.w.batches = append(l.w.batches, batchFileInfo{dir: ln.dir, name: name, first: first, last: last,
+	l.w.batches = append(l.w.batches, batchFileInfo{dir: dir, name: name, first: first, last: last,
 		bytes: size, records: len(b.Records)})
 	l.publishBatchStats()
 	if err := l.compactLocked(last, nil); err != nil {
 		return false, err
 	}
-	l.stats.segmentsCompacted.Add(1)
-	l.logger.Debug("raftlog: segment rewritten as a compacted batch",
-		zap.String("segment", seg.name), zap.String("batch", name),
-		zap.Uint64("first", first), zap.Uint64("last", last),
+	l.stats.batchesWritten.Add(1)
+	l.logger.Debug("raftlog: entries rewritten as a compacted batch",
+		zap.String("batch", name), zap.Uint64("first", first), zap.Uint64("last", last),
 		zap.Int("commands", len(entries)), zap.Int("records", len(b.Records)))
 	return true, nil
 }
@@ -231,6 +302,32 @@ func (l *Log) loadBatchFiles() error {
 		}
 	}
 	slices.SortFunc(l.w.batches, func(a, b batchFileInfo) int { return int64cmp(a.first, b.first) })
+	// A batch ending above the snapshot point is the leftover of a log
+	// compaction that crashed before its state frame was durable: its
+	// entries above the snapshot point are all still in the segments
+	// (segments are deleted only below it), the ones below are in other
+	// batches or the engine. It would overlap the next batch: delete it.
+	snap := l.mu.mem.snapIndex
+	kept := l.w.batches[:0]
+	dirs := map[string]bool{}
+	for _, b := range l.w.batches {
+		if b.last <= snap {
+			kept = append(kept, b)
+			continue
+		}
+		l.logger.Info("raftlog: deleting a compacted batch left by an interrupted log compaction",
+			zap.String("batch", b.name), zap.Uint64("last", b.last), zap.Uint64("snapshot", snap))
+		if err := l.fs.Remove(l.fs.PathJoin(b.dir, b.name)); err != nil {
+			return fmt.Errorf("remove leftover compacted batch %s: %w", b.name, err)
+		}
+		dirs[b.dir] = true
+	}
+	l.w.batches = kept
+	for d := range dirs {
+		if err := syncDir(l.fs, d); err != nil {
+			return err
+		}
+	}
 	l.publishBatchStats()
 	return nil
 }

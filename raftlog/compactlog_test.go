@@ -2,6 +2,7 @@ package raftlog
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -134,13 +135,19 @@ func testCompactOldestSegment(t *testing.T, dirs []string) {
 // compaction (before the batch file's rename, after it, during the state
 // frame and the segment's deletion): every clone must open, and batch
 // files plus log must still hold every entry.
+//
+// The unit is a whole segment (batch 0) or, as with --log-compaction-batch,
+// a run of a random number of entries.
 func TestCompactionCrash(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
 	for _, n := range []int{1, 2} {
-		t.Run(fmt.Sprintf("dirs%d", n), func(t *testing.T) { testCompactionCrash(t, testDirs(n)) })
+		for _, batch := range []uint64{0, 3 + rng.Uint64N(60), 3 + rng.Uint64N(60)} {
+			t.Run(fmt.Sprintf("dirs%d/batch%d", n, batch), func(t *testing.T) { testCompactionCrash(t, testDirs(n), batch) })
+		}
 	}
 }
 
-func testCompactionCrash(t *testing.T, dirs []string) {
+func testCompactionCrash(t *testing.T, dirs []string, batch uint64) {
 	mem := vfs.NewCrashableMem()
 	var clones []*vfs.MemFS
 	var ops []string
@@ -171,8 +178,15 @@ func testCompactionCrash(t *testing.T, dirs []string) {
 	armed = true
 	mu.Unlock()
 	for range 2 {
-		if ok, err := l.CompactOldestSegment(200, keepAll); !ok || err != nil {
-			t.Fatalf("CompactOldestSegment = %v, %v", ok, err)
+		var ok bool
+		var err error
+		if batch == 0 {
+			ok, err = l.CompactOldestSegment(200, keepAll)
+		} else {
+			ok, err = l.CompactNextBatch(200, batch, keepAll)
+		}
+		if !ok || err != nil {
+			t.Fatalf("log compaction = %v, %v", ok, err)
 		}
 	}
 	mu.Lock()
@@ -190,6 +204,9 @@ func testCompactionCrash(t *testing.T, dirs []string) {
 		if err := sameEntries(covered(t, l), all); err != nil {
 			t.Fatalf("crash at %s: %v", ops[i], err)
 		}
+		if err := batchesEndAtSnapshot(l); err != nil {
+			t.Fatalf("crash at %s: %v", ops[i], err)
+		}
 		for _, d := range dirs {
 			names, _ := c.List(d)
 			for _, n := range names {
@@ -201,4 +218,142 @@ func testCompactionCrash(t *testing.T, dirs []string) {
 		_ = l.Close()
 	}
 	t.Logf("%d crash points", len(clones))
+}
+
+// batchesEndAtSnapshot checks the invariant Open restores after a crash:
+// the batch files are consecutive and the newest ends at the snapshot
+// point (a batch beyond it, left by a compaction cut short, is deleted).
+func batchesEndAtSnapshot(l *Log) error {
+	batches, err := l.CompactedBatches(0)
+	if err != nil {
+		return err
+	}
+	first, _ := l.FirstIndex()
+	for i, b := range batches {
+		if i > 0 && b.FirstIndex != batches[i-1].LastIndex+1 {
+			return fmt.Errorf("batch %d..%d follows batch %d..%d", b.FirstIndex, b.LastIndex,
+				batches[i-1].FirstIndex, batches[i-1].LastIndex)
+		}
+	}
+	if n := len(batches); n > 0 && batches[n-1].LastIndex != first-1 {
+		return fmt.Errorf("newest batch ends at %d, snapshot point %d", batches[n-1].LastIndex, first-1)
+	}
+	return nil
+}
+
+// TestCompactNextBatch compacts runs of a random number of entries
+// (--log-compaction-batch) with one to three directories: every batch
+// stands for exactly that many entries, the batch files take turns among
+// the directories, a segment goes only once every entry in it is below
+// the snapshot point, Inspect counts what is live, and all of it survives
+// a reopen.
+func TestCompactNextBatch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, n := range []int{1, 2, 3} {
+		for range 3 {
+			batch := 1 + rng.Uint64N(70)
+			t.Run(fmt.Sprintf("dirs%d/batch%d", n, batch), func(t *testing.T) { testCompactNextBatch(t, testDirs(n), batch) })
+		}
+	}
+}
+
+func testCompactNextBatch(t *testing.T, dirs []string, batch uint64) {
+	fs := vfs.NewMem()
+	opts := Options{FS: fs, Dirs: dirs, SegmentSize: 4 << 10, MinStripeBytes: -1}
+	l, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []*raftpb.Entry
+	for i := uint64(0); i < 60; i++ {
+		e := ents(i*5+1, i*5+5, 1)
+		all = append(all, e...)
+		mustAppend(t, l, e, hs(1, 1, i*5+5))
+	}
+	const upTo = 200
+	// Nothing while fewer than batch entries are at or below upTo.
+	if ok, err := l.CompactNextBatch(batch-1, batch, keepAll); ok || err != nil {
+		t.Fatalf("CompactNextBatch(%d, %d) = %v, %v", batch-1, batch, ok, err)
+	}
+	if _, err := l.CompactNextBatch(upTo, 0, keepAll); err == nil {
+		t.Fatal("CompactNextBatch with a batch of 0 entries succeeded")
+	}
+	n := uint64(0)
+	for {
+		ok, err := l.CompactNextBatch(upTo, batch, keepAll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		n++
+	}
+	if n != upTo/batch {
+		t.Fatalf("%d batches of %d entries up to %d, want %d", n, batch, upTo, upTo/batch)
+	}
+	snap := n * batch
+	check := func(l *Log) {
+		t.Helper()
+		if first, _ := l.FirstIndex(); first != snap+1 {
+			t.Fatalf("first index %d, want %d", first, snap+1)
+		}
+		if err := sameEntries(covered(t, l), all); err != nil {
+			t.Fatal(err)
+		}
+		if err := batchesEndAtSnapshot(l); err != nil {
+			t.Fatal(err)
+		}
+		infos, err := Inspect(fs, dirs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var batches, live, logSnap uint64
+		for _, in := range infos {
+			logSnap = max(logSnap, in.SnapshotIndex)
+			if in.Compacted {
+				// Batch k (from 0) starts at k*batch+1 and is in dirs[k % len(dirs)].
+				k := (in.FirstIndex - 1) / batch
+				if in.Commands != batch || in.Records != int(batch) || in.FirstIndex != k*batch+1 ||
+					in.Dir != dirs[k%uint64(len(dirs))] || in.LiveCommands != batch {
+					t.Fatalf("batch file %+v: want %d commands from %d in %s", in, batch, k*batch+1, dirs[k%uint64(len(dirs))])
+				}
+				batches++
+				continue
+			}
+			live += in.LiveCommands
+			if in.LastIndex != 0 && in.LastIndex <= snap && in.LiveCommands != 0 {
+				t.Fatalf("segment %+v: %d live commands, all its entries are at or below %d", in, in.LiveCommands, snap)
+			}
+		}
+		if batches != n || live != uint64(len(all))-snap || logSnap != snap {
+			t.Fatalf("Inspect: %d batch files (want %d), %d live commands (want %d), snapshot point %d (want %d)",
+				batches, n, live, uint64(len(all))-snap, logSnap, snap)
+		}
+		// Sealed segments wholly below the snapshot point are gone: per
+		// directory, the first segment holding entries reaches past it.
+		for _, d := range dirs {
+			var segs []SegmentInfo
+			for _, in := range infos {
+				if in.Dir == d && !in.Compacted && in.LastIndex != 0 {
+					segs = append(segs, in)
+				}
+			}
+			if len(segs) > 1 && segs[0].LastIndex <= snap {
+				t.Fatalf("%s: sealed segment %s (entries %d..%d) kept below snapshot point %d",
+					d, segs[0].Name, segs[0].FirstIndex, segs[0].LastIndex, snap)
+			}
+		}
+	}
+	check(l)
+	if st := l.Stats(); st.BatchFiles != int(n) || st.BatchesWritten != n || st.BatchCommands != snap ||
+		st.SegmentsCompacted != 0 {
+		t.Fatalf("Stats = %+v after %d batches of %d", st, n, batch)
+	}
+	_ = l.Close()
+	if l, err = Open(opts); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	check(l)
 }

@@ -74,6 +74,7 @@ type Stats struct {
 	BatchCommands     uint64 // entries they stand for
 	BatchRecords      uint64 // records they hold
 	SegmentsCompacted uint64 // segments rewritten as batch files since Open
+	BatchesWritten    uint64 // batch files written since Open (segments or --log-compaction-batch runs)
 }
 
 // Log is strata's raft log: raft.Storage for reads, Append for writes.
@@ -120,8 +121,11 @@ type Log struct {
 		lanes []*lane // one per directory, in Options.Dirs order
 		// batches are the compacted batch files, oldest first.
 		batches []batchFileInfo
-		op      uint64 // sequence of the last write op (striped logs only)
-		failed  error
+		// batchLane picks the directory of the next CompactNextBatch
+		// file: the directories take turns.
+		batchLane int
+		op        uint64 // sequence of the last write op (striped logs only)
+		failed    error
 	}
 
 	mu struct {
@@ -135,7 +139,7 @@ type Log struct {
 		fsyncHist                                   fsyncHistogram
 		// Totals over w.batches, published by publishBatchStats.
 		batchFiles, batchBytes, batchCommands, batchRecords atomic.Int64
-		segmentsCompacted                                   atomic.Uint64
+		segmentsCompacted, batchesWritten                   atomic.Uint64
 	}
 }
 
@@ -820,5 +824,6 @@ func (l *Log) Stats() Stats {
 	st.BatchCommands = uint64(l.stats.batchCommands.Load())
 	st.BatchRecords = uint64(l.stats.batchRecords.Load())
 	st.SegmentsCompacted = l.stats.segmentsCompacted.Load()
+	st.BatchesWritten = l.stats.batchesWritten.Load()
 	return st
 }

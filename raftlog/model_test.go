@@ -178,7 +178,8 @@ func matches(l *Log, m model) error {
 }
 
 // TestModel runs random operations against the log and a plain slice and
-// compares every read after every operation, across reopens.
+// compares every read after every operation, across reopens, with log
+// compaction of whole segments or of random batch sizes interleaved.
 // With several directories every Append is striped across them.
 func TestModel(t *testing.T) {
 	// stripe -1 splits every Append; 0 (the default) writes small ones
@@ -215,6 +216,12 @@ func testModel(t *testing.T, seed uint64, dirs []string, stripe int) {
 			var m model
 			var term uint64 = 1
 			batches := 0
+			// The unit of log compaction: whole segments (0) or runs of
+			// batchN entries (--log-compaction-batch), chosen per seed.
+			var batchN uint64
+			if rng.IntN(2) == 0 {
+				batchN = 1 + rng.Uint64N(40)
+			}
 			for i := 0; i < 400; i++ {
 				op := randomOp(rng, m, &term)
 				if op.kind == "reopen" {
@@ -234,11 +241,18 @@ func testModel(t *testing.T, seed uint64, dirs []string, stripe int) {
 					// index: the batch holds exactly the model's entries,
 					// and the log then looks as after Compact to its end.
 					var built *CompactedBatch
-					ok, err := l.CompactOldestSegment(m.hs.commit, func(es []*raftpb.Entry) (*CompactedBatch, error) {
+					build := func(es []*raftpb.Entry) (*CompactedBatch, error) {
 						b, err := keepAll(es)
 						built = b
 						return b, err
-					})
+					}
+					var ok bool
+					var err error
+					if batchN == 0 {
+						ok, err = l.CompactOldestSegment(m.hs.commit, build)
+					} else {
+						ok, err = l.CompactNextBatch(m.hs.commit, batchN, build)
+					}
 					if err != nil {
 						t.Fatalf("op %d: log compaction: %v", i, err)
 					}
@@ -254,6 +268,10 @@ func testModel(t *testing.T, seed uint64, dirs []string, stripe int) {
 						if err := sameEntries(got, m.entries[lo:hi]); err != nil {
 							t.Fatalf("op %d: batch %d..%d: %v", i, built.FirstIndex, built.LastIndex, err)
 						}
+						if batchN > 0 && built.LastIndex-built.FirstIndex+1 != batchN {
+							t.Fatalf("op %d: batch %d..%d of %d entries, want %d", i, built.FirstIndex, built.LastIndex,
+								built.LastIndex-built.FirstIndex+1, batchN)
+						}
 						batches++
 						m = m.apply(modelOp{kind: "compact", index: built.LastIndex})
 						if err := matches(l, m); err != nil {
@@ -262,7 +280,7 @@ func testModel(t *testing.T, seed uint64, dirs []string, stripe int) {
 					}
 				}
 			}
-			t.Logf("%d segments rewritten as batch files", batches)
+			t.Logf("%d runs rewritten as batch files (batch size %d; 0: segments)", batches, batchN)
 			if segs := l.Stats().Segments; segs > 20*len(dirs) {
 				t.Errorf("%d segments left: log compaction does not delete them", segs)
 			}

@@ -15,12 +15,14 @@ type logCompactionFlags struct {
 	history     string
 	strategy    string
 	segmentSize int64
+	batch       uint64
 }
 
 func (c *logCompactionFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.enabled, "log-compaction", false, "strata: rewrite applied raft log segments as compacted batch files in the background.")
 	fs.StringVar(&c.history, "history", "", "strata: 'latest' lets log compaction drop every superseded write, not only those at or below the compact revision (for clients that never read old revisions).")
-	fs.Int64Var(&c.segmentSize, "log-segment-size", 0, "strata: size of a raft log segment in bytes, the unit of log compaction (0: 64 MiB).")
+	fs.Int64Var(&c.segmentSize, "log-segment-size", 0, "strata: size of a raft log segment in bytes, the unit of log compaction unless --log-compaction-batch is set (0: 64 MiB).")
+	fs.Uint64Var(&c.batch, "log-compaction-batch", 0, "strata: with --log-compaction, compact every N applied raft entries into one batch file instead of whole sealed segments (0: whole segments).")
 	fs.StringVar(&c.strategy, "recovery-strategy", apply.RecoveryNaive, "strata: how start-up replays compacted batches: 'naive' (oldest first, batch by batch) or 'descending' (newest first, the minimal set in one batch).")
 }
 
@@ -31,6 +33,9 @@ func (c *logCompactionFlags) apply(cfg *member.Config) error {
 	if c.segmentSize < 0 {
 		return fmt.Errorf("--log-segment-size: %d is negative", c.segmentSize)
 	}
+	if c.batch > 0 && !c.enabled {
+		return fmt.Errorf("--log-compaction-batch %d: needs --log-compaction", c.batch)
+	}
 	if c.strategy != apply.RecoveryNaive && c.strategy != apply.RecoveryDescending {
 		return fmt.Errorf("--recovery-strategy: %q is neither %q nor %q", c.strategy, apply.RecoveryNaive, apply.RecoveryDescending)
 	}
@@ -39,6 +44,7 @@ func (c *logCompactionFlags) apply(cfg *member.Config) error {
 		HistoryLatest:    c.history == "latest",
 		RecoveryStrategy: c.strategy,
 		SegmentSize:      c.segmentSize,
+		BatchEntries:     c.batch,
 	}
 	return nil
 }
