@@ -168,6 +168,9 @@ type Member struct {
 	authService *server.Auth
 	// web serves HTTP on the client URLs and holds the metrics (http.go).
 	web *clientHTTP
+	// startup is what start-up measured, logged once the log is replayed
+	// (logcompact.go).
+	startup startupTimes
 }
 
 // peerTransport is what the member needs from the peer transport.
@@ -249,11 +252,13 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open mvcc store: %w", err)
 	}
+	openStart := time.Now()
 	m.log, err = raftlog.Open(raftlog.Options{FS: cfg.FS, Dirs: cfg.LogDirs, Logger: cfg.Logger.Named("raftlog"),
 		SegmentSize: cfg.LogCompaction.SegmentSize})
 	if err != nil {
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
+	m.startup.logOpen = time.Since(openStart)
 	m.store.Start()
 	m.applier, err = apply.New(m.store, nil, cfg.Logger.Named("apply"))
 	if err != nil {
