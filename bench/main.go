@@ -17,6 +17,7 @@
 //	go run . ycsb -ycsb-records 10000   # YCSB A B C D AW AWL
 //	go run . sweep                      # saturation sweep over client counts
 //	go run . restart                    # restart time after kill -9 with N keys
+//	go run . defrag                     # write stall during Defragment
 //	go run . all                        # every step above (-steps to choose)
 //	go run . report -in results.json    # re-render Markdown and plots
 //
@@ -45,7 +46,7 @@ import (
 )
 
 // steps are the measurement steps, in the order a full run takes them.
-var steps = []string{"put", "range", "ycsb", "sweep", "restart"}
+var steps = []string{"put", "range", "ycsb", "sweep", "restart", "defrag"}
 
 // connClients is one conns/clients setting, written "10/100".
 type connClients struct{ conns, clients int }
@@ -89,6 +90,10 @@ type options struct {
 	sweepTotal   int64
 
 	restartKeys []int64
+
+	defragKeys    []int64
+	defragClients int
+	defragWindow  time.Duration
 }
 
 // defaultOptions are the sizes of a full run.
@@ -115,6 +120,9 @@ func defaultOptions() options {
 		sweepClients:  []int{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024},
 		sweepTotal:    10000,
 		restartKeys:   []int64{100000, 1000000},
+		defragKeys:    []int64{100000},
+		defragClients: 10,
+		defragWindow:  10 * time.Second,
 	}
 }
 
@@ -132,6 +140,9 @@ func smokeOptions() options {
 	o.sweepClients = []int{1, 4}
 	o.sweepTotal = 20
 	o.restartKeys = []int64{300}
+	o.defragKeys = []int64{300}
+	o.defragClients = 2
+	o.defragWindow = 2 * time.Second
 	return o
 }
 
@@ -151,6 +162,7 @@ subcommands:
   ycsb     YCSB -ycsb-workloads over -ycsb-records keys
   sweep    saturation sweep of put over -sweep-clients
   restart  restart time after kill -9 with -restart-keys keys
+  defrag   longest write stall during Defragment, -defrag-keys keys
   all      every step in -steps
   smoke    every step on tiny sizes (seconds)
   report   re-render results.md and plots from -in results.json
@@ -168,7 +180,7 @@ func run(args []string) error {
 	switch sub {
 	case "report":
 		return runReport(args)
-	case "put", "range", "ycsb", "sweep", "restart", "all", "smoke":
+	case "put", "range", "ycsb", "sweep", "restart", "defrag", "all", "smoke":
 	default:
 		return fmt.Errorf("unknown subcommand %q\n%s", sub, usage)
 	}
@@ -297,6 +309,10 @@ func registerFlags(fs *flag.FlagSet, o *options) {
 	fs.Int64Var(&o.sweepTotal, "sweep-total", o.sweepTotal, "requests per sweep point")
 
 	fs.Func("restart-keys", "key counts loaded before kill -9, e.g. 100000", int64sSetter(&o.restartKeys))
+
+	fs.Func("defrag-keys", "key counts loaded (twice, then compacted) before Defragment, e.g. 100000", int64sSetter(&o.defragKeys))
+	fs.IntVar(&o.defragClients, "defrag-clients", o.defragClients, "concurrent writers during Defragment")
+	fs.DurationVar(&o.defragWindow, "defrag-window", o.defragWindow, "how long the writers run (at least until 1 s after the last Defragment returns)")
 }
 
 // listSetter parses a comma-separated list into *dst.

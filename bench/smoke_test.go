@@ -54,7 +54,7 @@ func TestSmoke(t *testing.T) {
 
 	// Every server has a result for every workload the smoke options ask
 	// for, and none of them failed a request.
-	want := map[string]bool{"put": true, "range-l": true, "range-s": true, "sweep-put": true, "restart": true}
+	want := map[string]bool{"put": true, "range-l": true, "range-s": true, "sweep-put": true, "restart": true, "defrag": true}
 	for _, w := range o.ycsbWorkloads {
 		want["ycsb-"+w] = true
 	}
@@ -86,6 +86,10 @@ func TestSmoke(t *testing.T) {
 			if r.RestartSeconds <= 0 {
 				t.Errorf("%s restart: %v s", r.Server, r.RestartSeconds)
 			}
+		case "defrag":
+			if r.Errors != 0 || r.Ops == 0 || r.StallSeconds <= 0 || r.StallSeconds > r.Seconds || r.DataDirBytesBefore <= 0 {
+				t.Errorf("%s defrag: %d writes, %d errors (%s), stall %v s of %v s, size before %d", r.Server, r.Ops, r.Errors, r.FirstError, r.StallSeconds, r.Seconds, r.DataDirBytesBefore)
+			}
 		}
 	}
 	for _, s := range servers {
@@ -108,7 +112,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"## Workloads", "## Restart after kill -9", "| put | 1/1 |"} {
+	for _, s := range []string{"## Workloads", "## Restart after kill -9", "## Writes during Defragment", "| put | 1/1 |"} {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("results.md lacks %q", s)
 		}

@@ -136,6 +136,8 @@ func runSuite(ctx context.Context, o options, command string, log *zap.Logger) (
 			s.stepSweep(ctx)
 		case "restart":
 			s.stepRestart(ctx)
+		case "defrag":
+			s.stepDefrag(ctx)
 		}
 	}
 	if err := ctx.Err(); err != nil {

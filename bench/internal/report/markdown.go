@@ -137,6 +137,28 @@ func Markdown(rep *Report) string {
 			}
 		}
 	}
+	if gs := groups(rep.Results, "defrag"); len(gs) > 0 {
+		b.WriteString("\n## Writes during Defragment\n\n")
+		b.WriteString("N keys loaded twice and compacted to the last revision, then writers put new keys while " +
+			"Defragment runs on every member (from 1 s into the window). stall: the longest interval without a " +
+			"completed write; defrag s: how long the Defragment calls took to return (strata's returns at once and " +
+			"compacts in the background). disk MiB before: after the load and the revision compaction; after: at the end of the window.\n\n")
+		b.WriteString("| records | clients | server | writes/s | p99 ms | max ms | stall ms | defrag s | disk MiB before | disk MiB after | ratio stall | ratio disk after |\n" +
+			"|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, g := range gs {
+			base, hasBase := baseline(g)
+			for _, r := range g.results {
+				rs, rd := "", ""
+				if hasBase && r.Server != Baseline {
+					rs = ratio(r.StallSeconds, base.StallSeconds)
+					rd = ratio(float64(r.DataDirBytes), float64(base.DataDirBytes))
+				}
+				fmt.Fprintf(&b, "| %d | %d | %s | %.0f | %.2f | %.1f | %.0f | %.3f | %.1f | %.1f | %s | %s |\n", r.Records, r.Clients, r.Server,
+					r.Throughput, r.Latency.P99, r.Latency.Max, r.StallSeconds*1000, r.DefragSeconds,
+					float64(r.DataDirBytesBefore)/mib, float64(r.DataDirBytes)/mib, rs, rd)
+			}
+		}
+	}
 	return b.String()
 }
 

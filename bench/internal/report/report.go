@@ -109,6 +109,15 @@ type Result struct {
 	// RestartSeconds is the time from exec to the first successful
 	// linearizable read after kill -9 (restart phase only).
 	RestartSeconds float64 `json:"restart_seconds,omitempty"`
+	// DataDirBytesBefore is DataDirBytes before the measured window
+	// (defrag phase: after the load and the revision compaction).
+	DataDirBytesBefore int64 `json:"data_dir_bytes_before,omitempty"`
+	// StallSeconds is the longest interval without a completed write
+	// (defrag phase).
+	StallSeconds float64 `json:"stall_seconds,omitempty"`
+	// DefragSeconds is how long the Defragment calls took to return
+	// (defrag phase).
+	DefragSeconds float64 `json:"defrag_seconds,omitempty"`
 }
 
 // Key groups results that are comparable across servers.
