@@ -223,28 +223,31 @@ type metricDesc struct {
 }
 
 var (
-	descHasLeader         = metricDesc{"etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not.", prometheus.GaugeValue}
-	descIsLeader          = metricDesc{"etcd_server_is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise.", prometheus.GaugeValue}
-	descLeaderChanges     = metricDesc{"etcd_server_leader_changes_seen_total", "The number of leader changes seen.", prometheus.CounterValue}
-	descCommitted         = metricDesc{"etcd_server_proposals_committed_total", "The total number of consensus proposals committed (the raft commit index, as etcd reports it).", prometheus.GaugeValue}
-	descApplied           = metricDesc{"etcd_server_proposals_applied_total", "The total number of consensus proposals applied (the applied index, as etcd reports it).", prometheus.GaugeValue}
-	descDBSize            = metricDesc{"etcd_mvcc_db_total_size_in_bytes", "Total size of the underlying database physically allocated in bytes.", prometheus.GaugeValue}
-	descDBSizeInUse       = metricDesc{"etcd_mvcc_db_total_size_in_use_in_bytes", "Total size of the underlying database logically in use in bytes (strata: the engine's size on disk).", prometheus.GaugeValue}
-	descCurrentRev        = metricDesc{"etcd_debugging_mvcc_current_revision", "The current revision of store.", prometheus.GaugeValue}
-	descCompactRev        = metricDesc{"etcd_debugging_mvcc_compact_revision", "The revision of the last compaction in store.", prometheus.GaugeValue}
-	descLogSegments       = metricDesc{"strata_raftlog_segments", "Live segment files of the raft log.", prometheus.GaugeValue}
-	descLogBytes          = metricDesc{"strata_raftlog_bytes", "Bytes of records in the raft log's live segments.", prometheus.GaugeValue}
-	descLogDiskBytes      = metricDesc{"strata_raftlog_disk_bytes", "Bytes the raft log's live segments occupy on disk, preallocation included.", prometheus.GaugeValue}
-	descLogAppends        = metricDesc{"strata_raftlog_appends_total", "Appends to the raft log that wrote (one per raft Ready with entries or a HardState).", prometheus.CounterValue}
-	descLogEntries        = metricDesc{"strata_raftlog_entries_total", "Entries appended to the raft log.", prometheus.CounterValue}
-	descLogWritten        = metricDesc{"strata_raftlog_written_bytes_total", "Bytes written to the raft log.", prometheus.CounterValue}
-	descLogFsyncs         = metricDesc{"strata_raftlog_fsyncs_total", "fdatasyncs of raft log segments.", prometheus.CounterValue}
-	descLogFirst          = metricDesc{"strata_raftlog_first_index", "The first index the raft log holds.", prometheus.GaugeValue}
-	descLogLast           = metricDesc{"strata_raftlog_last_index", "The last index the raft log holds.", prometheus.GaugeValue}
-	descLogCompactions    = metricDesc{"strata_raftlog_compactions_total", "Log compactions (superseded commands dropped from sealed segments). 0 until log compaction exists.", prometheus.CounterValue}
-	descLogCompactDropped = metricDesc{"strata_raftlog_compaction_dropped_entries_total", "Entries dropped by log compaction. 0 until log compaction exists.", prometheus.CounterValue}
-	descEngineApplied     = metricDesc{"strata_engine_applied_index", "The raft index of the engine's last committed batch.", prometheus.GaugeValue}
-	descEngineDurable     = metricDesc{"strata_engine_durable_index", "The engine's durable index: every batch at or below it is in durable files.", prometheus.GaugeValue}
+	descHasLeader        = metricDesc{"etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not.", prometheus.GaugeValue}
+	descIsLeader         = metricDesc{"etcd_server_is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise.", prometheus.GaugeValue}
+	descLeaderChanges    = metricDesc{"etcd_server_leader_changes_seen_total", "The number of leader changes seen.", prometheus.CounterValue}
+	descCommitted        = metricDesc{"etcd_server_proposals_committed_total", "The total number of consensus proposals committed (the raft commit index, as etcd reports it).", prometheus.GaugeValue}
+	descApplied          = metricDesc{"etcd_server_proposals_applied_total", "The total number of consensus proposals applied (the applied index, as etcd reports it).", prometheus.GaugeValue}
+	descDBSize           = metricDesc{"etcd_mvcc_db_total_size_in_bytes", "Total size of the underlying database physically allocated in bytes.", prometheus.GaugeValue}
+	descDBSizeInUse      = metricDesc{"etcd_mvcc_db_total_size_in_use_in_bytes", "Total size of the underlying database logically in use in bytes (strata: the engine's size on disk).", prometheus.GaugeValue}
+	descCurrentRev       = metricDesc{"etcd_debugging_mvcc_current_revision", "The current revision of store.", prometheus.GaugeValue}
+	descCompactRev       = metricDesc{"etcd_debugging_mvcc_compact_revision", "The revision of the last compaction in store.", prometheus.GaugeValue}
+	descLogSegments      = metricDesc{"strata_raftlog_segments", "Live segment files of the raft log.", prometheus.GaugeValue}
+	descLogBytes         = metricDesc{"strata_raftlog_bytes", "Bytes of records in the raft log's live segments.", prometheus.GaugeValue}
+	descLogDiskBytes     = metricDesc{"strata_raftlog_disk_bytes", "Bytes the raft log's live segments occupy on disk, preallocation included.", prometheus.GaugeValue}
+	descLogAppends       = metricDesc{"strata_raftlog_appends_total", "Appends to the raft log that wrote (one per raft Ready with entries or a HardState).", prometheus.CounterValue}
+	descLogEntries       = metricDesc{"strata_raftlog_entries_total", "Entries appended to the raft log.", prometheus.CounterValue}
+	descLogWritten       = metricDesc{"strata_raftlog_written_bytes_total", "Bytes written to the raft log.", prometheus.CounterValue}
+	descLogFsyncs        = metricDesc{"strata_raftlog_fsyncs_total", "fdatasyncs of raft log segments.", prometheus.CounterValue}
+	descLogFirst         = metricDesc{"strata_raftlog_first_index", "The first index the raft log holds.", prometheus.GaugeValue}
+	descLogLast          = metricDesc{"strata_raftlog_last_index", "The last index the raft log holds.", prometheus.GaugeValue}
+	descLogCompactions   = metricDesc{"strata_raftlog_compactions_total", "Compacted batch files written by log compaction since start (--log-compaction).", prometheus.CounterValue}
+	descLogBatchFiles    = metricDesc{"strata_raftlog_batch_files", "Live compacted batch files of the raft log.", prometheus.GaugeValue}
+	descLogBatchBytes    = metricDesc{"strata_raftlog_batch_bytes", "Bytes of the live compacted batch files.", prometheus.GaugeValue}
+	descLogBatchCommands = metricDesc{"strata_raftlog_batch_commands", "Log entries the live compacted batch files stand for.", prometheus.GaugeValue}
+	descLogBatchRecords  = metricDesc{"strata_raftlog_batch_records", "Records the live compacted batch files hold (one per key version kept, or kept entry).", prometheus.GaugeValue}
+	descEngineApplied    = metricDesc{"strata_engine_applied_index", "The raft index of the engine's last committed batch.", prometheus.GaugeValue}
+	descEngineDurable    = metricDesc{"strata_engine_durable_index", "The engine's durable index: every batch at or below it is in durable files.", prometheus.GaugeValue}
 
 	fsyncDesc    = prometheus.NewDesc("etcd_disk_wal_fsync_duration_seconds", "The latency distributions of fsync called by WAL (strata: the raft log's fdatasyncs).", nil, nil)
 	serverIDDesc = prometheus.NewDesc("etcd_server_id", "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.", []string{"server_id"}, nil)
@@ -258,7 +261,7 @@ func init() {
 		descHasLeader, descIsLeader, descLeaderChanges, descCommitted, descApplied, descDBSize, descDBSizeInUse,
 		descCurrentRev, descCompactRev, descLogSegments, descLogBytes, descLogDiskBytes, descLogAppends,
 		descLogEntries, descLogWritten, descLogFsyncs, descLogFirst, descLogLast, descLogCompactions,
-		descLogCompactDropped, descEngineApplied, descEngineDurable,
+		descLogBatchFiles, descLogBatchBytes, descLogBatchCommands, descLogBatchRecords, descEngineApplied, descEngineDurable,
 	} {
 		sourceDescs[d] = prometheus.NewDesc(d.name, d.help, nil, nil)
 	}
@@ -300,10 +303,11 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	first, last := s.LogIndexes()
 	emit(descLogFirst, float64(first))
 	emit(descLogLast, float64(last))
-	// Log compaction (DESIGN.md, "The log") does not exist yet: these stay
-	// 0 until raftlog reports them, so dashboards can be built now.
-	emit(descLogCompactions, 0)
-	emit(descLogCompactDropped, 0)
+	emit(descLogCompactions, float64(st.BatchesWritten))
+	emit(descLogBatchFiles, float64(st.BatchFiles))
+	emit(descLogBatchBytes, float64(st.BatchBytes))
+	emit(descLogBatchCommands, float64(st.BatchCommands))
+	emit(descLogBatchRecords, float64(st.BatchRecords))
 	emit(descEngineApplied, float64(s.EngineApplied()))
 	emit(descEngineDurable, float64(s.EngineDurable()))
 
