@@ -44,7 +44,9 @@ type Options struct {
 	Dirs []string
 	// SegmentSize is the preallocated size of a segment; 0 means
 	// DefaultSegmentSize. A batch larger than a segment goes into a segment
-	// of its own, which grows past this size.
+	// of its own, which grows past this size. It applies to segments
+	// created from now on: an existing segment is filled to the size it
+	// was preallocated with, never written past it.
 	SegmentSize int64
 	// Logger receives recovery warnings; nil means zap.NewNop().
 	Logger *zap.Logger
@@ -252,7 +254,7 @@ func (l *Log) recover() error {
 			return fmt.Errorf("%w: segment %s has format version %d, written by a log with several directories",
 				ErrCorrupt, name, res.hdr.version)
 		}
-		seg.hdr, seg.end, seg.frames = res.hdr, res.end, res.frames
+		seg.hdr, seg.end, seg.frames, seg.capacity = res.hdr, res.end, res.frames, res.size
 		last = res
 	}
 	if m.pos.len() > 0 && m.first != m.snapIndex+1 {
@@ -568,11 +570,11 @@ func (l *Log) publish(entries []*raftpb.Entry, seg *segment, off int64) {
 }
 
 // rollIfFull starts a new segment in ln if a frame of frameLen bytes does
-// not fit in the active one and the active one holds more than its opening
-// state. firstIndex names the new segment; sp is the stripe of its opening
-// state frame (nil in a log with one directory).
+// not fit in the active one's preallocated space and the active one holds
+// more than its opening state. firstIndex names the new segment; sp is the
+// stripe of its opening state frame (nil in a log with one directory).
 func (l *Log) rollIfFull(ln *lane, frameLen int64, firstIndex uint64, sp *stripe) error {
-	if ln.off+frameLen <= l.segSize || ln.off <= ln.opened {
+	if ln.off+frameLen <= ln.active.capacity || ln.off <= ln.opened {
 		return nil
 	}
 	if err := l.startSegment(ln, firstIndex, l.currentState(), sp); err != nil {
@@ -667,7 +669,7 @@ func (l *Log) compactLocked(index uint64, cs *raftpb.ConfState) error {
 	} else {
 		ln.buf = appendFrame(ln.buf[:0], ln.active.hdr.salt, frameState, n, fill)
 	}
-	if ln.off+int64(len(ln.buf)) > l.segSize && ln.off > ln.opened {
+	if ln.off+int64(len(ln.buf)) > ln.active.capacity && ln.off > ln.opened {
 		// The new segment opens with this very state.
 		if err := l.startSegment(ln, m.last()+1, st, sp); err != nil {
 			l.w.failed = err
@@ -810,7 +812,7 @@ func (l *Log) Stats() Stats {
 		st.Segments += len(ln.segs)
 		for _, s := range ln.segs {
 			st.Bytes += s.end
-			st.DiskBytes += max(s.end, l.segSize)
+			st.DiskBytes += max(s.end, s.capacity)
 		}
 	}
 	l.mu.RUnlock()

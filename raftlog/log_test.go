@@ -486,3 +486,49 @@ func TestSpareSegments(t *testing.T) {
 		})
 	}
 }
+
+// TestSegmentSizeChange reopens a log with another SegmentSize: a segment
+// keeps the size it was preallocated with (it is never written past its
+// end because the option grew, which would make every fdatasync update
+// the file's size), new segments get the new size, and nothing is lost.
+func TestSegmentSizeChange(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		before, after int64
+	}{
+		{name: "grows", before: 4 << 10, after: 64 << 10},
+		{name: "shrinks", before: 64 << 10, after: 4 << 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			l := openLog(t, fs, c.before)
+			mustAppend(t, l, ents(1, 5, 1), hs(1, 1, 5))
+			_ = l.Close()
+			l = openLog(t, fs, c.after)
+			for i := uint64(1); i < 60; i++ {
+				mustAppend(t, l, ents(i*5+1, i*5+5, 1), hs(1, 1, i*5+5))
+			}
+			checkLog(t, l, 0, 0, ents(1, 300, 1), hardState{1, 1, 300})
+			st := l.Stats()
+			_ = l.Close()
+			infos, err := Inspect(fs, []string{testDir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var disk int64
+			for i, in := range infos {
+				want := c.after
+				if i == 0 {
+					want = c.before
+				}
+				if in.FileBytes != want {
+					t.Errorf("segment %d (%s, entries %d..%d): %d bytes, want its preallocated %d", i, in.Name, in.FirstIndex, in.LastIndex, in.FileBytes, want)
+				}
+				disk += in.FileBytes
+			}
+			if st.DiskBytes != disk {
+				t.Errorf("Stats().DiskBytes = %d, the files hold %d", st.DiskBytes, disk)
+			}
+		})
+	}
+}

@@ -85,6 +85,11 @@ type segment struct {
 	hdr       segmentHeader
 	f         vfs.File
 	refs      atomic.Int32
+	// capacity is the file's preallocated size: the writer rolls to a new
+	// segment rather than write past it (unless one frame is larger than
+	// a whole segment). A segment reopened after Options.SegmentSize
+	// changed keeps the size it was created with.
+	capacity int64
 
 	// Guarded by Log.mu.
 	end       int64  // offset just past the last frame
@@ -176,7 +181,7 @@ func createSegment(fs vfs.FS, dir string, version uint32, seq, firstIndex uint64
 	if err != nil {
 		return nil, fmt.Errorf("open segment %s: %w", name, err)
 	}
-	s := &segment{dir: dir, name: name, hdr: hdr, f: f, end: int64(len(buf))}
+	s := &segment{dir: dir, name: name, hdr: hdr, f: f, end: int64(len(buf)), capacity: size}
 	s.refs.Store(1)
 	return s, nil
 }

@@ -206,7 +206,7 @@ func (l *Log) recoverStriped() error {
 			for k := len(recs) - 1; k >= 0 && recs[k].seg == seg; k-- {
 				recs[k].size = res.size
 			}
-			seg.hdr, seg.end, seg.frames = res.hdr, res.end, res.frames
+			seg.hdr, seg.end, seg.frames, seg.capacity = res.hdr, res.end, res.frames, res.size
 			maxSeq = max(maxSeq, res.hdr.seq)
 			if isLast {
 				lasts[li] = res
