@@ -20,6 +20,7 @@
 //	go run . defrag                     # write stall during Defragment
 //	go run . all                        # every step above (-steps to choose)
 //	go run . report -in results.json    # re-render Markdown and plots
+//	go run . logcompact                 # log compaction: SL against PL (logcompact.go)
 //
 // Servers are chosen with -servers (etcd, strata, strata-wal); strata-wal is
 // strata with --engine-wal. See docs/bench/README.md.
@@ -166,6 +167,7 @@ subcommands:
   all      every step in -steps
   smoke    every step on tiny sizes (seconds)
   report   re-render results.md and plots from -in results.json
+  logcompact  seed 000's log compaction experiment on strata (logcompact.go)
 
 run 'bench <subcommand> -h' for flags`
 
@@ -180,6 +182,8 @@ func run(args []string) error {
 	switch sub {
 	case "report":
 		return runReport(args)
+	case "logcompact":
+		return runLogCompact(ctx, sub, args)
 	case "put", "range", "ycsb", "sweep", "restart", "defrag", "all", "smoke":
 	default:
 		return fmt.Errorf("unknown subcommand %q\n%s", sub, usage)
