@@ -115,11 +115,26 @@ func (w *SnapshotWriter) Abort() {
 
 // InstallSnapshot atomically replaces the engine's whole content with the
 // table at path (built by a SnapshotWriter) and returns the applied index
-// the engine now holds. The install is durable when it returns. The
-// caller (the applier) must not commit batches meanwhile.
+// the engine now holds. The install is durable when it returns: the node
+// restarts the raft log after the snapshot as soon as it is installed, so
+// an install lost in a crash would leave the engine at its old index with
+// the entries up to the snapshot gone from the log. The caller (the
+// applier) must not commit batches meanwhile.
+//
+// Pebble does not make every ingest durable by itself: one that overlaps a
+// memtable (the applied-index key alone makes every install overlap once
+// anything was committed since the last flush) may be queued on top of the
+// memtables as a "flushable ingest", which only Pebble's WAL would recover.
+// With the WAL off the install therefore ends with a flush, which writes
+// the queued ingest, and everything below it, to durable files.
 func (e *Engine) InstallSnapshot(path string) (uint64, error) {
 	if _, err := e.db.IngestAndExcise(context.Background(), []string{path}, nil, nil, allKeys); err != nil {
 		return 0, fmt.Errorf("install snapshot table %s: %w", path, err)
+	}
+	if !e.wal {
+		if err := e.db.Flush(); err != nil {
+			return 0, fmt.Errorf("install snapshot table %s: flush: %w", path, err)
+		}
 	}
 	idx, err := readIndex(e.db, nil)
 	if err != nil {
