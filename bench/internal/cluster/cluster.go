@@ -228,8 +228,10 @@ func (c *Cluster) launch(m *member) error {
 	cmd.Stdout = out
 	cmd.Stderr = out
 	// Own process group, so a Ctrl-C aimed at the benchmark reaches the
-	// benchmark first and it can stop the servers in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// benchmark first and it can stop the servers in order. Killed with
+	// the benchmark if it dies without stopping them (seen: servers of a
+	// run whose benchmark was killed kept running, loading later runs).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		out.Close()
 		return fmt.Errorf("start %s member %s (%s): %w", c.spec.Name, m.name, c.spec.Binary, err)
