@@ -278,11 +278,29 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 	// A private copy: readers hold the published slice.
 	members := append([]*pb.Member(nil), a.Members()...)
 	var confState *raftpb.ConfState
+	// An engine that applied entries but holds no conf state lost it; the
+	// node then has raft redeliver the log from its snapshot point
+	// (node.raftAppliedIndex), and the membership entries among what the
+	// engine already holds bring it back (the member list too, if that was
+	// lost with it).
+	repairConf := a.confState.Load() == nil && a.applied.Load() > 0
+	repairMembers := repairConf && len(members) == 0
 	for _, c := range batches {
 		for _, e := range c.Entries {
 			last = e.GetIndex()
 			if last <= a.applied.Load() {
-				continue // redelivered after a restart that raced a commit; already in the engine
+				// Redelivered: already in the engine.
+				if cs := c.ConfStates[last]; cs != nil && repairConf {
+					confState = cs
+					if repairMembers {
+						if _, _, err := applyConfChange(e, &members); err != nil {
+							w.Abort()
+							return fmt.Errorf("reapply conf change %d: %w", last, err)
+						}
+						membersChanged = true
+					}
+				}
+				continue
 			}
 			switch e.GetType() {
 			case raftpb.EntryNormal:
@@ -325,8 +343,13 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 		}
 	}
 	if last <= a.applied.Load() {
-		w.Abort()
-		return nil
+		if confState == nil && !membersChanged {
+			w.Abort()
+			return nil
+		}
+		// Only the lost conf state comes back: commit it at the index the
+		// engine holds.
+		last = a.applied.Load()
 	}
 	if confState != nil {
 		raw, err := proto.Marshal(confState)

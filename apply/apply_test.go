@@ -170,3 +170,99 @@ func TestApplyAnswersWaitersAndPersistsState(t *testing.T) {
 		t.Fatalf("members after reopen %v", got)
 	}
 }
+
+// An engine that applied entries but lost its conf state (and member list)
+// gets them back from the membership entries raft redelivers
+// (node.raftAppliedIndex has raft replay the log from its snapshot point
+// then): written back at the index the engine holds, without applying
+// anything else twice.
+func TestRedeliveredMembershipRestoresLostConfState(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		keepMembers bool // only the conf state was lost
+	}{
+		{name: "conf state and members lost"},
+		{name: "conf state lost", keepMembers: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			eng, store := openStore(t, fs)
+			m7 := &pb.Member{ID: 7, Name: "seven", PeerURLs: []string{"http://p:1"}}
+			// The engine at applied index 3: entries 2 and 3 put a key,
+			// entry 1 added member 7, and its conf state is gone.
+			w := store.Write()
+			for _, r := range []*pb.PutRequest{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("a"), Value: []byte("2")}} {
+				if _, err := w.Put(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.keepMembers {
+				raw, err := proto.Marshal(&pb.MemberListResponse{Members: []*pb.Member{m7}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := w.SetMeta(metaMembers, raw); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w.Commit(3); err != nil {
+				t.Fatal(err)
+			}
+			a, err := New(store, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.ConfState() != nil {
+				t.Fatal("the test engine holds a conf state")
+			}
+			in := make(chan node.Committed, 4)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- a.Run(ctx, in) }()
+			cs := &raftpb.ConfState{Voters: []uint64{7}}
+			in <- node.Committed{
+				Entries: []*raftpb.Entry{
+					confChange(t, 1, 0, raftpb.ConfChangeAddNode, &pb.Member{ID: 7, PeerURLs: []string{"http://p:1"}}),
+					normal(t, 2, put(0, "a", "1")),
+					normal(t, 3, put(0, "a", "2")),
+				},
+				ConfStates: map[uint64]*raftpb.ConfState{1: cs},
+			}
+			for deadline := time.Now().Add(5 * time.Second); a.ConfState() == nil; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the redelivered membership entry did not restore the conf state")
+				}
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if got := store.Rev(); got != 3 {
+				t.Fatalf("revision %d after the redelivery, want 3: redelivered puts were applied again", got)
+			}
+			if err := eng.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			store.Close()
+			eng.Close()
+			_, store2 := openStore(t, fs)
+			a2, err := New(store2, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a2.AppliedIndex() != 3 {
+				t.Fatalf("applied index after reopen %d, want 3", a2.AppliedIndex())
+			}
+			if got := a2.ConfState(); got == nil || len(got.GetVoters()) != 1 || got.GetVoters()[0] != 7 {
+				t.Fatalf("conf state after reopen %v, want voters [7]", got)
+			}
+			wantName := ""
+			if tc.keepMembers {
+				wantName = "seven" // the kept list is not rebuilt
+			}
+			if got := a2.Members(); len(got) != 1 || got[0].ID != 7 || got[0].Name != wantName {
+				t.Fatalf("members after reopen %v, want member 7 named %q", got, wantName)
+			}
+		})
+	}
+}

@@ -196,13 +196,18 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MaxInflightMsgs == 0 {
 		cfg.MaxInflightMsgs = 256
 	}
+	first, err := cfg.Log.FirstIndex()
+	if err != nil {
+		return nil, fmt.Errorf("read first log index: %w", err)
+	}
+	raftApplied := raftAppliedIndex(cfg, first-1)
 	storage := &restartStorage{Log: cfg.Log, applied: cfg.Applied, confState: cfg.ConfState}
 	rc := &raft.Config{
 		ID:                        cfg.ID,
 		ElectionTick:              cfg.ElectionTicks,
 		HeartbeatTick:             cfg.HeartbeatTicks,
 		Storage:                   storage,
-		Applied:                   cfg.Applied,
+		Applied:                   raftApplied,
 		MaxSizePerMsg:             cfg.MaxSizePerMsg,
 		MaxInflightMsgs:           cfg.MaxInflightMsgs,
 		MaxUncommittedEntriesSize: 1 << 30,
@@ -233,7 +238,6 @@ func New(cfg Config) (*Node, error) {
 			}
 		}
 	}
-	first, _ := cfg.Log.FirstIndex()
 	n := &Node{
 		cfg:           cfg,
 		logger:        cfg.Logger,
@@ -261,6 +265,32 @@ func New(cfg Config) (*Node, error) {
 	n.lastIdx.Store(last)
 	n.firstIdx.Store(first)
 	return n, nil
+}
+
+// raftAppliedIndex is the index raft is told was applied, so that it
+// redelivers the committed entries after it. That is the state machine's
+// applied index, whose conf state (Config.ConfState) tells raft the
+// membership there, except when the state machine holds no conf state
+// although it applied entries beyond the log's snapshot point logSnap:
+// every cluster's log begins with membership entries, so its engine lost
+// the conf state written with them, and raft, told those entries were
+// applied, would neither redeliver them nor find the membership anywhere
+// else (the log's snapshot point predates them). raft would then run with
+// an empty configuration for good: unable to campaign, and deaf to its
+// peers' responses (RawNode.Step drops a response from a member outside
+// its configuration), ReadIndex answers included. raft is instead told
+// that only the log's snapshot point was applied, with the log's conf
+// state there, and redelivers the entries after it; the node applies the
+// membership entries among them to raft as it does for any committed
+// entry, and the applier, which skips what the engine already holds,
+// writes their conf state back.
+func raftAppliedIndex(cfg Config, logSnap uint64) uint64 {
+	if cfg.ConfState != nil || cfg.Applied <= logSnap {
+		return cfg.Applied
+	}
+	cfg.Logger.Warn("the state machine holds no raft conf state at its applied index; raft replays the log from its snapshot point to learn the membership",
+		zap.Uint64("applied-index", cfg.Applied), zap.Uint64("log-snapshot-index", logSnap))
+	return logSnap
 }
 
 // restartStorage adjusts what raft reads at start-up. The HardState's commit
@@ -450,9 +480,7 @@ func (n *Node) run(ctx context.Context) error {
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
 	// A cluster of one need not wait out an election timeout.
-	if st := n.rn.BasicStatus(); !n.cfg.Join && len(n.cfg.Peers) <= 1 && isSoleVoter(n.lastConfState, n.cfg.ID) && st.RaftState != raft.StateLeader {
-		_ = n.rn.Campaign()
-	}
+	n.campaignAlone()
 	for {
 		if n.rn.HasReady() {
 			if err := n.handleReady(ctx); err != nil {
@@ -469,11 +497,11 @@ func (n *Node) run(ctx context.Context) error {
 			if err := n.persistCommit(); err != nil {
 				return err
 			}
-			if n.leader.Load() == raft.None && n.ticks <= 3 && !n.cfg.Join && len(n.cfg.Peers) <= 1 && isSoleVoter(n.lastConfState, n.cfg.ID) {
+			if n.ticks <= 3 {
 				// A fresh cluster of one can campaign as soon as its
 				// bootstrap membership is applied, not an election
 				// timeout later.
-				_ = n.rn.Campaign()
+				n.campaignAlone()
 			}
 			n.retryStaleReads()
 		case p := <-n.propc:
@@ -515,11 +543,29 @@ func (n *Node) drainInput() {
 	}
 }
 
-func isSoleVoter(cs *raftpb.ConfState, id uint64) bool {
-	if cs == nil {
-		return true // bootstrapping
+// campaignAlone starts an election at once if this member is the only
+// voter and no leader is known: a cluster of one need not wait out an
+// election timeout. raft refuses while the bootstrap membership is
+// committed but not yet applied; the next ticks try again.
+//
+// Whether this member is the only voter is raft's own configuration, not
+// the state machine's conf state: at a restart whose engine holds no conf
+// state yet (nothing was flushed before a crash), raft's configuration is
+// empty until the replayed membership entries are applied, and a member of
+// a larger cluster must not take itself for a cluster of one.
+func (n *Node) campaignAlone() {
+	if n.leader.Load() != raft.None {
+		return
 	}
-	return len(cs.GetVoters()) == 1 && cs.GetVoters()[0] == id
+	st := n.rn.Status()
+	if st.RaftState == raft.StateLeader {
+		return
+	}
+	voters := st.Config.Voters.IDs()
+	if _, ok := voters[n.cfg.ID]; !ok || len(voters) != 1 {
+		return
+	}
+	_ = n.rn.Campaign()
 }
 
 func (n *Node) handleProposal(p proposal) {

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/protobuf/proto"
 )
 
 // memLog is a raft log in memory: the node is tested alone, against the
@@ -212,4 +213,135 @@ func testLogger(t *testing.T) *zap.Logger { return zaptest.NewLogger(t, zaptest.
 
 func (l *memLog) ApplySnapshot(meta *raftpb.SnapshotMetadata) error {
 	return l.MemoryStorage.ApplySnapshot(&raftpb.Snapshot{Metadata: meta})
+}
+
+// runNode runs a node with cfg (its log, IDs and timings set by the
+// caller) and an applier loop that reports every batch as applied and
+// sends it on the returned channel (buffered; batches beyond its room are
+// not sent).
+func runNode(t *testing.T, cfg Config) (*Node, <-chan Committed) {
+	t.Helper()
+	cfg.Logger = testLogger(t)
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	seen := make(chan Committed, 64)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = n.Run(ctx) }()
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case c := <-n.Committed():
+				if c.Snapshot != nil {
+					c.Installed <- nil
+					continue
+				}
+				select {
+				case seen <- c:
+				default:
+				}
+				n.Applied(c.Entries[len(c.Entries)-1].GetIndex())
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return n, seen
+}
+
+// logWithEntries returns a log holding, from index 1 at term 1, a
+// membership entry adding each of voters, then normal entries up to last,
+// all committed.
+func logWithEntries(t *testing.T, voters []uint64, last uint64) *memLog {
+	t.Helper()
+	log := &memLog{MemoryStorage: raft.NewMemoryStorage()}
+	var entries []*raftpb.Entry
+	for i := uint64(1); i <= last; i++ {
+		e := &raftpb.Entry{Index: proto.Uint64(i), Term: proto.Uint64(1), Type: raftpb.EntryNormal.Enum(), Data: []byte("x")}
+		if int(i) <= len(voters) {
+			cc, err := proto.Marshal(&raftpb.ConfChange{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: proto.Uint64(voters[i-1])})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.Type, e.Data = raftpb.EntryConfChange.Enum(), cc
+		}
+		entries = append(entries, e)
+	}
+	if err := log.Append(entries, &raftpb.HardState{Term: proto.Uint64(1), Commit: proto.Uint64(last)}); err != nil {
+		t.Fatal(err)
+	}
+	return log
+}
+
+// A member restarted from an engine whose applied index is past the
+// membership entries but which holds no conf state (so that raft does not
+// redeliver those entries and cannot learn the membership from them) must
+// still get its membership: without it raft has an empty configuration for
+// good, never campaigns ("unpromotable") and drops every response from its
+// peers (RawNode.Step refuses responses from members it does not know),
+// ReadIndex answers included, so linearizable reads through it hang.
+// The node has raft redeliver the log from its snapshot point instead, and
+// hands the redelivered membership entries, with their conf states, to the
+// applier.
+func TestRestartWithoutConfStateRederivesIt(t *testing.T) {
+	log := logWithEntries(t, []uint64{1}, 5)
+	n, seen := runNode(t, Config{
+		ID: 1, Log: log, Applied: 5, ConfState: nil,
+		TickInterval: time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.WaitLeader(ctx); err != nil {
+		t.Fatalf("the only voter never became leader: %v", err)
+	}
+	for {
+		select {
+		case c := <-seen:
+			if cs := c.ConfStates[1]; cs != nil {
+				if got := cs.GetVoters(); len(got) != 1 || got[0] != 1 {
+					t.Fatalf("redelivered membership entry 1 carries voters %v, want [1]", got)
+				}
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("the membership entry at index 1 was not redelivered to the applier with its conf state")
+		}
+	}
+}
+
+// A restarted member of a three-voter cluster whose engine holds no conf
+// state yet (nothing was flushed before a crash) is not a cluster of one:
+// it must not start an election at start-up, before any election timeout.
+// raft knows the membership here from the log's snapshot point; the ticker
+// never fires, so any campaign comes from the start-up path.
+func TestRestartedMemberOfThreeDoesNotCampaignAtOnce(t *testing.T) {
+	log := &memLog{MemoryStorage: raft.NewMemoryStorage()}
+	cs := &raftpb.ConfState{Voters: []uint64{1, 2, 3}}
+	if err := log.MemoryStorage.ApplySnapshot(&raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
+		Index: proto.Uint64(5), Term: proto.Uint64(1), ConfState: cs,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := log.SetHardState(&raftpb.HardState{Term: proto.Uint64(1), Commit: proto.Uint64(5)}); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := runNode(t, Config{
+		ID: 1, Log: log, Applied: 0, ConfState: nil,
+		TickInterval: time.Hour, ElectionTicks: 10, HeartbeatTicks: 1,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Status runs on the node goroutine, after its start-up steps.
+	st, err := n.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RaftState != raft.StateFollower {
+		t.Fatalf("restarted member of %v is %v at start-up, want a follower waiting for the leader", cs.GetVoters(), st.RaftState)
+	}
 }
