@@ -113,7 +113,7 @@ func defaultLCOptions() lcOptions {
 		ops:             100000,
 		config:          connClients{10, 100},
 		valSize:         100,
-		reps:            1,
+		reps:            3,
 		windowWorkloads: []string{"A", "AWL"},
 		windowRecords:   []int64{10000},
 		windowBatches:   []int64{1200},
@@ -137,6 +137,7 @@ func smokeLCOptions() lcOptions {
 	o.batches = []int64{0, 50}
 	o.batchesLarge = o.batches
 	o.ops = 400
+	o.reps = 1
 	o.config = connClients{2, 4}
 	o.windowWorkloads = []string{"AW"}
 	o.windowRecords = []int64{200}

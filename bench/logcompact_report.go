@@ -205,12 +205,13 @@ func (m lcMarkdown) logTables(n int64) {
 		m.p("\n")
 	}
 	m.p("\nBytes (MiB): live is what recovery needs (batch files plus the frames of entries above the snapshot point); ")
-	m.p("disk is what the files occupy, the 64 MiB preallocated segments in full (000 Fig. 13 compares with etcd's WAL, also preallocated in 64 MB files).\n\n")
+	m.p("disk is what the files occupy, the 64 MiB preallocated segments in full (000 Fig. 13 compares with etcd's WAL, also preallocated in 64 MB files; ")
+	m.p("etcd keeps the next file preallocated too).\n\n")
 	m.p("| workload |")
 	for _, b := range modes {
 		m.p(" %s live | %s disk |", modeName(b), modeName(b))
 	}
-	m.p(" etcd WAL disk | etcd WAL added |\n|---|%s---:|---:|\n", strings.Repeat("---:|---:|", len(modes)))
+	m.p(" etcd WAL disk |\n|---|%s---:|\n", strings.Repeat("---:|---:|", len(modes)))
 	for _, w := range workloads {
 		sl := m.find("main", "strata", w, n, 0, 1, "latest")
 		m.p("| %s |", w)
@@ -228,9 +229,9 @@ func (m lcMarkdown) logTables(n int64) {
 				mib(r.Log.DiskBytes()), pct(float64(r.Log.DiskBytes()), float64(sl.Log.DiskBytes())))
 		}
 		if e := m.find("main", "etcd", w, n, 0, 1, "-"); e != nil && e.Error == "" {
-			m.p(" %s | %s |\n", mib(e.WALDiskBytes), mib(e.WALAddedBytes))
+			m.p(" %s |\n", mib(e.WALDiskBytes))
 		} else {
-			m.p(" - | - |\n")
+			m.p(" - |\n")
 		}
 	}
 	m.p("\n")
@@ -328,12 +329,19 @@ func (m lcMarkdown) overheadTable(n int64) {
 	modes := m.modes("main", n)
 	workloads := values(m.rep, "main", func(c lcConfig) string { return c.Workload })
 	m.p("## Overhead of log compaction, %s keys (000 Fig. 15)\n\n", keysLabel(n))
-	m.p("ops/s and p99 latency (ms) of the run; PL's in parentheses against SL. One run each on a shared machine: differences under ~20%% are noise.\n\n")
+	m.p("ops/s, p99 latency (ms) and the server's CPU time per operation (µs, user + system) of the run; PL's in parentheses against SL. ")
+	m.p("One run each on a shared machine: throughput and latency differences under ~20%% are noise (other engineers compiled and tested meanwhile); CPU per operation is steadier.\n\n")
 	m.p("| workload |")
 	for _, b := range modes {
-		m.p(" %s ops/s | %s p99 |", modeName(b), modeName(b))
+		m.p(" %s ops/s | %s p99 | %s CPU |", modeName(b), modeName(b), modeName(b))
 	}
-	m.p(" etcd ops/s | etcd p99 |\n|---|%s---:|---:|\n", strings.Repeat("---:|---:|", len(modes)))
+	m.p(" etcd ops/s | etcd p99 | etcd CPU |\n|---|%s---:|---:|---:|\n", strings.Repeat("---:|---:|---:|", len(modes)))
+	cpu := func(r *lcResult) float64 {
+		if r.Ops == 0 {
+			return 0
+		}
+		return r.Usage.CPUSeconds / float64(r.Ops) * 1e6
+	}
 	for _, w := range workloads {
 		sl := m.find("main", "strata", w, n, 0, 1, "latest")
 		m.p("| %s |", w)
@@ -341,17 +349,18 @@ func (m lcMarkdown) overheadTable(n int64) {
 			r := m.find("main", "strata", w, n, b, 1, "latest")
 			switch {
 			case r == nil || r.Throughput == 0:
-				m.p(" - | - |")
+				m.p(" - | - | - |")
 			case b == 0 || sl == nil || sl.Throughput == 0:
-				m.p(" %.0f | %.1f |", r.Throughput, r.Latency.P99)
+				m.p(" %.0f | %.1f | %.0f |", r.Throughput, r.Latency.P99, cpu(r))
 			default:
-				m.p(" %.0f (%s) | %.1f (%s) |", r.Throughput, pct(r.Throughput, sl.Throughput), r.Latency.P99, pct(r.Latency.P99, sl.Latency.P99))
+				m.p(" %.0f (%s) | %.1f (%s) | %.0f (%s) |", r.Throughput, pct(r.Throughput, sl.Throughput), r.Latency.P99, pct(r.Latency.P99, sl.Latency.P99),
+					cpu(r), pct(cpu(r), cpu(sl)))
 			}
 		}
 		if e := m.find("main", "etcd", w, n, 0, 1, "-"); e != nil && e.Throughput > 0 {
-			m.p(" %.0f | %.1f |\n", e.Throughput, e.Latency.P99)
+			m.p(" %.0f | %.1f | %.0f |\n", e.Throughput, e.Latency.P99, cpu(e))
 		} else {
-			m.p(" - | - |\n")
+			m.p(" - | - | - |\n")
 		}
 	}
 	m.p("\n")
