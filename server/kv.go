@@ -12,6 +12,7 @@ package server
 import (
 	"context"
 	"errors"
+	"runtime"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -69,11 +70,17 @@ type Limits struct {
 const grpcOverheadBytes = 512 * 1024
 
 // ServerOptions returns the gRPC server options that match etcd's limits.
+// Streams are served on a pool of GOMAXPROCS long-lived goroutines (grpc
+// starts a goroutine of its own when all are busy): a goroutine per
+// request grows its stack anew by copying each time, which took 16-22% of
+// the CPU on reads (docs/bench/profile.md; about 10% less server CPU per
+// read with the pool).
 func (l Limits) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(l.MaxRequestBytes + grpcOverheadBytes),
 		grpc.MaxSendMsgSize(1<<31 - 1),
 		grpc.MaxConcurrentStreams(1<<32 - 1),
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 	}
 }
 
