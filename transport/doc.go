@@ -28,7 +28,11 @@
 // drops what is queued meanwhile, so a returning peer receives fresh
 // messages, not a backlog. The receiving member sends an empty keepalive
 // frame every second on each stream; a sender that hears nothing for 5 s
-// takes the peer for hung or partitioned and reconnects.
+// takes the peer for hung or partitioned and reconnects, and so does one
+// whose frame is still not written after 5 s (the peer stopped reading and
+// its flow-control window stayed full, keepalives or not). Each outgoing
+// stream has one receiving goroutine; the writer never receives, since gRPC
+// hands the status that ends a stream to one RecvMsg only.
 //
 // A MsgSnap does not enter the queue: a goroutine opens a snapshot stream on
 // a connection of its own and sends the message, then Snapshotter.Open's

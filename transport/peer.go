@@ -197,12 +197,21 @@ func (p *peer) dropFor(d time.Duration) {
 }
 
 // outStream is an open message stream to the peer.
+//
+// Concurrency: only the goroutine connect starts calls cs.RecvMsg; only
+// the writer (pump) calls cs.SendMsg. gRPC allows one of each at a time,
+// and no more: the status that ends a stream is delivered to one RecvMsg,
+// so a second one waiting at the same moment waits forever.
 type outStream struct {
 	conn   *grpc.ClientConn
 	cs     grpc.ClientStream
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the stream ends; err is then set
 	err    error
+
+	// stalled is set when a send did not finish within the write timeout
+	// (the peer stopped reading) and the stream was canceled for it.
+	stalled atomic.Bool
 }
 
 func (s *outStream) close() {
@@ -264,7 +273,8 @@ func (p *peer) connect() (*outStream, error) {
 	// The peer sends an empty frame every keepaliveInterval; one that stays
 	// silent for silenceTimeout is gone (a partition, a hung machine) even
 	// if TCP has not noticed. A receive also returns when the stream ends,
-	// which is how the writer learns of it while idle.
+	// which is how the writer learns of it, idle or not (pump). This is the
+	// stream's only receiver.
 	go func() {
 		var silent atomic.Bool
 		timer := time.AfterFunc(t.silenceTimeout, func() {
@@ -290,7 +300,21 @@ func (p *peer) connect() (*outStream, error) {
 // frame carries everything queued when the stream is ready (up to
 // maxBatchBytes): under load, messages that queue while a frame is being
 // written all go in the next one.
+//
+// A send blocks while the peer's flow-control window is full, which it
+// stays when the peer stopped reading: a member frozen (SIGSTOP, a long
+// pause) or whose reader is stuck, even if its keepalives still come. A
+// send that has not finished after silenceTimeout (the write timeout)
+// cancels the stream, as silence does on the receiving side, and the
+// writer reconnects.
 func (p *peer) pump(s *outStream) error {
+	timeout := p.t.silenceTimeout
+	stall := time.AfterFunc(timeout, func() {
+		s.stalled.Store(true)
+		s.cancel()
+	})
+	stall.Stop()
+	defer stall.Stop()
 	batch := make([]*raftpb.Message, 0, 64)
 	for {
 		select {
@@ -311,17 +335,44 @@ func (p *peer) pump(s *outStream) error {
 					break fill
 				}
 			}
-			if err := sendMsg(s.cs, &frame{Msgs: batch}); err != nil {
+			stall.Reset(timeout)
+			err := s.cs.SendMsg(&frame{Msgs: batch})
+			stall.Stop()
+			if err != nil {
 				// The batch is lost; raft retransmits.
 				p.markUnreachable()
-				return err
+				return p.sendFailed(s, err)
 			}
 		}
 	}
 }
 
+// sendFailed returns why a send on s failed. SendMsg says only io.EOF once
+// the stream is over; the reason is the status the stream's receiving
+// goroutine gets, which it does at once for a stream that is over. The
+// writer must not ask RecvMsg itself: that goroutine may be waiting in
+// RecvMsg too, and gRPC delivers the status to one of them only, leaving
+// the other waiting forever (the writer, which then never reconnected,
+// or the receiver, which close then waited for forever).
+func (p *peer) sendFailed(s *outStream, err error) error {
+	if errors.Is(err, io.EOF) {
+		select {
+		case <-s.done:
+			err = s.err
+		case <-p.ctx.Done():
+			return p.ctx.Err()
+		}
+	}
+	if s.stalled.Load() {
+		err = fmt.Errorf("peer not reading: a send blocked for %v: %w", p.t.silenceTimeout, err)
+	}
+	return err
+}
+
 // sendMsg sends f on cs. When the peer has ended the stream, SendMsg says
-// only io.EOF; the reason comes from RecvMsg.
+// only io.EOF; the reason comes from RecvMsg, which sendMsg therefore
+// calls: only for streams no other goroutine receives on (a hello before
+// the receiving goroutine starts, a snapshot stream).
 func sendMsg(cs grpc.ClientStream, f *frame) error {
 	err := cs.SendMsg(f)
 	if errors.Is(err, io.EOF) {

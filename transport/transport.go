@@ -80,7 +80,9 @@ const (
 	maxBackoff = time.Second
 	// keepaliveInterval is how often a member sends an empty frame on each
 	// message stream peers opened to it; silenceTimeout how long a sender
-	// waits for one before it ends the stream and reconnects.
+	// waits for one before it ends the stream and reconnects, and also how
+	// long one frame may take to write (a peer that stopped reading keeps
+	// its flow-control window full) before it does the same.
 	keepaliveInterval = time.Second
 	silenceTimeout    = 5 * time.Second
 )

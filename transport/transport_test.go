@@ -849,3 +849,172 @@ func BenchmarkSend(b *testing.B) {
 	}
 	<-done
 }
+
+// stalledPeer is a fake member 2 whose message streams answer the hello
+// and then never read again, as a member does while stopped by SIGSTOP or
+// stuck in its Handler. With keepalives it still sends an empty frame
+// every keepalive (the member's gRPC handler goroutine is alive, its
+// reader is not); without, it is silent too. Its receive windows are fixed
+// at 64 KiB, so a writer blocks in SendMsg after some 128 KiB.
+type stalledPeer struct {
+	url    string
+	hellos chan struct{} // one per stream opened
+}
+
+func startStalledPeer(t *testing.T, keepalive time.Duration) *stalledPeer {
+	t.Helper()
+	p := &stalledPeer{hellos: make(chan struct{}, 1000)}
+	desc := grpc.ServiceDesc{
+		ServiceName: serviceName,
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{
+			StreamName: "Messages",
+			Handler: func(_ any, s grpc.ServerStream) error {
+				var hello frame
+				if err := s.RecvMsg(&hello); err != nil {
+					return err
+				}
+				if err := s.SendMsg(&frame{ClusterID: hello.ClusterID, From: hello.To, To: hello.From}); err != nil {
+					return err
+				}
+				p.hellos <- struct{}{}
+				var tick <-chan time.Time
+				if keepalive > 0 {
+					ticker := time.NewTicker(keepalive)
+					defer ticker.Stop()
+					tick = ticker.C
+				}
+				for {
+					select {
+					case <-s.Context().Done():
+						return s.Context().Err()
+					case <-tick:
+						if err := s.SendMsg(&frame{}); err != nil {
+							return err
+						}
+					}
+				}
+			},
+			ServerStreams: true,
+			ClientStreams: true,
+		}},
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A fixed window turns off gRPC's BDP estimation, which would grow it.
+	srv := grpc.NewServer(grpc.InitialWindowSize(1<<16), grpc.InitialConnWindowSize(1<<16))
+	srv.RegisterService(&desc, struct{}{})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	p.url = "http://" + lis.Addr().String()
+	return p
+}
+
+// TestStalledPeerStreamReopened checks that a stream to a peer that stops
+// reading is ended and reopened, again and again, while the writer is
+// blocked sending to it: the writer must neither wait forever for flow
+// control nor for a status the stream's receiving goroutine has taken.
+func TestStalledPeerStreamReopened(t *testing.T) {
+	tests := []struct {
+		name      string
+		keepalive time.Duration // 0: the peer is silent (stopped)
+		wantLog   string
+	}{
+		{name: "frozen peer, silent", wantLog: "peer silent"},
+		{name: "peer sending keepalives but not reading", keepalive: 10 * time.Millisecond, wantLog: "peer not reading"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			peer := startStalledPeer(t, tt.keepalive)
+			core, logs := observer.New(zapcore.WarnLevel)
+			tr := New(Config{LocalID: 1, ClusterID: 1, Handler: newHandler(), Logger: zap.New(core)})
+			tr.silenceTimeout = 100 * time.Millisecond
+			tr.AddPeer(2, []string{peer.url})
+			stop := make(chan struct{})
+			sent := make(chan struct{})
+			go func() { // keep the writer busy: 32 KiB messages, 1 MiB/s
+				defer close(sent)
+				for {
+					m := msg(1, 2, 1)
+					m.Entries = []*raftpb.Entry{{Data: make([]byte, 32<<10)}}
+					tr.Send([]*raftpb.Message{m})
+					select {
+					case <-stop:
+						return
+					case <-time.After(30 * time.Millisecond):
+					}
+				}
+			}()
+			defer func() {
+				close(stop)
+				<-sent
+				stopped := make(chan struct{})
+				go func() { tr.Stop(); close(stopped) }()
+				select {
+				case <-stopped:
+				case <-time.After(wait):
+					t.Error("Stop hangs: a peer goroutine is stuck")
+				}
+			}()
+			// Each stream stalls; the writer must end it and open the next.
+			const streams = 4
+			for i := range streams {
+				select {
+				case <-peer.hellos:
+				case <-time.After(wait):
+					t.Fatalf("stream %d never opened: the writer is stuck on the stalled stream before it (logged %v)", i+1, logs.All())
+				}
+			}
+			lost := logs.FilterMessage("lost message stream to peer").All()
+			if len(lost) == 0 || !strings.Contains(fmt.Sprint(lost[0].ContextMap()["error"]), tt.wantLog) {
+				t.Fatalf("logged %v, want the stream lost with %q", lost, tt.wantLog)
+			}
+		})
+	}
+}
+
+// endedStream is a message stream the peer has just ended while a frame
+// was being sent: SendMsg says io.EOF, and the status that ended it went to
+// the stream's receiving goroutine, so a RecvMsg here would wait forever,
+// as gRPC's does when two goroutines receive at once.
+type endedStream struct {
+	grpc.ClientStream
+	recvCalled chan struct{}
+}
+
+func (s *endedStream) SendMsg(any) error { return io.EOF }
+
+func (s *endedStream) RecvMsg(any) error {
+	close(s.recvCalled)
+	select {} // the status was delivered to the other receiver
+}
+
+// TestWriterDoesNotReceive checks that when a send fails because the stream
+// ended, the writer takes the reason from the stream's receiving goroutine
+// instead of calling RecvMsg itself (which hung a leader's writer to a
+// paused member for good: no reconnect, every message dropped).
+func TestWriterDoesNotReceive(t *testing.T) {
+	tr := New(Config{LocalID: 1, ClusterID: 1, Handler: newHandler()})
+	p := newPeer(tr, 2, nil)
+	defer p.stop()
+	p.enqueue(msg(1, 2, 1))
+	cs := &endedStream{recvCalled: make(chan struct{})}
+	s := &outStream{cs: cs, cancel: func() {}, done: make(chan struct{})}
+	ended := status.Error(codes.Canceled, "context canceled")
+	s.err = ended
+	close(s.done) // the receiving goroutine got the status
+	errc := make(chan error, 1)
+	go func() { errc <- p.pump(s) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ended) {
+			t.Fatalf("pump: %v, want the stream's status %v", err, ended)
+		}
+	case <-cs.recvCalled:
+		t.Fatal("the writer called RecvMsg on a stream another goroutine receives on")
+	case <-time.After(wait):
+		t.Fatal("pump did not return after the stream ended")
+	}
+}
