@@ -1042,7 +1042,8 @@ func (r *lcRun) recover(ctx context.Context, t *lcTemplate, c lcConfig, args []s
 	}
 	d, err := t.c.Restart(ctx)
 	if err != nil {
-		return rec, err
+		// The work directory goes at the end of the run: keep why.
+		return rec, fmt.Errorf("%w; its log ends: %s", err, logTail(logPath, offset, 1500))
 	}
 	rec.Seconds = d.Seconds()
 	got, err := readFingerprint(ctx, t.c, c.Records)
@@ -1224,4 +1225,21 @@ func allocatedBytes(info fs.FileInfo) int64 {
 		return st.Blocks * 512
 	}
 	return info.Size()
+}
+
+// logTail returns up to n bytes of the end of the file at path written
+// after offset, or a note saying why there are none.
+func logTail(path string, offset int64, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+	}
+	if offset > int64(len(b)) {
+		offset = 0
+	}
+	b = b[offset:]
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
 }
