@@ -165,17 +165,7 @@ func (o *lcOptions) register(fs *flag.FlagSet) {
 	fs.Func("batches", "log compaction batch sizes of the main series; 0 is SL (log compaction off)", batchesSetter(&o.batches))
 	fs.Func("batches-large", fmt.Sprintf("batch sizes of the main series for key counts above %d (fewer, to save time)", largeRecords), batchesSetter(&o.batchesLarge))
 	fs.Int64Var(&o.ops, "ops", o.ops, "operations per configuration (000: 10^5 commands)")
-	fs.Func("config", "conns/clients of the load, e.g. 10/100", func(s string) error {
-		cc, err := parseConnClients(s)
-		if err != nil {
-			return err
-		}
-		if len(cc) != 1 {
-			return fmt.Errorf("want one conns/clients pair, got %q", s)
-		}
-		o.config = cc[0]
-		return nil
-	})
+	fs.Func("config", "conns/clients of the load, e.g. 10/100", oneConnClients(&o.config))
 	fs.IntVar(&o.valSize, "val-size", o.valSize, "YCSB value size in bytes")
 	fs.IntVar(&o.reps, "reps", o.reps, "recoveries per strategy (000 averaged 30); the report gives the mean and the minimum")
 	fs.Func("window-workloads", "workloads of the history-window series (empty: none)", listSetter(&o.windowWorkloads))
@@ -439,37 +429,10 @@ func runLC(ctx context.Context, o lcOptions, command string, log *zap.Logger) (*
 	if o.ops < 1 || o.reps < 1 {
 		return nil, fmt.Errorf("-ops %d and -reps %d must be at least 1", o.ops, o.reps)
 	}
-	if o.repo == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return nil, fmt.Errorf("working directory: %w", err)
-		}
-		if o.repo, err = findRepo(wd); err != nil {
-			return nil, err
-		}
-	}
-	if o.binDir == "" {
-		o.binDir = filepath.Join(o.repo, "bench", "bin")
-	}
 	started := time.Now().UTC()
-	if o.out == "" {
-		o.out = filepath.Join(o.repo, "bench", "results", started.Format("20060102-150405")+"-logcompact")
-	}
-	for _, d := range []string{o.out, o.binDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("create %s: %w", d, err)
-		}
-	}
-	base := o.workDir
-	if base == "" {
-		base = os.TempDir()
-	}
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		return nil, fmt.Errorf("create work dir %s: %w", base, err)
-	}
-	workDir, err := os.MkdirTemp(base, "strata-logcompact-")
+	workDir, err := runDirs(&o.repo, &o.binDir, &o.out, o.workDir, "logcompact", "strata-logcompact-", started)
 	if err != nil {
-		return nil, fmt.Errorf("create work dir: %w", err)
+		return nil, err
 	}
 	if !o.keep {
 		defer os.RemoveAll(workDir)

@@ -286,17 +286,7 @@ func registerFlags(fs *flag.FlagSet, o *options) {
 	fs.Func("ycsb-records", "comma-separated key counts to preload, e.g. 10000,1000000", int64sSetter(&o.ycsbRecords))
 	fs.Func("ycsb-dists", "key distributions: std (each workload's own), uniform, zipfian, latest", listSetter(&o.ycsbDists))
 	fs.Int64Var(&o.ycsbOps, "ycsb-ops", o.ycsbOps, "operations per YCSB workload")
-	fs.Func("ycsb-config", "conns/clients for YCSB, e.g. 10/100", func(s string) error {
-		cc, err := parseConnClients(s)
-		if err != nil {
-			return err
-		}
-		if len(cc) != 1 {
-			return fmt.Errorf("want one conns/clients pair, got %q", s)
-		}
-		o.ycsbConfig = cc[0]
-		return nil
-	})
+	fs.Func("ycsb-config", "conns/clients for YCSB, e.g. 10/100", oneConnClients(&o.ycsbConfig))
 	fs.IntVar(&o.ycsbValSize, "ycsb-val-size", o.ycsbValSize, "YCSB value size in bytes")
 
 	fs.Func("sweep-clients", "client counts of the saturation sweep (conns = min(clients, 100))", func(s string) error {
@@ -406,4 +396,58 @@ func parseInt64s(s string) ([]int64, error) {
 		return nil, fmt.Errorf("integer list %q: empty", s)
 	}
 	return out, nil
+}
+
+// runDirs resolves the repository, binary and output directories a run
+// uses (defaults below the repository; the output named by the start time
+// and suffix) and creates them, and a fresh work directory, named by
+// prefix, below workDir (default: the system temp dir). The caller
+// removes the work directory.
+func runDirs(repo, binDir, out *string, workDir, suffix, prefix string, started time.Time) (string, error) {
+	if *repo == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("working directory: %w", err)
+		}
+		if *repo, err = findRepo(wd); err != nil {
+			return "", err
+		}
+	}
+	if *binDir == "" {
+		*binDir = filepath.Join(*repo, "bench", "bin")
+	}
+	if *out == "" {
+		*out = filepath.Join(*repo, "bench", "results", started.Format("20060102-150405")+"-"+suffix)
+	}
+	for _, d := range []string{*out, *binDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	if workDir == "" {
+		workDir = os.TempDir()
+	}
+	if err := os.MkdirAll(workDir, 0o755); err != nil {
+		return "", fmt.Errorf("create work dir %s: %w", workDir, err)
+	}
+	dir, err := os.MkdirTemp(workDir, prefix)
+	if err != nil {
+		return "", fmt.Errorf("create work dir: %w", err)
+	}
+	return dir, nil
+}
+
+// oneConnClients is a flag setter for a single conns/clients pair.
+func oneConnClients(dst *connClients) func(string) error {
+	return func(s string) error {
+		cc, err := parseConnClients(s)
+		if err != nil {
+			return err
+		}
+		if len(cc) != 1 {
+			return fmt.Errorf("want one conns/clients pair, got %q", s)
+		}
+		*dst = cc[0]
+		return nil
+	}
 }

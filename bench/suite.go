@@ -63,37 +63,10 @@ func runSuite(ctx context.Context, o options, command string, log *zap.Logger) (
 			return nil, fmt.Errorf("unknown step %q (want %s)", st, strings.Join(steps, ","))
 		}
 	}
-	if o.repo == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return nil, fmt.Errorf("working directory: %w", err)
-		}
-		if o.repo, err = findRepo(wd); err != nil {
-			return nil, err
-		}
-	}
-	if o.binDir == "" {
-		o.binDir = filepath.Join(o.repo, "bench", "bin")
-	}
 	started := time.Now().UTC()
-	if o.out == "" {
-		o.out = filepath.Join(o.repo, "bench", "results", started.Format("20060102-150405")+"-"+strings.Join(o.steps, "-"))
-	}
-	for _, d := range []string{o.out, o.binDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("create %s: %w", d, err)
-		}
-	}
-	base := o.workDir
-	if base == "" {
-		base = os.TempDir()
-	}
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		return nil, fmt.Errorf("create work dir %s: %w", base, err)
-	}
-	workDir, err := os.MkdirTemp(base, "strata-bench-")
+	workDir, err := runDirs(&o.repo, &o.binDir, &o.out, o.workDir, strings.Join(o.steps, "-"), "strata-bench-", started)
 	if err != nil {
-		return nil, fmt.Errorf("create work dir: %w", err)
+		return nil, err
 	}
 	s := &suite{
 		o:       o,
