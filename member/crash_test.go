@@ -17,28 +17,39 @@ import (
 // startOn starts a one-member cluster whose every file lives on fs.
 func startOn(t *testing.T, fs vfs.FS) *Member {
 	t.Helper()
-	m, err := Start(Config{
-		Name:                    "crash",
+	return startInMemory(t, fs, "crash", func(cfg *Config) {
+		// Small, so that engine flushes and log compactions happen
+		// during the test and crashes land around them too.
+		cfg.SnapshotCount = 50
+	})
+}
+
+// startInMemory starts a one-member cluster named name whose every file
+// lives on fs (a power-cut test's file system), with short raft timings,
+// after adjust has changed its configuration, and waits until it serves.
+func startInMemory(t *testing.T, fs vfs.FS, name string, adjust func(*Config)) *Member {
+	t.Helper()
+	cfg := Config{
+		Name:                    name,
 		DataDir:                 "/data",
 		FS:                      fs,
 		ListenClientURLs:        []string{"http://127.0.0.1:0"},
 		AdvertiseClientURLs:     []string{"http://127.0.0.1:0"},
 		ListenPeerURLs:          []string{"http://127.0.0.1:0"},
 		AdvertisePeerURLs:       []string{"http://127.0.0.1:2380"},
-		InitialCluster:          map[string][]string{"crash": {"http://127.0.0.1:2380"}},
+		InitialCluster:          map[string][]string{name: {"http://127.0.0.1:2380"}},
 		InitialClusterState:     "new",
-		InitialClusterToken:     "crash-test",
+		InitialClusterToken:     name + "-test",
 		AutoCompactionMode:      "periodic",
 		AutoCompactionRetention: "0",
 		MaxRequestBytes:         1 << 20,
 		MaxTxnOps:               128,
-		// Small, so that engine flushes and log compactions happen
-		// during the test and crashes land around them too.
-		SnapshotCount:     50,
-		CatchUpEntries:    10,
-		HeartbeatInterval: 10 * time.Millisecond,
-		ElectionTimeout:   100 * time.Millisecond,
-	})
+		CatchUpEntries:          10,
+		HeartbeatInterval:       10 * time.Millisecond,
+		ElectionTimeout:         100 * time.Millisecond,
+	}
+	adjust(&cfg)
+	m, err := Start(cfg)
 	if err != nil {
 		t.Fatalf("start member: %v", err)
 	}

@@ -20,41 +20,15 @@ import (
 // (batch 0) or of runs of batch entries (--log-compaction-batch).
 func startCompacting(t *testing.T, fs vfs.FS, strategy string, latest bool, logDirs []string, batch uint64) *Member {
 	t.Helper()
-	m, err := Start(Config{
-		Name:                    "lc",
-		DataDir:                 "/data",
-		LogDirs:                 logDirs,
-		FS:                      fs,
-		ListenClientURLs:        []string{"http://127.0.0.1:0"},
-		AdvertiseClientURLs:     []string{"http://127.0.0.1:0"},
-		ListenPeerURLs:          []string{"http://127.0.0.1:0"},
-		AdvertisePeerURLs:       []string{"http://127.0.0.1:2380"},
-		InitialCluster:          map[string][]string{"lc": {"http://127.0.0.1:2380"}},
-		InitialClusterState:     "new",
-		InitialClusterToken:     "lc-test",
-		AutoCompactionMode:      "periodic",
-		AutoCompactionRetention: "0",
-		MaxRequestBytes:         1 << 20,
-		MaxTxnOps:               128,
+	return startInMemory(t, fs, "lc", func(cfg *Config) {
+		cfg.LogDirs = logDirs
 		// The first segment holds the bootstrap conf change, which log
 		// compaction leaves to the engine flush and Compact that this
 		// count triggers; later segments are compacted.
-		SnapshotCount:     300,
-		CatchUpEntries:    10,
-		HeartbeatInterval: 10 * time.Millisecond,
-		ElectionTimeout:   100 * time.Millisecond,
-		LogCompaction: LogCompactionConfig{Enabled: true, Interval: 10 * time.Millisecond,
-			SegmentSize: 16 << 10, RecoveryStrategy: strategy, HistoryLatest: latest, BatchEntries: batch},
+		cfg.SnapshotCount = 300
+		cfg.LogCompaction = LogCompactionConfig{Enabled: true, Interval: 10 * time.Millisecond,
+			SegmentSize: 16 << 10, RecoveryStrategy: strategy, HistoryLatest: latest, BatchEntries: batch}
 	})
-	if err != nil {
-		t.Fatalf("start member: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := m.WaitReady(ctx); err != nil {
-		t.Fatalf("member not ready: %v", err)
-	}
-	return m
 }
 
 // TestLogCompactionPowerCut writes with log compaction on, cuts the power
