@@ -366,14 +366,29 @@ func (m lcMarkdown) overheadTable(n int64) {
 	m.p("\n")
 }
 
-// dirs2Table: one against two --log-dirs (000 Fig. 16).
-func (m lcMarkdown) dirs2Table() {
+// series returns the results of one series of configurations, in run order.
+func (m lcMarkdown) series(name string) []lcResult {
 	var rows []lcResult
 	for _, r := range m.rep.Results {
-		if r.Config.Series == "dirs2" {
+		if r.Config.Series == name {
 			rows = append(rows, r)
 		}
 	}
+	return rows
+}
+
+// runRecoveryCell is the time of x's whole-run recovery with strategy, or
+// "-" if none was measured.
+func runRecoveryCell(x *lcResult, strategy string) string {
+	if v, _, _, n := recovery(x, "run", strategy); n > 0 {
+		return ms(v)
+	}
+	return "-"
+}
+
+// dirs2Table: one against two --log-dirs (000 Fig. 16).
+func (m lcMarkdown) dirs2Table() {
+	rows := m.series("dirs2")
 	if len(rows) == 0 {
 		return
 	}
@@ -391,15 +406,7 @@ func (m lcMarkdown) dirs2Table() {
 			if x.Log != nil {
 				live, disk = mib(x.Log.Bytes()), mib(x.Log.DiskBytes())
 			}
-			nv, _, _, nk := recovery(x, "run", "naive")
-			dv, _, _, dk := recovery(x, "run", "descending")
-			nvs, dvs := "-", "-"
-			if nk > 0 {
-				nvs = ms(nv)
-			}
-			if dk > 0 {
-				dvs = ms(dv)
-			}
+			nvs, dvs := runRecoveryCell(x, "naive"), runRecoveryCell(x, "descending")
 			m.p("| %s | %s | %s | %d | %.0f | %.2f | %.1f | %s | %s | %s | %s |\n", keysLabel(c.Records), c.Workload, c.Mode(), x.Config.Dirs,
 				x.Throughput, x.Latency.P50, x.Latency.P99, live, disk, nvs, dvs)
 		}
@@ -409,12 +416,7 @@ func (m lcMarkdown) dirs2Table() {
 
 // windowTable: --history latest against a history window.
 func (m lcMarkdown) windowTable() {
-	var rows []lcResult
-	for _, r := range m.rep.Results {
-		if r.Config.Series == "window" {
-			rows = append(rows, r)
-		}
-	}
+	rows := m.series("window")
 	if len(rows) == 0 {
 		return
 	}
@@ -434,10 +436,8 @@ func (m lcMarkdown) windowTable() {
 			if sl != nil && sl.Log != nil {
 				vs = pct(float64(x.Log.Held()), float64(sl.Log.Held()))
 			}
-			nv, _, _, _ := recovery(x, "run", "naive")
-			dv, _, _, _ := recovery(x, "run", "descending")
 			m.p("| %s | %s | %d | %s | %d | %d | %s | %s | %s | %s |\n", keysLabel(c.Records), c.Workload, c.Batch, x.Config.History,
-				x.Writes, x.Log.Held(), vs, mib(x.Log.Bytes()), ms(nv), ms(dv))
+				x.Writes, x.Log.Held(), vs, mib(x.Log.Bytes()), runRecoveryCell(x, "naive"), runRecoveryCell(x, "descending"))
 		}
 	}
 	m.p("\n")
