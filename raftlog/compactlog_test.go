@@ -53,14 +53,11 @@ func covered(t *testing.T, l *Log) []*raftpb.Entry {
 	return append(out, ents...)
 }
 
-func TestCompactOldestSegment(t *testing.T) {
-	for _, n := range []int{1, 2, 3} {
-		t.Run(fmt.Sprintf("dirs%d", n), func(t *testing.T) { testCompactOldestSegment(t, testDirs(n)) })
-	}
-}
-
-func testCompactOldestSegment(t *testing.T, dirs []string) {
-	fs := vfs.NewMem()
+// openFilled opens a log of 4 KiB segments on fs and appends 300 entries
+// of term 1 to it, 5 per Append (several segments in every directory). It
+// returns the options it opened the log with, to reopen it, and the entries.
+func openFilled(t *testing.T, fs vfs.FS, dirs []string) (Options, *Log, []*raftpb.Entry) {
+	t.Helper()
 	opts := Options{FS: fs, Dirs: dirs, SegmentSize: 4 << 10, MinStripeBytes: -1}
 	l, err := Open(opts)
 	if err != nil {
@@ -72,6 +69,18 @@ func testCompactOldestSegment(t *testing.T, dirs []string) {
 		all = append(all, e...)
 		mustAppend(t, l, e, hs(1, 1, i*5+5))
 	}
+	return opts, l, all
+}
+
+func TestCompactOldestSegment(t *testing.T) {
+	for _, n := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("dirs%d", n), func(t *testing.T) { testCompactOldestSegment(t, testDirs(n)) })
+	}
+}
+
+func testCompactOldestSegment(t *testing.T, dirs []string) {
+	fs := vfs.NewMem()
+	opts, l, all := openFilled(t, fs, dirs)
 	if l.Stats().Segments < 2+len(dirs) {
 		t.Fatalf("only %d segments", l.Stats().Segments)
 	}
@@ -163,17 +172,7 @@ func testCompactionCrash(t *testing.T, dirs []string, batch uint64) {
 		return nil
 	})
 	fs := errorfs.Wrap(mem, inj)
-	opts := Options{FS: fs, Dirs: dirs, SegmentSize: 4 << 10, MinStripeBytes: -1}
-	l, err := Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var all []*raftpb.Entry
-	for i := uint64(0); i < 60; i++ {
-		e := ents(i*5+1, i*5+5, 1)
-		all = append(all, e...)
-		mustAppend(t, l, e, hs(1, 1, i*5+5))
-	}
+	_, l, all := openFilled(t, fs, dirs)
 	mu.Lock()
 	armed = true
 	mu.Unlock()
@@ -259,17 +258,7 @@ func TestCompactNextBatch(t *testing.T) {
 
 func testCompactNextBatch(t *testing.T, dirs []string, batch uint64) {
 	fs := vfs.NewMem()
-	opts := Options{FS: fs, Dirs: dirs, SegmentSize: 4 << 10, MinStripeBytes: -1}
-	l, err := Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var all []*raftpb.Entry
-	for i := uint64(0); i < 60; i++ {
-		e := ents(i*5+1, i*5+5, 1)
-		all = append(all, e...)
-		mustAppend(t, l, e, hs(1, 1, i*5+5))
-	}
+	opts, l, all := openFilled(t, fs, dirs)
 	const upTo = 200
 	// Nothing while fewer than batch entries are at or below upTo.
 	if ok, err := l.CompactNextBatch(batch-1, batch, keepAll); ok || err != nil {
@@ -351,7 +340,8 @@ func testCompactNextBatch(t *testing.T, dirs []string, batch uint64) {
 		t.Fatalf("Stats = %+v after %d batches of %d", st, n, batch)
 	}
 	_ = l.Close()
-	if l, err = Open(opts); err != nil {
+	l, err := Open(opts)
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
