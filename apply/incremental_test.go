@@ -67,19 +67,20 @@ func TestInstallCatchUp(t *testing.T) {
 			t.Run(fmt.Sprintf("seed%d/latest=%v", seed, latest), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 11))
 				const e = 240
-				entries := randomRequests(t, rng, e)
-				leader := newMember(t)
-				leader.apply(t, rng, entries)
-				want := stateOf(t, leader.store, !latest)
-				horizon := leader.store.CompactRev()
-				if latest {
-					horizon = leader.store.Rev()
-				}
+				entries := randomRequests(t, rng, e, 0)
+				// The leader builds its batches of entries[:p] as its log
+				// compactor does, physical compaction running; the batches
+				// follow the log's truncation point (lm.floor).
 				p := 1 + rng.IntN(e-1)
-				batches := cutBatches(t, rng, leader, entries, p, horizon)
+				leader := newMember(t)
+				leader.store.Start()
+				lm := buildLog(t, rng, leader, entries[:p], 30, latest)
+				leader.apply(t, rng, entries[p:])
+				want := stateOf(t, leader.store, !latest)
+				batches := lm.batches
 				for try := 0; try < 4; try++ {
 					// A base at a batch boundary, or inside a batch.
-					b := uint64(rng.IntN(p + 1))
+					b := uint64(lm.floor + rng.IntN(p-lm.floor+1))
 					a := uint64(rng.IntN(e)) // any applied index below E
 					var send []*raftlog.CompactedBatch
 					for _, x := range batches {
@@ -154,7 +155,9 @@ func TestInstallCatchUpRevokedLease(t *testing.T) {
 // found before anything is written.
 func TestInstallCatchUpRefuses(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
-	entries := randomRequests(t, rng, 60)
+	// No compaction reaches the batches' revisions (which would refuse
+	// them): the refusals tested here are the stream's.
+	entries := randomRequests(t, rng, 60, 3*60)
 	leader := newMember(t)
 	leader.apply(t, rng, entries)
 	batches := cutBatches(t, rng, leader, entries, 40, leader.store.CompactRev())

@@ -40,6 +40,10 @@ import (
 // batch's last index as the applied index, so the state equals the state
 // the entries themselves would have produced.
 //
+// A run whose revisions physical revision compaction may have reached is
+// not compacted either (mvcc.Store.Changes refuses it, ErrNotCompactable
+// here): the versions it removed would be missing from the batch.
+//
 // Entries that change the raft configuration are not compacted
 // (ErrNotCompactable): their ConfState is computed by raft as it applies
 // them, which a replay outside raft cannot reproduce; a run holding one
@@ -123,7 +127,13 @@ func BuildCompactedBatch(store *mvcc.Store, entries []*raftpb.Entry, horizon int
 	}
 	var changes []mvcc.KeyChange
 	if len(rows) > 0 {
-		if changes, err = store.Changes(rows[0].Before, rows[len(rows)-1].After); err != nil {
+		changes, err = store.Changes(rows[0].Before, rows[len(rows)-1].After)
+		if errors.Is(err, mvcc.ErrChangesCompacted) {
+			// Physical revision compaction may have removed versions the
+			// run wrote (mvcc.Store.Changes): its records cannot be known.
+			return nil, fmt.Errorf("%w: entries %d..%d: %w", ErrNotCompactable, first, last, err)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("apply: compact entries %d..%d: %w", first, last, err)
 		}
 	}

@@ -1,10 +1,13 @@
 package apply
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -61,12 +64,15 @@ func (m *member) apply(t *testing.T, rng *rand.Rand, entries []*raftpb.Entry) {
 
 // randomRequests makes a random command sequence: puts (some with a
 // lease), single and range deletes, txns, lease grants and revokes,
-// revision compactions, and the empty entries of new leaders.
-func randomRequests(t *testing.T, rng *rand.Rand, n int) []*raftpb.Entry {
+// revision compactions, and the empty entries of new leaders. Compactions
+// target a random revision at least compactLag (in the generator's upper
+// bound of revisions, 3 per command) below the newest: a history window.
+func randomRequests(t *testing.T, rng *rand.Rand, n int, compactLag int64) []*raftpb.Entry {
 	key := func() []byte { return []byte(fmt.Sprintf("k%d", rng.IntN(12))) }
 	var leases []int64
 	nextLease := int64(100)
-	rev := int64(1) // an upper bound of the store's revision, for compactions
+	rev := int64(1)    // an upper bound of the store's revision, for compactions
+	writes := int64(1) // puts and txns so far: about the store's revision
 	var out []*raftpb.Entry
 	for i := 1; i <= n; i++ {
 		var req *pb.InternalRaftRequest
@@ -105,7 +111,13 @@ func randomRequests(t *testing.T, rng *rand.Rand, n int) []*raftpb.Entry {
 			req = &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: leases[j]}}
 			leases = slices.Delete(leases, j, j+1)
 		case p < 90:
-			req = &pb.InternalRaftRequest{Compaction: &pb.CompactionRequest{Revision: 1 + rng.Int64N(rev)}}
+			target := 1 + rng.Int64N(max(1, rev-compactLag))
+			if compactLag == 0 && rng.IntN(2) == 0 {
+				// Near the newest revision (writes is about it), where it
+				// reaches the revisions of runs not yet compacted.
+				target = max(1, writes-rng.Int64N(4))
+			}
+			req = &pb.InternalRaftRequest{Compaction: &pb.CompactionRequest{Revision: target}}
 		case p < 92 && len(leases) > 0:
 			// A grant of an existing lease fails and changes nothing.
 			req = &pb.InternalRaftRequest{LeaseGrant: &pb.LeaseGrantRequest{ID: leases[0], TTL: 5}}
@@ -119,6 +131,9 @@ func randomRequests(t *testing.T, rng *rand.Rand, n int) []*raftpb.Entry {
 			req = &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: key(), Value: []byte("x")}}
 		}
 		rev += 3
+		if req.Put != nil || req.Txn != nil {
+			writes++
+		}
 		out = append(out, normal(t, uint64(i), req))
 	}
 	return out
@@ -167,69 +182,117 @@ func stateOf(t *testing.T, s *mvcc.Store, withHistory bool) state {
 }
 
 // TestCompactedBatchReplay is the property of log compaction: for random
-// command sequences cut into batches of random sizes, a store that holds
-// any prefix of the entries and replays the compacted batches after it
+// command sequences, a store that holds any prefix of the entries the log
+// still needs and replays the log's compacted batches and then its entries
 // reaches the state of a store that applied every entry -- values,
-// create/mod revisions, versions, leases, revision and compact revision
-// -- and, when the horizon is the compact revision, the same HashKV.
-// With --history latest (the horizon at the batch's last revision) the
-// current state is the same.
+// create/mod revisions, versions, leases, revision and compact revision --
+// and, when the horizon is the compact revision, the same HashKV. With
+// --history latest (only each key's last version in a batch) the current
+// state is the same.
+//
+// The log is built as a member builds it: batches of random sizes, each
+// built a random number of entries after its last one was applied, while
+// the store's physical revision compaction runs in the background. A run
+// the builder refuses (a configuration change, or revisions compaction has
+// reached) stays in the log until the log is truncated below the engine's
+// durable index, which deletes the batches before it; the recovering
+// engine then holds at least that index.
 func TestCompactedBatchReplay(t *testing.T) {
 	for _, tc := range []struct {
 		name            string
 		seeds           uint64
 		commands, batch int // batch: the largest batch, in commands
+		compactLag      int64
 	}{
 		{name: "small", seeds: 12, commands: 150, batch: 40},
-		// Enough records per batch for replay's parallel paths
-		// (mvcc's minParallelPrepare).
-		{name: "large", seeds: 2, commands: 3000, batch: 3000},
+		// Enough records per batch for replay's parallel paths (mvcc's
+		// minParallelPrepare); compactions reach no batch's revisions,
+		// which would refuse it (the small case has them).
+		{name: "large", seeds: 2, commands: 6000, batch: 3000, compactLag: 3 * 6000},
 	} {
-		testCompactedBatchReplay(t, tc.name, tc.seeds, tc.commands, tc.batch)
+		testCompactedBatchReplay(t, tc.name, tc.seeds, tc.commands, tc.batch, tc.compactLag)
 	}
 }
 
-func testCompactedBatchReplay(t *testing.T, name string, seeds uint64, commands, maxBatch int) {
+// logModel is the raft log after log compaction: the engine must hold at
+// least floor entries (the log was truncated there), batches follow it,
+// and entries after the last batch are kept as they are.
+type logModel struct {
+	floor   int
+	batches []*raftlog.CompactedBatch
+	built   int // batches built in all, those truncated included
+	refused int // runs the builder refused
+}
+
+// buildLog applies entries to full as raft hands them over and builds the
+// log as the member's log compactor does.
+func buildLog(t *testing.T, rng *rand.Rand, full *member, entries []*raftpb.Entry, maxBatch int, latest bool) logModel {
+	t.Helper()
+	var lm logModel
+	applied := 0
+	for lo := 0; lo < len(entries); {
+		hi := min(len(entries), lo+1+rng.IntN(maxBatch))
+		// The batch is built some entries after its last one is applied.
+		upTo := max(applied, min(len(entries), hi+rng.IntN(maxBatch)))
+		full.apply(t, rng, entries[applied:upTo])
+		applied = upTo
+		// Physical compaction has caught up (it runs in the background;
+		// waiting makes its effect on the builder deterministic).
+		select {
+		case <-full.store.CompactDone(full.store.CompactRev()):
+		case <-time.After(10 * time.Second):
+			t.Fatal("physical compaction did not finish")
+		}
+		horizon := full.store.CompactRev()
+		if latest {
+			horizon = math.MaxInt64
+		}
+		b, err := BuildCompactedBatch(full.store, entries[lo:hi], horizon)
+		if errors.Is(err, ErrNotCompactable) {
+			// The run stays in the log until the node truncates the log at
+			// or past it; truncation deletes the batches below.
+			lm.refused++
+			lm.floor, lm.batches = hi, nil
+			lo = hi
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The batch survives its file format.
+		data, err := raftlog.EncodeCompactedBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err = raftlog.DecodeCompactedBatch(data); err != nil {
+			t.Fatal(err)
+		}
+		lm.batches = append(lm.batches, b)
+		lm.built++
+		lo = hi
+	}
+	full.apply(t, rng, entries[applied:])
+	return lm
+}
+
+func testCompactedBatchReplay(t *testing.T, name string, seeds uint64, commands, maxBatch int, compactLag int64) {
 	for seed := uint64(1); seed <= seeds; seed++ {
 		for _, latest := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/seed%d/latest=%v", name, seed, latest), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 7))
-				entries := randomRequests(t, rng, commands)
+				entries := randomRequests(t, rng, commands, compactLag)
 				full := newMember(t)
-				full.apply(t, rng, entries)
+				full.store.Start()
+				lm := buildLog(t, rng, full, entries, maxBatch, latest)
 				want := stateOf(t, full.store, !latest)
 
-				// Cut the log into batches of random sizes.
-				horizon := full.store.CompactRev()
-				if latest {
-					horizon = full.store.Rev()
-				}
-				var batches []*raftlog.CompactedBatch
-				kept, commands := 0, 0
-				for lo := 0; lo < len(entries); {
-					hi := min(len(entries), lo+1+rng.IntN(maxBatch))
-					b, err := BuildCompactedBatch(full.store, entries[lo:hi], horizon)
-					if err != nil {
-						t.Fatal(err)
-					}
-					// The batch survives its file format.
-					data, err := raftlog.EncodeCompactedBatch(b)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if b, err = raftlog.DecodeCompactedBatch(data); err != nil {
-						t.Fatal(err)
-					}
-					batches = append(batches, b)
-					kept += len(b.Records)
-					commands += hi - lo
-					lo = hi
-				}
-				// Recover from prefixes of every length k: the engine held
-				// entries 1..k, the log the batches. Recovery replays them
-				// before the member creates its lessor: a fresh applier
-				// without one.
-				for _, k := range []int{0, rng.IntN(len(entries)), rng.IntN(len(entries)), len(entries) - 1} {
+				// Recover from prefixes of every length k the log allows:
+				// the engine held entries 1..k, the log the batches and the
+				// entries after them. Recovery replays the batches before
+				// the member creates its lessor (a fresh applier without
+				// one); raft then redelivers the entries.
+				span := len(entries) - lm.floor
+				for _, k := range []int{lm.floor, lm.floor + rng.IntN(span+1), lm.floor + rng.IntN(span+1), max(lm.floor, len(entries)-1)} {
 					for _, strategy := range []string{RecoveryNaive, RecoveryDescending} {
 						m := newMember(t)
 						m.apply(t, rng, entries[:k])
@@ -239,25 +302,135 @@ func testCompactedBatchReplay(t *testing.T, name string, seeds uint64, commands,
 						}
 						h := m.store.CompactRev()
 						if latest {
-							h = horizon
+							h = math.MaxInt64
 						}
-						tm, err := recovering.ReplayCompactedBatches(batches, strategy, h, 0)
+						tm, err := recovering.ReplayCompactedBatches(lm.batches, strategy, h, 0)
 						if err != nil {
 							t.Fatalf("k=%d %s: %v", k, strategy, err)
 						}
+						if k == lm.floor && strategy == RecoveryDescending && tm.Applied > tm.Records {
+							t.Fatalf("descending applied %d of %d records", tm.Applied, tm.Records)
+						}
+						recovering.SetLessor(m.applier.lessor)
+						if err := m.applier.lessor.Load(m.store); err != nil {
+							t.Fatal(err)
+						}
+						(&member{store: m.store, applier: recovering}).apply(t, rng, entries[recovering.AppliedIndex():])
 						if got := stateOf(t, m.store, !latest); got != want {
 							t.Fatalf("%s recovery from %d applied entries:\n got %+v\nwant %+v", strategy, k, got, want)
 						}
 						if recovering.AppliedIndex() != uint64(len(entries)) {
 							t.Fatalf("applied index %d, want %d", recovering.AppliedIndex(), len(entries))
 						}
-						if k == 0 && strategy == RecoveryDescending && tm.Applied > tm.Records {
-							t.Fatalf("descending applied %d of %d records", tm.Applied, tm.Records)
-						}
 					}
 				}
-				t.Logf("%d commands compacted to %d records", commands, kept)
+				t.Logf("%d commands: %d batches built, %d runs refused, floor %d", len(entries), lm.built, lm.refused, lm.floor)
 			})
 		}
+	}
+}
+
+// TestCompactedBatchAfterPhysicalCompaction is the reliability review's
+// finding 1: physical revision compaction removes a deletion's tombstone
+// (and versions a later write superseded) from the store, so a batch built
+// from the store afterwards held no record of the deletion, and a member
+// whose engine still held the key live -- a power cut that left its
+// durable index before the delete, or a follower sent the batch -- kept the
+// key forever (deleted by a lease revoke: a zombie attached to a lease that
+// no longer exists). A run whose revisions compaction may have reached is
+// not compacted (it stays as entries, which raft redelivers); whatever the
+// builder decides, recovery from any prefix reaches the state of the member
+// that applied everything.
+func TestCompactedBatchAfterPhysicalCompaction(t *testing.T) {
+	put := func(k, v string, lease int64) *pb.InternalRaftRequest {
+		return &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte(k), Value: []byte(v), Lease: lease}}
+	}
+	compact := func(rev int64) *pb.InternalRaftRequest {
+		return &pb.InternalRaftRequest{Compaction: &pb.CompactionRequest{Revision: rev, Physical: true}}
+	}
+	for _, tc := range []struct {
+		name string
+		reqs []*pb.InternalRaftRequest
+		// compactTo is the revision of a physical compaction after reqs,
+		// by an entry of its own (in the run or after it).
+		compactTo  int64
+		inRun      bool // the compaction's entry is part of the run
+		runLen     int  // if not 0, the run is the first runLen entries
+		prefixLive int  // the recovering engine applied this many entries: the key is live there
+	}{
+		{name: "delete", reqs: []*pb.InternalRaftRequest{
+			put("k", "a", 0), put("other", "x", 0),
+			{DeleteRange: &pb.DeleteRangeRequest{Key: []byte("k")}},
+			put("other", "y", 0),
+		}, compactTo: 5, prefixLive: 1},
+		{name: "delete, compaction in the run", reqs: []*pb.InternalRaftRequest{
+			put("k", "a", 0), put("other", "x", 0),
+			{DeleteRange: &pb.DeleteRangeRequest{Key: []byte("k")}},
+			put("other", "y", 0),
+		}, compactTo: 5, inRun: true, prefixLive: 1},
+		// The versions the run wrote are superseded by a put after it: a
+		// batch without them leaves the key absent, and the put redelivered
+		// after it creates the key anew (version 1, not 3).
+		{name: "overwrite after the run", reqs: []*pb.InternalRaftRequest{
+			put("k", "a", 0), put("k", "b", 0), put("other", "x", 0), put("k", "c", 0),
+		}, compactTo: 5, runLen: 2},
+		{name: "lease revoke", reqs: []*pb.InternalRaftRequest{
+			{LeaseGrant: &pb.LeaseGrantRequest{ID: 7, TTL: 60}},
+			put("k", "a", 7), put("other", "x", 0),
+			{LeaseRevoke: &pb.LeaseRevokeRequest{ID: 7}},
+			put("other", "y", 0),
+		}, compactTo: 5, prefixLive: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var entries []*raftpb.Entry
+			for i, r := range tc.reqs {
+				entries = append(entries, normal(t, uint64(i+1), r))
+			}
+			entries = append(entries, normal(t, uint64(len(entries)+1), compact(tc.compactTo)))
+			run := entries
+			if !tc.inRun {
+				run = entries[:len(entries)-1]
+			}
+			if tc.runLen != 0 {
+				run = entries[:tc.runLen]
+			}
+
+			full := newMember(t)
+			full.store.Start()
+			full.apply(t, rand.New(rand.NewPCG(1, 1)), entries)
+			select {
+			case <-full.store.CompactDone(tc.compactTo):
+			case <-time.After(10 * time.Second):
+				t.Fatal("physical compaction did not finish")
+			}
+			want := stateOf(t, full.store, true)
+
+			b, err := BuildCompactedBatch(full.store, run, full.store.CompactRev())
+			switch {
+			case errors.Is(err, ErrNotCompactable):
+				b = nil // the run stays as entries in the log
+			case err != nil:
+				t.Fatal(err)
+			}
+
+			m := newMember(t)
+			m.apply(t, rand.New(rand.NewPCG(2, 2)), entries[:tc.prefixLive])
+			if b != nil {
+				recovering, err := New(m.store, nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := recovering.ReplayCompactedBatches([]*raftlog.CompactedBatch{b}, RecoveryNaive, m.store.CompactRev(), 0); err != nil {
+					t.Fatal(err)
+				}
+				m = &member{store: m.store, applier: recovering}
+				recovering.SetLessor(lease.New(lease.Config{}))
+			}
+			// Raft redelivers the entries after the applied index.
+			m.apply(t, rand.New(rand.NewPCG(3, 3)), entries[m.store.AppliedIndex():])
+			if got := stateOf(t, m.store, true); got != want {
+				t.Fatalf("recovered from %d applied entries (batch built: %v):\n got %+v\nwant %+v", tc.prefixLive, b != nil, got, want)
+			}
+		})
 	}
 }

@@ -149,9 +149,9 @@ func (s *Store) compactStep() (more bool, err error) {
 	return job.pending(), nil
 }
 
-// compactDone returns a channel closed once physical compaction has
-// covered rev.
-func (s *Store) compactDone(rev int64) <-chan struct{} {
+// CompactDone returns a channel closed once physical compaction has
+// covered rev (the store must be started, Start, for it to close).
+func (s *Store) CompactDone(rev int64) <-chan struct{} {
 	ch := make(chan struct{})
 	s.mu.Lock()
 	s.mu.waiters = append(s.mu.waiters, compactWaiter{rev: rev, done: ch})

@@ -105,7 +105,7 @@ func crashRun(t *testing.T, seed uint64) {
 		s2.Start()
 		if want.compactRev > 0 {
 			select {
-			case <-s2.compactDone(want.compactRev):
+			case <-s2.CompactDone(want.compactRev):
 			case <-time.After(10 * time.Second):
 				t.Fatal("physical compaction did not resume")
 			}

@@ -161,16 +161,39 @@ type KeyChange struct {
 	KV *mvccpb.KeyValue
 }
 
-// Changes returns, in revision order, the key versions written in
-// revisions (from, to] that the store still holds: versions removed by
-// revision compaction are absent (they were at or below the compact
-// revision, which recovery restores). The slices are owned by the caller.
+// ErrChangesCompacted is returned by Changes for a revision range whose
+// versions physical revision compaction may have removed.
+var ErrChangesCompacted = errors.New("mvcc: revision compaction has reached the range of changes")
+
+// Changes returns, in revision order, every key version written in
+// revisions (from, to]: the versions log compaction turns into a batch's
+// records. The slices are owned by the caller.
+//
+// Invariant (log compaction's, kept here): Changes never returns the
+// versions of a range that physical compaction may have touched. Compaction
+// at revision T removes versions below T only (each key's superseded
+// versions and its deletions older than T); the compact revision is
+// recorded, in the same engine batch as the job, before any removal. So
+// Changes reads the compact revision from the same engine snapshot as the
+// versions and, if it is above from+1 (the first revision of the range),
+// refuses with ErrChangesCompacted: a deletion or an overwritten version
+// of the range may be gone, and a batch built without it would leave a
+// replaying member with the key live (a deleted key brought back) or with
+// the wrong version and create revision. The run of entries then stays in
+// the raft log, redelivered through raft after a crash, until the log's
+// truncation below the engine's durable index removes it.
 func (s *Store) Changes(from, to int64) (out []KeyChange, err error) {
 	if to <= from {
 		return nil, nil
 	}
-	snap := s.e.NewSnapshot()
+	v, snap, err := s.snapshotView()
+	if err != nil {
+		return nil, fmt.Errorf("changes (%d, %d]: %w", from, to, err)
+	}
 	defer snap.Close()
+	if v.compactRev > from+1 {
+		return nil, fmt.Errorf("%w: changes (%d, %d], compact revision %d", ErrChangesCompacted, from, to, v.compactRev)
+	}
 	it := snap.NewIter(revKey(from+1, 0), revKey(to+1, 0))
 	defer func() {
 		if cerr := it.Close(); err == nil && cerr != nil {

@@ -355,7 +355,7 @@ func runModel(t *testing.T, seed uint64) {
 	}
 	w.Abort()
 	s.Start()
-	done := s.compactDone(m.compactRev)
+	done := s.CompactDone(m.compactRev)
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):

@@ -450,7 +450,7 @@ func TestOpenReadsConstant(t *testing.T) {
 		}
 		// The pending physical compaction resumes after a restart.
 		s.Start()
-		<-s.compactDone(int64(n / 2))
+		<-s.CompactDone(int64(n / 2))
 		s.Close()
 		e.Close()
 	}
@@ -518,5 +518,44 @@ func TestCompactionKeepsDeletionAtCompactRevision(t *testing.T) {
 	compact(8)
 	if n := history("c"); n != 0 {
 		t.Fatalf("after compaction at 8, c has %d history entries, want none", n)
+	}
+}
+
+// TestChangesRefusesCompactedRange: Changes (what log compaction builds a
+// batch from) refuses a revision range once the compact revision is past
+// its first revision, since physical compaction may have removed a
+// deletion or an overwritten version of it; a range compaction cannot
+// touch is answered in full.
+func TestChangesRefusesCompactedRange(t *testing.T) {
+	s := rangeFixture(t) // rev 2 a=1, 3 b=22, 4 c=333, 5 a=4444, 6 d=5, 7 delete c
+	s.Start()
+	defer s.Close()
+	var done <-chan struct{}
+	apply(t, s, func(w *WriteBatch) {
+		var err error
+		if _, done, err = w.Compact(&pb.CompactionRequest{Revision: 5}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	<-done
+	for _, tc := range []struct {
+		from, to int64
+		refused  bool
+		changes  int
+	}{
+		{from: 1, to: 7, refused: true},  // a=1 at 2 is gone
+		{from: 3, to: 7, refused: true},  // c=333 at 4 is kept, but 4 < 5
+		{from: 4, to: 7, changes: 3},     // 5, 6, 7: compaction at 5 removes below 5 only
+		{from: 6, to: 7, changes: 1},     // the deletion of c
+		{from: 7, to: 7, changes: 0},     // an empty range
+		{from: 1, to: 1, refused: false}, // empty too: nothing to read
+	} {
+		got, err := s.Changes(tc.from, tc.to)
+		if refused := errors.Is(err, ErrChangesCompacted); refused != tc.refused {
+			t.Fatalf("Changes(%d, %d) = %v, refused %v, want %v", tc.from, tc.to, err, refused, tc.refused)
+		}
+		if !tc.refused && (err != nil || len(got) != tc.changes) {
+			t.Fatalf("Changes(%d, %d) = %d changes, %v; want %d", tc.from, tc.to, len(got), err, tc.changes)
+		}
 	}
 }
