@@ -8,7 +8,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/mvcc"
-	"github.com/strata-kv/strata/node"
 	"github.com/strata-kv/strata/raftlog"
 )
 
@@ -54,54 +53,63 @@ type CatchUpStats struct {
 // ownEntriesChunk bounds one read of the member's own log.
 const ownEntriesChunk = 16 << 20
 
-// InstallCatchUp brings the store from its applied index A to c.End:
+// InstallCatchUp brings the store from its applied index A to c.End, in
+// one engine batch committed at c.End:
 //
 //  1. if A < c.Base, the entries (A, Base] of the member's own log are
-//     applied through the ordinary apply path (each commit at an index its
-//     log holds, as any apply);
-//  2. then, in one engine batch committed at c.End: for each batch ending
-//     above the applied index, the revision is raised to the batch's and
-//     its records above the applied index are replayed as recovery
-//     replays them (SetKeyState, kept entries through replayKept); the
-//     entries above the applied index are applied through the ordinary
-//     request path; the ConfState is written.
+//     applied through the ordinary request path;
+//  2. for each batch ending above max(A, Base), the revision is raised to
+//     the batch's and its records above that index are replayed as
+//     recovery replays them (SetKeyState, kept entries through
+//     replayKept);
+//  3. the leader's entries above it are applied through the ordinary
+//     request path;
+//  4. the snapshot's ConfState is written.
 //
-// A crash leaves the engine at the end of step 1 or at c.End. Replaying a
-// batch on a state at any index inside it ends at its last index's state,
-// so the store ends at the leader's state at c.End.
+// Everything is checked (the own log readable up to Base, the batches and
+// entries covering the rest without a gap) before anything is written, and
+// one commit makes the install atomic: a crash leaves the engine at A or
+// at c.End, never in between. (Step 1 once committed on its own: its
+// membership entries carry no ConfState -- raft computes those only for
+// entries it applies itself -- so an engine left at Base by a crash held
+// the new member list with the old ConfState, and raft restarted with a
+// stale configuration.) Replaying a batch on a state at any index inside
+// it ends at its last index's state, so the store ends at the leader's
+// state at c.End.
 //
 // It runs on the applier goroutine, from the installer (SetInstaller),
 // which reloads the lessor and the auth store afterwards.
 func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 	var st CatchUpStats
-	for applied := a.applied.Load(); applied < c.Base; applied = a.applied.Load() {
-		if c.OwnEntries == nil {
-			return st, fmt.Errorf("apply: catch up to %d: applied index %d is below the base %d and the log is not readable", c.End, applied, c.Base)
-		}
-		ents, err := c.OwnEntries(applied+1, c.Base+1, ownEntriesChunk)
-		if err != nil {
-			return st, fmt.Errorf("apply: catch up to %d: read own entries %d..%d: %w", c.End, applied+1, c.Base, err)
-		}
-		if len(ents) == 0 || ents[0].GetIndex() != applied+1 {
-			return st, fmt.Errorf("apply: catch up to %d: own log gave no entry %d", c.End, applied+1)
-		}
-		for i, e := range ents {
-			if e.GetIndex() != applied+1+uint64(i) || e.GetIndex() > c.Base {
-				return st, fmt.Errorf("apply: catch up to %d: own log gave entry %d after %d (base %d)", c.End, e.GetIndex(), applied+uint64(i), c.Base)
-			}
-		}
-		if err := a.applyBatches([]node.Committed{{Entries: ents}}); err != nil {
-			return st, fmt.Errorf("apply: catch up to %d: own entries up to base %d: %w", c.End, c.Base, err)
-		}
-		st.OwnEntries += len(ents)
-	}
 	applied := a.applied.Load()
 	if applied >= c.End {
 		return st, fmt.Errorf("apply: catch up to %d: already applied %d", c.End, applied)
 	}
-	// Check that the batches and entries cover (applied, End] without a
-	// gap before writing anything.
-	next := applied + 1
+	var own []*raftpb.Entry
+	for next := applied + 1; next <= c.Base; next = applied + 1 + uint64(len(own)) {
+		if c.OwnEntries == nil {
+			return st, fmt.Errorf("apply: catch up to %d: applied index %d is below the base %d and the log is not readable", c.End, applied, c.Base)
+		}
+		ents, err := c.OwnEntries(next, c.Base+1, ownEntriesChunk)
+		if err != nil {
+			return st, fmt.Errorf("apply: catch up to %d: read own entries %d..%d: %w", c.End, next, c.Base, err)
+		}
+		if len(ents) == 0 {
+			return st, fmt.Errorf("apply: catch up to %d: own log gave no entry %d", c.End, next)
+		}
+		for i, e := range ents {
+			if e.GetIndex() != next+uint64(i) || e.GetIndex() > c.Base {
+				return st, fmt.Errorf("apply: catch up to %d: own log gave entry %d after %d (base %d)", c.End, e.GetIndex(), next+uint64(i)-1, c.Base)
+			}
+		}
+		own = append(own, ents...)
+	}
+	// from is the index the store holds once its own entries are applied:
+	// the batches and the leader's entries start above it.
+	from := max(applied, c.Base)
+	// Check that the batches and entries cover (from, End] without a gap
+	// before writing anything.
+	next := from + 1
 	for _, b := range c.Batches {
 		if b.LastIndex < next {
 			continue
@@ -131,15 +139,59 @@ func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 	}
 	members := append([]*pb.Member(nil), a.Members()...)
 	membersChanged := false
+	var answers []answer
+	// applyEntry applies one entry through the ordinary request path.
+	applyEntry := func(e *raftpb.Entry) error {
+		switch e.GetType() {
+		case raftpb.EntryNormal:
+			if len(e.GetData()) == 0 {
+				return nil // a new leader's empty entry
+			}
+			var req pb.InternalRaftRequest
+			if err := proto.Unmarshal(e.GetData(), &req); err != nil {
+				return fmt.Errorf("decode entry %d: %w", e.GetIndex(), err)
+			}
+			revBefore := w.Rev()
+			res, changed, err := a.applyRequest(w, &req, &members)
+			if err == nil {
+				err = w.RecordIndex(e.GetIndex(), revBefore)
+			}
+			if err != nil {
+				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
+			}
+			membersChanged = membersChanged || changed
+			if id := requestID(&req); id != 0 {
+				answers = append(answers, answer{id: id, result: res})
+			}
+		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
+			// Its ConfState is not known here; the snapshot's, written
+			// below in the same batch, is the one at c.End.
+			id, changed, err := applyConfChange(e, &members)
+			if err != nil {
+				return fmt.Errorf("conf change %d: %w", e.GetIndex(), err)
+			}
+			membersChanged = membersChanged || changed
+			if id != 0 {
+				answers = append(answers, answer{id: id})
+			}
+		}
+		return nil
+	}
+	for _, e := range own {
+		if err := applyEntry(e); err != nil {
+			return fail(fmt.Errorf("own entries up to base %d: %w", c.Base, err))
+		}
+		st.OwnEntries++
+	}
 	for _, b := range c.Batches {
-		if b.LastIndex <= applied {
+		if b.LastIndex <= from {
 			continue
 		}
 		if err := w.RaiseRevision(b.Revision); err != nil {
 			return fail(err)
 		}
 		for _, r := range b.Records {
-			if r.Index <= applied {
+			if r.Index <= from {
 				continue
 			}
 			var err error
@@ -162,42 +214,13 @@ func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 			return fail(err)
 		}
 	}
-	var answers []answer
 	for _, e := range c.Entries {
-		if e.GetIndex() <= applied {
+		if e.GetIndex() <= from {
 			continue
 		}
 		st.Entries++
-		switch e.GetType() {
-		case raftpb.EntryNormal:
-			if len(e.GetData()) == 0 {
-				continue // a new leader's empty entry
-			}
-			var req pb.InternalRaftRequest
-			if err := proto.Unmarshal(e.GetData(), &req); err != nil {
-				return fail(fmt.Errorf("decode entry %d: %w", e.GetIndex(), err))
-			}
-			revBefore := w.Rev()
-			res, changed, err := a.applyRequest(w, &req, &members)
-			if err == nil {
-				err = w.RecordIndex(e.GetIndex(), revBefore)
-			}
-			if err != nil {
-				return fail(fmt.Errorf("entry %d: %w", e.GetIndex(), err))
-			}
-			membersChanged = membersChanged || changed
-			if id := requestID(&req); id != 0 {
-				answers = append(answers, answer{id: id, result: res})
-			}
-		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
-			id, changed, err := applyConfChange(e, &members)
-			if err != nil {
-				return fail(fmt.Errorf("conf change %d: %w", e.GetIndex(), err))
-			}
-			membersChanged = membersChanged || changed
-			if id != 0 {
-				answers = append(answers, answer{id: id})
-			}
+		if err := applyEntry(e); err != nil {
+			return fail(err)
 		}
 	}
 	if c.ConfState != nil {

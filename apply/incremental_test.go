@@ -172,6 +172,13 @@ func TestInstallCatchUpRefuses(t *testing.T) {
 			want: "read own entries"},
 		{name: "no own log", applied: 5, c: CatchUp{Base: 20, Batches: batches, Entries: entries[40:], End: 60},
 			want: "not readable"},
+		// The own entries are readable, the rest leaves a gap: nothing is
+		// written, the own entries included (they once committed on their
+		// own, leaving an engine at the base whose membership entries had
+		// no ConfState).
+		{name: "gap after the own entries", applied: 5,
+			c:    CatchUp{Base: 20, OwnEntries: ownLog(entries, 20), Entries: entries[30:], End: 60},
+			want: "entry 31 where 21 was due"},
 		{name: "batches start above the applied index", applied: 5,
 			c:    CatchUp{Base: 5, Batches: batches[1:], Entries: entries[40:], End: 60},
 			want: "does not cover index 6"},
