@@ -258,6 +258,17 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.ConfState != nil {
 		n.confHistory = []confAt{{index: cfg.Applied, cs: cfg.ConfState}}
+	} else if _, logCS, err := cfg.Log.InitialState(); err == nil && logCS != nil && len(logCS.GetVoters()) > 0 {
+		// The state machine holds no conf state (raftAppliedIndex): raft
+		// replays the log from its snapshot point, where the log's conf
+		// state is the membership. Log truncation and the snapshots this
+		// member sends need it even if no membership entry follows (its
+		// history would stay empty: no truncation, and snapshots with an
+		// empty ConfState that followers refuse).
+		n.confHistory = []confAt{{index: first - 1, cs: logCS}}
+		n.lastConfState = logCS
+	} else if err != nil {
+		return nil, fmt.Errorf("read the log's conf state: %w", err)
 	}
 	storage.node = n
 	ch := make(chan struct{})

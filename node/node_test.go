@@ -345,3 +345,58 @@ func TestRestartedMemberOfThreeDoesNotCampaignAtOnce(t *testing.T) {
 		t.Fatalf("restarted member of %v is %v at start-up, want a follower waiting for the leader", cs.GetVoters(), st.RaftState)
 	}
 }
+
+// A member restarted from an engine that holds no conf state, whose log
+// holds no membership entry after its snapshot point (a new cluster's
+// first entries were compacted long ago), must still know its membership
+// for log truncation and for the snapshots it sends: the log's conf state
+// at its snapshot point is the membership there. Without it the node's
+// conf history stayed empty, the log was never truncated, and the
+// snapshots it sent carried an empty ConfState that followers refuse
+// (issue 10 finding 4).
+func TestRestartWithoutConfStateAndNoMembershipEntryKeepsTruncating(t *testing.T) {
+	log := &memLog{MemoryStorage: raft.NewMemoryStorage()}
+	cs := &raftpb.ConfState{Voters: []uint64{1}}
+	if err := log.MemoryStorage.ApplySnapshot(&raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
+		Index: proto.Uint64(5), Term: proto.Uint64(1), ConfState: cs,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	var entries []*raftpb.Entry
+	for i := uint64(6); i <= 10; i++ {
+		entries = append(entries, &raftpb.Entry{Index: proto.Uint64(i), Term: proto.Uint64(1), Type: raftpb.EntryNormal.Enum(), Data: []byte("x")})
+	}
+	if err := log.Append(entries, &raftpb.HardState{Term: proto.Uint64(1), Commit: proto.Uint64(10)}); err != nil {
+		t.Fatal(err)
+	}
+	eng := &fakeEngine{applied: 10, durable: 10}
+	n, _ := startNode(t, log, eng, 10, nil, 10)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.WaitLeader(ctx); err != nil {
+		t.Fatalf("the only voter never became leader: %v", err)
+	}
+	for i := 0; i < 50; i++ {
+		if err := n.Propose(ctx, []byte("y")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		log.mu.Lock()
+		c := log.compacted
+		log.mu.Unlock()
+		if c > 5 {
+			snap, err := log.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := snap.GetMetadata().GetConfState().GetVoters(); len(got) != 1 || got[0] != 1 {
+				t.Fatalf("log truncated to %d with conf state %v, want voters [1]", c, snap.GetMetadata().GetConfState())
+			}
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("log never truncated after 50 entries with snapshot count 10")
+}
