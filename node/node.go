@@ -54,8 +54,15 @@ type Log interface {
 	Append(entries []*raftpb.Entry, hs *raftpb.HardState) error
 	// Compact drops entries <= index, recording cs as the conf state there.
 	Compact(index uint64, cs *raftpb.ConfState) error
-	// ApplySnapshot discards the log and restarts it after the snapshot.
+	// ApplySnapshot discards the log and restarts it after the snapshot,
+	// and removes the record of BeginSnapshot.
 	ApplySnapshot(meta *raftpb.SnapshotMetadata) error
+	// BeginSnapshot durably records a snapshot about to be installed into
+	// the state machine, PendingSnapshot returns the record (nil if none),
+	// and ForgetPendingSnapshot removes it: see reconcileSnapshot.
+	BeginSnapshot(meta *raftpb.SnapshotMetadata) error
+	PendingSnapshot() *raftpb.SnapshotMetadata
+	ForgetPendingSnapshot() error
 }
 
 // Committed is a batch of committed entries handed to the applier, in log
@@ -196,6 +203,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MaxInflightMsgs == 0 {
 		cfg.MaxInflightMsgs = 256
 	}
+	if err := reconcileSnapshot(&cfg); err != nil {
+		return nil, err
+	}
 	first, err := cfg.Log.FirstIndex()
 	if err != nil {
 		return nil, fmt.Errorf("read first log index: %w", err)
@@ -276,6 +286,64 @@ func New(cfg Config) (*Node, error) {
 	n.lastIdx.Store(last)
 	n.firstIdx.Store(first)
 	return n, nil
+}
+
+// reconcileSnapshot finishes, at start-up, a snapshot install that a crash
+// or a stop interrupted. An install has two steps in two stores (see
+// installSnapshot): the state machine takes the snapshot, then the log
+// restarts after it; before the first, the node records the snapshot's
+// metadata in the log (BeginSnapshot), and the log's restart removes the
+// record. With a record left at start-up:
+//
+//  1. the state machine is below the snapshot's index: the install never
+//     happened (or was not durable); the record is dropped and the leader
+//     sends a snapshot again;
+//  2. otherwise the state machine holds it: the log is restarted after the
+//     snapshot now, unless it already was.
+//
+// After 2 the state machine may be past the snapshot's index (a full
+// snapshot carries the leader's engine at its applied index X >= the
+// snapshot's index S, an incremental one may end above S), past the log's
+// last index S. raft is then told S was applied, with the snapshot's
+// ConfState: it learns the entries (S, X] from the leader, applies their
+// membership changes itself, and the applier skips what its engine holds,
+// as after an install at run time. Without a record, an engine past the
+// log's last index means the log lost synced entries, and New refuses.
+func reconcileSnapshot(cfg *Config) error {
+	p := cfg.Log.PendingSnapshot()
+	if p == nil {
+		return nil
+	}
+	if cfg.Applied < p.GetIndex() {
+		cfg.Logger.Info("dropping the record of a snapshot install that did not reach the state machine",
+			zap.Uint64("snapshot-index", p.GetIndex()), zap.Uint64("applied-index", cfg.Applied))
+		if err := cfg.Log.ForgetPendingSnapshot(); err != nil {
+			return fmt.Errorf("drop pending snapshot %d: %w", p.GetIndex(), err)
+		}
+		return nil
+	}
+	first, err := cfg.Log.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("read first log index: %w", err)
+	}
+	if first-1 < p.GetIndex() {
+		cfg.Logger.Info("restarting the raft log after a snapshot the state machine installed before a crash or stop",
+			zap.Uint64("snapshot-index", p.GetIndex()), zap.Uint64("snapshot-term", p.GetTerm()),
+			zap.Uint64("applied-index", cfg.Applied))
+		if err := cfg.Log.ApplySnapshot(p); err != nil {
+			return fmt.Errorf("restart raft log after pending snapshot %d: %w", p.GetIndex(), err)
+		}
+	} else if err := cfg.Log.ForgetPendingSnapshot(); err != nil {
+		return fmt.Errorf("drop pending snapshot %d: %w", p.GetIndex(), err)
+	}
+	last, err := cfg.Log.LastIndex()
+	if err != nil {
+		return fmt.Errorf("read last log index: %w", err)
+	}
+	if cfg.Applied > last && last == p.GetIndex() {
+		cfg.Applied, cfg.ConfState = p.GetIndex(), p.GetConfState()
+	}
+	return nil
 }
 
 // raftAppliedIndex is the index raft is told was applied, so that it
@@ -722,6 +790,11 @@ func (n *Node) handleReady(ctx context.Context) error {
 // engine must already hold their effect.
 func (n *Node) installSnapshot(ctx context.Context, snap *raftpb.Snapshot) error {
 	meta := snap.GetMetadata()
+	// Recorded before the state machine takes it, so that start-up can
+	// finish an install a crash interrupts (reconcileSnapshot).
+	if err := n.cfg.Log.BeginSnapshot(meta); err != nil {
+		return fmt.Errorf("record snapshot %d before installing it: %w", meta.GetIndex(), err)
+	}
 	done := make(chan error, 1)
 	if err := n.handOff(ctx, Committed{Snapshot: snap, Installed: done}); err != nil {
 		return err
@@ -930,6 +1003,10 @@ func (n *Node) compactLog(durable uint64) error {
 		return nil
 	}
 	to := durable - n.cfg.CatchUpEntries
+	// The engine may be ahead of the log's last index after a snapshot
+	// install (a full snapshot carries the leader's engine past the
+	// snapshot's index): never compact past what the log holds.
+	to = min(to, n.lastIdx.Load())
 	if to <= n.compactedTo {
 		return nil
 	}

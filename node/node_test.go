@@ -21,6 +21,27 @@ type memLog struct {
 	mu        sync.Mutex
 	appends   int // appends that carried entries
 	compacted uint64
+	pending   *raftpb.SnapshotMetadata
+}
+
+func (l *memLog) BeginSnapshot(meta *raftpb.SnapshotMetadata) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending = meta
+	return nil
+}
+
+func (l *memLog) PendingSnapshot() *raftpb.SnapshotMetadata {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pending
+}
+
+func (l *memLog) ForgetPendingSnapshot() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending = nil
+	return nil
 }
 
 func (l *memLog) Append(entries []*raftpb.Entry, hs *raftpb.HardState) error {
@@ -212,7 +233,10 @@ func TestLogIsCompactedOnlyBelowTheDurableIndex(t *testing.T) {
 func testLogger(t *testing.T) *zap.Logger { return zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)) }
 
 func (l *memLog) ApplySnapshot(meta *raftpb.SnapshotMetadata) error {
-	return l.MemoryStorage.ApplySnapshot(&raftpb.Snapshot{Metadata: meta})
+	if err := l.MemoryStorage.ApplySnapshot(&raftpb.Snapshot{Metadata: meta}); err != nil {
+		return err
+	}
+	return l.ForgetPendingSnapshot()
 }
 
 // runNode runs a node with cfg (its log, IDs and timings set by the
@@ -399,4 +423,89 @@ func TestRestartWithoutConfStateAndNoMembershipEntryKeepsTruncating(t *testing.T
 		time.Sleep(time.Millisecond)
 	}
 	t.Fatal("log never truncated after 50 entries with snapshot count 10")
+}
+
+// TestRestartFinishesAnInterruptedInstall: a crash (or a stop) between the
+// state machine taking a snapshot and the log restarting after it left an
+// engine past the log's last index, and start-up refused for good ("engine
+// applied index ... past the log's last index"; issue 10 finding 3). The
+// snapshot's metadata, recorded before the install, lets start-up restart
+// the log after it; an install that never reached the engine is forgotten;
+// without a record, an engine past the log's end is still refused.
+func TestRestartFinishesAnInterruptedInstall(t *testing.T) {
+	snapMeta := &raftpb.SnapshotMetadata{Index: proto.Uint64(20), Term: proto.Uint64(2),
+		ConfState: &raftpb.ConfState{Voters: []uint64{1, 2, 3}}}
+	for _, tc := range []struct {
+		name     string
+		record   bool
+		applied  uint64 // the engine's applied index at start-up
+		wantErr  bool
+		wantSnap uint64 // the log's snapshot index after start-up
+	}{
+		{name: "engine at the snapshot", record: true, applied: 20, wantSnap: 20},
+		{name: "engine past the snapshot", record: true, applied: 26, wantSnap: 20},
+		{name: "install not in the engine", record: true, applied: 10, wantSnap: 0},
+		{name: "no record, engine past the log", record: false, applied: 26, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := logWithEntries(t, []uint64{1, 2, 3}, 10)
+			if tc.record {
+				if err := log.BeginSnapshot(snapMeta); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := Config{
+				ID: 1, Log: log, Applied: tc.applied, ConfState: &raftpb.ConfState{Voters: []uint64{1, 2, 3}},
+				TickInterval: time.Hour, ElectionTicks: 10, HeartbeatTicks: 1,
+			}
+			if tc.wantErr {
+				cfg.Logger = testLogger(t)
+				if _, err := New(cfg); err == nil {
+					t.Fatal("New accepted an engine past the log's last index with no snapshot record")
+				}
+				return
+			}
+			n, _ := runNode(t, cfg)
+			if log.PendingSnapshot() != nil {
+				t.Fatal("the snapshot record is still there after start-up")
+			}
+			if snap, _ := log.Snapshot(); snap.GetMetadata().GetIndex() != tc.wantSnap {
+				t.Fatalf("log's snapshot index %d, want %d", snap.GetMetadata().GetIndex(), tc.wantSnap)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			// raft was told what the log can back: the snapshot's index
+			// when the engine is past it (the leader sends the entries
+			// after it; the applier skips what the engine holds).
+			st, err := n.Status(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := min(tc.applied, max(tc.wantSnap, 10)); st.Applied != want || st.GetCommit() < want {
+				t.Fatalf("raft applied %d, commit %d; want applied %d", st.Applied, st.GetCommit(), want)
+			}
+		})
+	}
+}
+
+// TestCompactLogStaysWithinTheLog: after a snapshot install the engine may
+// be past the log's last index (a full snapshot carries the leader's engine
+// at its applied index, past the snapshot's), so its durable index is too;
+// log truncation must stop at the log's last index instead of asking the
+// log to compact past it, which failed the node (issue 10 finding 3).
+func TestCompactLogStaysWithinTheLog(t *testing.T) {
+	log := logWithEntries(t, []uint64{1}, 10)
+	n, err := New(Config{
+		ID: 1, Log: log, Applied: 10, ConfState: &raftpb.ConfState{Voters: []uint64{1}},
+		TickInterval: time.Hour, ElectionTicks: 10, HeartbeatTicks: 1, CatchUpEntries: 2, Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.compactLog(26); err != nil {
+		t.Fatalf("compactLog with the engine durable past the log's end: %v", err)
+	}
+	if first, _ := log.FirstIndex(); first != 11 {
+		t.Fatalf("log's first index %d after truncation, want 11 (the whole log)", first)
+	}
 }

@@ -128,6 +128,9 @@ type Log struct {
 		batchLane int
 		op        uint64 // sequence of the last write op (striped logs only)
 		failed    error
+		// pending is the snapshot BeginSnapshot recorded, until the log
+		// restarts after it (pending.go).
+		pending *raftpb.SnapshotMetadata
 	}
 
 	mu struct {
@@ -211,6 +214,9 @@ func Open(opts Options) (*Log, error) {
 	err := recover()
 	if err == nil {
 		err = l.loadBatchFiles()
+	}
+	if err == nil {
+		err = l.loadPendingSnapshot()
 	}
 	if err != nil {
 		l.closeSegments()
@@ -763,7 +769,11 @@ func (l *Log) ApplySnapshot(meta *raftpb.SnapshotMetadata) error {
 	l.mu.Unlock()
 	// Every frame of the other lanes precedes the reset in op order, so
 	// all their segments but the active ones may go.
-	return l.deleteSegments(func(x *lane, s *segment) bool { return x != ln || s.hdr.seq <= old.hdr.seq })
+	if err := l.deleteSegments(func(x *lane, s *segment) bool { return x != ln || s.hdr.seq <= old.hdr.seq }); err != nil {
+		return err
+	}
+	// The log has restarted after the snapshot: the install is complete.
+	return l.clearPendingLocked()
 }
 
 // Close closes the log. Reads and writes after Close return ErrClosed.
