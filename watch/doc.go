@@ -1,7 +1,8 @@
 // Package watch is the hub behind etcd's Watch service: it turns committed
 // revisions of the mvcc store into the WatchResponses of many watchers on
-// many streams, with etcd's semantics (start revisions in the past,
-// compaction, key ranges, prev_kv, filters, progress notifications), and
+// many streams, with etcd's semantics (start revisions in the past, a
+// negative one refused as compacted, compaction, key ranges, prev_kv,
+// filters, progress notifications), and
 // without letting a slow watcher block writes or grow memory.
 //
 // # Where events come from

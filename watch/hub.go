@@ -10,6 +10,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
 
 	"github.com/strata-kv/strata/mvcc"
@@ -22,6 +23,10 @@ var (
 	ErrEmptyRange = errors.New("mvcc: watcher range is empty")
 	// ErrDuplicateID: the client chose a watch ID in use on the stream.
 	ErrDuplicateID = errors.New("mvcc: duplicate watch ID provided on the WatchStream")
+	// ErrNegativeStart: start_revision is below 0. etcd refuses such a
+	// watch with the text of its compacted error whatever the compact
+	// revision (see Stream.Watch), so a client sees ErrCompacted.
+	ErrNegativeStart = errors.New(rpctypes.ErrCompacted.Error())
 	// ErrClosed: the hub or the stream was closed.
 	ErrClosed = errors.New("watch: closed")
 )

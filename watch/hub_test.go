@@ -607,3 +607,57 @@ func TestTotalQueueBound(t *testing.T) {
 		t.Fatalf("%d bytes still counted after every stream drained", q)
 	}
 }
+
+// TestWatchNegativeStart: etcd refuses a negative start_revision as if it
+// were compacted (a created-and-canceled response with watch ID -1, the
+// store's revision in the header and etcd's compacted error as the reason,
+// no compact_revision); only 0 means "from the next revision". Compacted
+// or not, and whatever the range, the answer is the same and no watch is
+// created.
+func TestWatchNegativeStart(t *testing.T) {
+	tests := []struct {
+		name    string
+		compact bool
+		req     Request
+	}{
+		{name: "minus one", req: Request{Key: []byte("k"), StartRev: -1}},
+		{name: "far below", req: Request{Key: []byte("k"), StartRev: -1 << 40}},
+		{name: "prefix, chosen id", req: Request{Key: []byte("a"), End: []byte("b"), StartRev: -3, WatchID: 7}},
+		{name: "after a compaction", compact: true, req: Request{Key: []byte("k"), StartRev: -1}},
+		{name: "empty range too", req: Request{Key: []byte("b"), End: []byte("a"), StartRev: -1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, Options{})
+			e.put("k", "1")
+			e.put("k", "2")
+			if tc.compact {
+				e.compact(2)
+			}
+			s := e.hub.NewStream()
+			id, err := s.Watch(tc.req)
+			if id != -1 || err != ErrNegativeStart {
+				t.Fatalf("Watch(start %d) = %d, %v; want -1, %v", tc.req.StartRev, id, err, ErrNegativeStart)
+			}
+			r := next(t, s)
+			want := &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: e.store.Rev()}, WatchId: -1,
+				Created: true, Canceled: true, CancelReason: "etcdserver: mvcc: required revision has been compacted"}
+			if r.String() != want.String() {
+				t.Fatalf("response\n got %v\nwant %v", r, want)
+			}
+			if st := e.hub.Stats(); st.Synced+st.Unsynced != 0 {
+				t.Fatalf("stats %+v: want no watcher", st)
+			}
+			// The stream goes on: the refused watch took no ID.
+			if id, err := s.Watch(Request{Key: []byte("k")}); id != 0 || err != nil {
+				t.Fatalf("next watch = %d, %v; want 0, nil", id, err)
+			}
+			next(t, s)
+			e.put("k", "3")
+			if got := describe(eventsOf(t, s, 0, 1)); got != "PUT k@4=3; " {
+				t.Fatalf("events %s", got)
+			}
+			none(t, e, s)
+		})
+	}
+}

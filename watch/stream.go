@@ -16,7 +16,8 @@ type Request struct {
 	// End is nil for Key alone, empty for every key >= Key, else the
 	// exclusive end of the range.
 	End []byte
-	// StartRev is the first revision to report; 0 means the next one.
+	// StartRev is the first revision to report; 0 means the next one,
+	// and a negative one is refused (ErrNegativeStart), as etcd refuses it.
 	StartRev int64
 	// WatchID is the client's choice; 0 asks the stream for one (etcd's
 	// AutoWatchID; automatic IDs start at 0 too).
@@ -109,6 +110,20 @@ func (s *Stream) Watch(r Request) (int64, error) {
 	if h.mu.closed {
 		return -1, ErrClosed
 	}
+	// Only 0 means "from the next revision"; a negative start neither
+	// starts from now nor replays history. etcd's gRPC layer
+	// (server/etcdserver/api/v3rpc/watch.go, recvLoop, since v3.5.24,
+	// v3.6.6 and v3.7.0) refuses it before the range and ID checks (and
+	// before its permission check, which strata's server makes earlier,
+	// in server/auth.go): a created-and-canceled response with watch ID
+	// -1, the store's revision in the header, no compact_revision, and
+	// ErrCompacted's text, whether or not anything was compacted. Older
+	// etcd passed it to its store (server/storage/mvcc/watchable_store.go),
+	// where the outcome depended on the compact revision; no client can
+	// rely on that.
+	if r.StartRev < 0 {
+		return fail(ErrNegativeStart)
+	}
 	if err := validRange(r.Key, r.End); err != nil {
 		return fail(err)
 	}
@@ -123,7 +138,7 @@ func (s *Stream) Watch(r Request) (int64, error) {
 		return fail(ErrDuplicateID)
 	}
 	start := r.StartRev
-	if start <= 0 {
+	if start == 0 {
 		start = storeRev + 1
 	}
 	w := &watcher{
