@@ -51,6 +51,16 @@
 //     store's (which may be ahead).
 //  4. Nothing the hub does blocks the applier: Notify never blocks, and
 //     queue pushes from the hub never wait.
+//  5. A progress notification at revision R, requested or periodic, is
+//     queued only if every watcher it speaks for is synced, has a next
+//     revision at most R+1 and a start revision, if the client chose one,
+//     at most R (as etcd's progressIfSync), and no response queued before
+//     it on the stream carries a revision above R. So progress revisions
+//     never go back on a stream, nor below what a watcher's start revision
+//     told its client it held (a client resuming at N on a member still
+//     catching up). A RequestProgress that cannot be answered yet is
+//     answered once it can; a periodic notification waits for the next
+//     tick.
 //
 // # Concurrency
 //

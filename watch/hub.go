@@ -101,9 +101,10 @@ type Hub struct {
 		synced   *group
 		unsynced map[*watcher]struct{}
 		// progress are streams owed an answer to RequestProgress once
-		// every watcher of theirs is synced and the hub has reached the
-		// store revision of the request (so that a client sees, as with
-		// etcd, a revision at least that of the writes it saw acknowledged).
+		// the hub has reached the store revision of the request (so that
+		// a client sees, as with etcd, a revision at least that of the
+		// writes it saw acknowledged) and may speak for every watcher of
+		// the stream (invariant 5).
 		progress map[*Stream]int64
 		streams  map[*Stream]struct{}
 		closed   bool
@@ -122,6 +123,10 @@ type watcher struct {
 	noPut    bool
 	noDelete bool
 
+	// startRev is the start revision the client asked for, 0 for the
+	// next one: what the client already knows it has seen everything
+	// before, so no progress notification may speak for it below.
+	startRev int64
 	nextRev  int64 // first revision not yet offered (guarded by Hub.mu)
 	synced   bool  // in Hub.mu.synced, else in Hub.mu.unsynced (guarded by Hub.mu)
 	canceled bool  // guarded by Hub.mu; read by Stream.Next under qmu after being set under both
@@ -488,22 +493,38 @@ func (h *Hub) removeLocked(w *watcher) {
 }
 
 // progressNotify sends each synced watcher created with progress_notify
-// the hub's revision, if its stream has room (etcd skips it otherwise).
+// the hub's revision, if it may (invariant 5) and its stream has room
+// (etcd skips it otherwise; either way the next tick tries again).
 func (h *Hub) progressNotify() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.syncedAll() {
-		// A watcher waiting for a future start revision has nothing to
-		// report: a resume at rev+1 would ask for revisions before it.
-		if !w.progress || w.nextRev > h.mu.rev+1 {
+		if !w.progress || !h.speaksForLocked(w) || h.mu.rev < w.s.maxQueuedRev() {
 			continue
 		}
 		w.s.push(item{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: h.mu.rev}, WatchId: w.id}, w: w})
 	}
 }
 
-// answerProgressLocked answers the RequestProgress calls of streams whose
-// watchers are all synced. REQUIRES: h.mu held.
+// speaksForLocked reports whether a progress notification at the hub's
+// revision may speak for w: w is synced, so it has been offered every
+// event up to that revision; its next revision is at most the one after
+// (a watcher created from the next revision while the hub lagged the
+// store starts above it); and the start revision the client chose, if
+// any, is not above it. A client that asked to start at N holds
+// everything before N, perhaps from another member: a notification
+// below N would take it back in time, and clientv3 would resume the
+// watch from there and get events again. etcd's progressIfSync
+// (server/storage/mvcc/watchable_store.go) makes the same check on the
+// start revision, for requested and periodic notifications alike.
+// REQUIRES: h.mu held.
+func (h *Hub) speaksForLocked(w *watcher) bool {
+	rev := h.mu.rev
+	return w.synced && w.nextRev <= rev+1 && w.startRev <= rev
+}
+
+// answerProgressLocked answers the pending RequestProgress calls that
+// may now be answered (invariant 5). REQUIRES: h.mu held.
 func (h *Hub) answerProgressLocked() {
 	for s, need := range h.mu.progress {
 		if h.tryProgressLocked(s, need) {
@@ -512,14 +533,15 @@ func (h *Hub) answerProgressLocked() {
 	}
 }
 
-// tryProgressLocked queues a progress answer on s if every watcher of s
-// is synced and the hub has reached need. REQUIRES: h.mu held.
+// tryProgressLocked queues a progress answer on s if the hub has reached
+// need and the answer may speak for every watcher of s (invariant 5).
+// REQUIRES: h.mu held.
 func (h *Hub) tryProgressLocked(s *Stream, need int64) bool {
-	if h.mu.rev < need {
+	if h.mu.rev < need || h.mu.rev < s.maxQueuedRev() {
 		return false
 	}
 	for _, w := range s.watchers {
-		if !w.synced {
+		if !h.speaksForLocked(w) {
 			return false
 		}
 	}

@@ -29,6 +29,16 @@ type env struct {
 
 func newEnv(t *testing.T, opts Options) *env {
 	t.Helper()
+	e := newManualEnv(t, opts)
+	e.hub.Start()
+	return e
+}
+
+// newManualEnv is newEnv without the hub goroutine: the test runs the
+// hub's passes itself (settle, progressNotify), so the hub's revision
+// lags the store's exactly as long as the test wants.
+func newManualEnv(t *testing.T, opts Options) *env {
+	t.Helper()
 	e, err := epebble.Open("db", epebble.Options{FS: vfs.NewMem()})
 	if err != nil {
 		t.Fatal(err)
@@ -39,13 +49,31 @@ func newEnv(t *testing.T, opts Options) *env {
 	}
 	s.Start()
 	h := New(s, opts)
-	h.Start()
 	t.Cleanup(func() {
 		h.Close()
 		_ = s.Close()
 		_ = e.Close()
 	})
 	return &env{t: t, store: s, hub: h}
+}
+
+// settle runs the dispatch and catch-up passes until neither has more
+// to do, as the hub goroutine does when notified; for a manual env.
+func (e *env) settle() {
+	e.t.Helper()
+	for {
+		moreSynced, err := e.hub.dispatch()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		moreUnsynced, err := e.hub.catchUp()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if !moreSynced && !moreUnsynced {
+			return
+		}
+	}
 }
 
 func (e *env) write(f func(w *mvcc.WriteBatch) error) {
@@ -659,5 +687,102 @@ func TestWatchNegativeStart(t *testing.T) {
 			}
 			none(t, e, s)
 		})
+	}
+}
+
+// TestProgressNotBeforeStart: a progress notification, requested or
+// periodic, never speaks for a watch at a revision below its start: a
+// client resuming at revision N on a member still catching up (the
+// store's revision below N) must not be told it has seen everything up
+// to an older revision, which it would take as going back in time (and
+// clientv3 would resume from there, getting events again). As etcd's
+// progressIfSync, the answer waits until the revision reaches the start
+// revision the client asked for; a start of 0 is the next revision and
+// holds nothing back.
+func TestProgressNotBeforeStart(t *testing.T) {
+	tests := []struct {
+		name     string
+		start    int64
+		periodic bool
+		want     int64 // the revision of the first progress notification
+	}{
+		{name: "requested, next revision", start: 0, want: 1},
+		{name: "requested, past start", start: 1, want: 1},
+		{name: "requested, start at store revision plus one", start: 2, want: 2},
+		{name: "requested, start ahead of a catching-up store", start: 5, want: 5},
+		{name: "periodic, next revision", start: 0, periodic: true, want: 1},
+		{name: "periodic, start at store revision plus one", start: 2, periodic: true, want: 2},
+		{name: "periodic, start ahead of a catching-up store", start: 5, periodic: true, want: 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newManualEnv(t, Options{})
+			s := e.hub.NewStream()
+			id, err := s.Watch(Request{Key: []byte("k"), StartRev: tc.start, ProgressNotify: tc.periodic})
+			if err != nil {
+				t.Fatal(err)
+			}
+			next(t, s)
+			wantID := int64(ProgressWatchID)
+			if tc.periodic {
+				wantID = id
+			} else {
+				s.RequestProgress() // answered at once, or once it may be
+			}
+			for {
+				e.settle()
+				if tc.periodic {
+					e.hub.progressNotify()
+				}
+				if e.hub.Rev() >= tc.want {
+					break
+				}
+				if s.Queued() != 0 {
+					t.Fatalf("at revision %d, below the start %d: %v", e.hub.Rev(), tc.start, next(t, s))
+				}
+				e.put("x", "1")
+			}
+			r := next(t, s)
+			if r.WatchId != wantID || r.Header.Revision != tc.want || len(r.Events) != 0 || r.Created || r.Canceled {
+				t.Fatalf("got %v; want a progress notification for watch %d at %d", r, wantID, tc.want)
+			}
+			if n := s.Queued(); n != 0 {
+				t.Fatalf("%d more responses, first %v", n, next(t, s))
+			}
+		})
+	}
+}
+
+// TestProgressNotBelowSent: a progress notification never carries a
+// revision below that of a response already queued on its stream. Here
+// a watch created while the hub lags the store gets a created response
+// at the store's revision; another watch of the same stream, synced at
+// the hub's lower revision, gets no periodic notification until the hub
+// has caught up, and a RequestProgress waits as long.
+func TestProgressNotBelowSent(t *testing.T) {
+	e := newManualEnv(t, Options{})
+	s := e.hub.NewStream()
+	a, _ := s.Watch(Request{Key: []byte("a"), ProgressNotify: true})
+	next(t, s)
+	e.put("x", "1") // store at 2, the hub still at 1
+	s.Watch(Request{Key: []byte("b")})
+	if r := next(t, s); !r.Created || r.Header.Revision != 2 {
+		t.Fatalf("created response %v; want one at the store's revision 2", r)
+	}
+	e.hub.progressNotify()
+	s.RequestProgress()
+	if s.Queued() != 0 {
+		t.Fatalf("progress at the hub's revision %d after a response at 2: %v", e.hub.Rev(), next(t, s))
+	}
+	e.settle()
+	e.hub.progressNotify()
+	for _, wantID := range []int64{ProgressWatchID, a} {
+		r := next(t, s)
+		if r.WatchId != wantID || r.Header.Revision != 2 || len(r.Events) != 0 {
+			t.Fatalf("got %v; want a progress notification for watch %d at 2", r, wantID)
+		}
+	}
+	if n := s.Queued(); n != 0 {
+		t.Fatalf("%d more responses, first %v", n, next(t, s))
 	}
 }

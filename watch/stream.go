@@ -50,6 +50,11 @@ type Stream struct {
 	bytes  int  // keys and values in those items
 	full   bool // a push was refused since the queue last shrank
 	closed bool
+	// maxRev is the highest header revision of the responses queued so
+	// far, sent or not: no progress notification may carry less
+	// (invariant 5). A created or canceled response carries the store's
+	// revision, which may be ahead of the hub's.
+	maxRev int64
 }
 
 // item is one queued response. w is the watcher it belongs to if the
@@ -143,7 +148,7 @@ func (s *Stream) Watch(r Request) (int64, error) {
 	}
 	w := &watcher{
 		s: s, id: id, key: slices.Clone(r.Key), end: r.End, prevKV: r.PrevKV, progress: r.ProgressNotify,
-		fragment: r.Fragment, noPut: r.NoPut, noDelete: r.NoDelete, nextRev: start,
+		fragment: r.Fragment, noPut: r.NoPut, noDelete: r.NoDelete, startRev: r.StartRev, nextRev: start,
 	}
 	if r.End != nil {
 		w.end = append([]byte{}, r.End...)
@@ -180,8 +185,14 @@ func (s *Stream) Cancel(id int64) bool {
 
 // RequestProgress asks for a progress notification (watch ID -1) carrying
 // a revision that every watcher of the stream has reached, at least the
-// store's revision at the call. If some watchers are still catching up,
-// the answer comes when they all have (etcd 3.6).
+// store's revision at the call. It is answered at once if the answer may
+// speak for every watcher of the stream (invariant 5: all synced, none
+// starting above the answer's revision, nothing later queued before it),
+// else as soon as it may: when the watchers catching up have caught up
+// and the revision has reached the highest start. etcd (since 3.5.13 and
+// 3.6.0, server/etcdserver/api/v3rpc/watch.go) drops a request it cannot
+// answer yet, and its clients ask again; a later answer serves them as
+// well, and one asking once is not left waiting.
 func (s *Stream) RequestProgress() {
 	h := s.h
 	h.mu.Lock()
@@ -246,9 +257,17 @@ func (s *Stream) push(it item) bool {
 		s.h.queued.Add(int64(it.size))
 	}
 	s.queue = append(s.queue, it)
+	s.maxRev = max(s.maxRev, it.resp.GetHeader().GetRevision())
 	s.qmu.Unlock()
 	s.signal()
 	return true
+}
+
+// maxQueuedRev returns the highest header revision queued on s so far.
+func (s *Stream) maxQueuedRev() int64 {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	return s.maxRev
 }
 
 func (s *Stream) signal() {
