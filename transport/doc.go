@@ -39,7 +39,12 @@
 // bytes in 1 MiB chunks, then waits for the receiver to store them
 // (Snapshotter.Receive) and step the MsgSnap; it then reports
 // raft.SnapshotFinish, or raft.SnapshotFailure on any error. A snapshot of
-// any size therefore never delays a heartbeat.
+// any size therefore never delays a heartbeat. A transfer that stalls fails
+// on both sides: the sender gives up when a chunk is still not written
+// after 5 s (the receiver stopped reading), so the data it holds is
+// released and raft retries later, and the receiver when it waits 5 s for
+// the next chunk (the sender stopped sending), so Receive fails and drops
+// what it staged. Only a stalled chunk counts, never the transfer's length.
 //
 // Every stream starts with a hello naming the cluster and both members; the
 // receiver refuses a stream from another cluster (ErrClusterIDMismatch) or

@@ -413,6 +413,16 @@ func (p *peer) sendSnapshot(m *raftpb.Message) {
 // streamSnapshot sends m, then the bytes Snapshotter.Open gives in chunks,
 // then the last-chunk mark, and waits for the receiver's answer. It returns
 // the number of data bytes sent.
+//
+// A send blocks while the receiver's flow-control window is full, which it
+// stays when the receiver stopped reading (frozen by SIGSTOP, partitioned,
+// stuck): TCP alone gives up after some 15 minutes, or never while a
+// stopped process's kernel still answers, and all that time the data (an
+// engine view, compacted batch files) stays open and the peer's only
+// snapshot slot taken. So, as on message streams, a frame not sent within
+// silenceTimeout (the stall timeout) cancels the stream and the transfer
+// fails. The timeout bounds each frame, not the transfer: a snapshot may
+// take as long as it needs while its chunks keep moving.
 func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 	t := p.t
 	if t.cfg.Snapshotter == nil {
@@ -431,12 +441,34 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 		return 0, err
 	}
 	defer conn.Close()
+	timeout := t.silenceTimeout
+	var stalled atomic.Bool
+	stall := time.AfterFunc(timeout, func() {
+		stalled.Store(true)
+		cancel()
+	})
+	stall.Stop()
+	defer stall.Stop()
+	// send sends f within timeout or cancels the stream. This goroutine is
+	// the stream's only receiver, so sendMsg may ask RecvMsg why it ended.
+	send := func(f *frame) error {
+		stall.Reset(timeout)
+		err := sendMsg(cs, f)
+		stall.Stop()
+		if stalled.Load() {
+			if err == nil { // sent just as the timer fired
+				err = ctx.Err()
+			}
+			return fmt.Errorf("peer not reading: a frame not sent within %v: %w", timeout, err)
+		}
+		return err
+	}
 	var n int64
 	buf := make([]byte, chunkSize)
 	for {
 		k, rerr := fill(rc, buf)
 		if k > 0 {
-			if err := sendMsg(cs, &frame{Chunk: buf[:k]}); err != nil {
+			if err := send(&frame{Chunk: buf[:k]}); err != nil {
 				return n, fmt.Errorf("send snapshot chunk at byte %d: %w", n, err)
 			}
 			n += int64(k)
@@ -448,7 +480,7 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 			return n, fmt.Errorf("read snapshot data at byte %d: %w", n, rerr)
 		}
 	}
-	if err := sendMsg(cs, &frame{Last: true}); err != nil {
+	if err := send(&frame{Last: true}); err != nil {
 		return n, fmt.Errorf("send last snapshot chunk: %w", err)
 	}
 	if err := cs.CloseSend(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -53,16 +54,18 @@ var serviceDesc = grpc.ServiceDesc{
 var ErrClusterIDMismatch = errors.New("cluster ID mismatch")
 
 // serve runs recv, which reads the rest of s and calls the Handler, on a
-// goroutine counted in t.wg, and returns when recv does or when the
-// transport stops. With keepalive it also sends an empty frame every
+// goroutine counted in t.wg, and returns when recv does, when the
+// transport stops, or when stalled is closed (recv waited too long for a
+// frame; nil: never). With keepalive it also sends an empty frame every
 // keepaliveInterval meanwhile, so that the sender can tell a silent peer
 // from an idle one.
 //
 // Only the calling goroutine (the gRPC handler's) sends on s, so nothing is
 // sent after the handler returns. recv may outlive the handler when the
-// transport stops; the stream is then over and its next RecvMsg fails, and
-// Stop waits for recv to return, so no Handler call outlives Stop.
-func (t *Transport) serve(s grpc.ServerStream, keepalive bool, recv func() error) error {
+// transport stops or the stream stalls: returning from the handler is the
+// only way to end a server stream, and its next (or pending) RecvMsg then
+// fails. Stop waits for recv to return, so no Handler call outlives Stop.
+func (t *Transport) serve(s grpc.ServerStream, keepalive bool, stalled <-chan struct{}, recv func() error) error {
 	errc := make(chan error, 1)
 	if !t.goUnlessStopped(func() { errc <- recv() }) {
 		return status.Error(codes.Unavailable, "peer transport stopped")
@@ -79,6 +82,8 @@ func (t *Transport) serve(s grpc.ServerStream, keepalive bool, recv func() error
 			return err
 		case <-t.stopc:
 			return status.Error(codes.Unavailable, "peer transport stopped")
+		case <-stalled:
+			return status.Errorf(codes.DeadlineExceeded, "peer stream stalled: no frame for %v", t.silenceTimeout)
 		case <-tick:
 			if err := s.SendMsg(&frame{}); err != nil {
 				return fmt.Errorf("send keepalive: %w", err)
@@ -134,7 +139,7 @@ func (t *Transport) serveMessages(s grpc.ServerStream) error {
 	if err := s.SendMsg(&frame{ClusterID: t.cfg.ClusterID, From: t.cfg.LocalID, To: hello.From}); err != nil {
 		return fmt.Errorf("answer hello of member %x: %w", hello.From, err)
 	}
-	return t.serve(s, true, func() error {
+	return t.serve(s, true, nil, func() error {
 		ctx := s.Context()
 		for {
 			var f frame
@@ -172,8 +177,9 @@ func (t *Transport) serveSnapshot(s grpc.ServerStream) error {
 		return status.Errorf(codes.Unimplemented, "member %x cannot receive snapshots", t.cfg.LocalID)
 	}
 	lg := t.lg.With(zap.String("peer-id", fmt.Sprintf("%x", hello.From)), zap.Uint64("index", index))
-	err = t.serve(s, false, func() error {
-		r := &chunkReader{s: s}
+	r := newChunkReader(s, t.silenceTimeout)
+	err = t.serve(s, false, r.stalledc, func() error {
+		defer r.stall.Stop()
 		if err := t.cfg.Snapshotter.Receive(m, r); err != nil {
 			lg.Warn("failed to receive snapshot", zap.Error(err))
 			return status.Errorf(codes.Aborted, "member %x: receive snapshot at index %d: %v", t.cfg.LocalID, index, err)
@@ -198,11 +204,36 @@ func (t *Transport) serveSnapshot(s grpc.ServerStream) error {
 
 // chunkReader reads the snapshot data of a stream: the Chunk of each frame
 // until the frame marked Last.
+//
+// A sender that stops sending (frozen by SIGSTOP, partitioned) would keep
+// Read waiting, and Snapshotter.Receive with it, holding what it staged,
+// for as long as that lasts: TCP notices nothing while no data is
+// outstanding. So a receive that waits longer than timeout for a frame
+// closes stalledc, on which serve ends the stream; the receive then fails.
+// Only time spent waiting for the sender counts, not time Receive takes
+// between reads (a slow disk is not a stalled sender).
 type chunkReader struct {
-	s    grpc.ServerStream
+	s       grpc.ServerStream
+	timeout time.Duration
+	stall   *time.Timer // armed while a receive waits
+	// stalled is set, and stalledc closed, when a receive waited timeout.
+	stalled  atomic.Bool
+	stalledc chan struct{}
+
 	buf  []byte
 	done bool
 	n    int64 // bytes read
+}
+
+func newChunkReader(s grpc.ServerStream, timeout time.Duration) *chunkReader {
+	r := &chunkReader{s: s, timeout: timeout, stalledc: make(chan struct{})}
+	r.stall = time.AfterFunc(timeout, func() {
+		if r.stalled.CompareAndSwap(false, true) {
+			close(r.stalledc)
+		}
+	})
+	r.stall.Stop()
+	return r
 }
 
 // Read implements io.Reader. It returns io.EOF after the last chunk and
@@ -213,7 +244,16 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		var f frame
-		if err := r.s.RecvMsg(&f); err != nil {
+		r.stall.Reset(r.timeout)
+		err := r.s.RecvMsg(&f)
+		r.stall.Stop()
+		if r.stalled.Load() {
+			if err == nil { // received just as the timer fired; the stream is ending
+				err = status.Error(codes.DeadlineExceeded, "peer stream stalled")
+			}
+			return 0, fmt.Errorf("snapshot stream stalled: no chunk for %v after %d bytes: %w", r.timeout, r.n, err)
+		}
+		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return 0, fmt.Errorf("snapshot stream ended after %d bytes without its last chunk: %w", r.n, io.ErrUnexpectedEOF)
 			}

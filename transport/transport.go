@@ -40,7 +40,9 @@ type Snapshotter interface {
 	// the transport then calls Handler.Process(m) with the same MsgSnap. An
 	// error aborts the transfer and is reported to the sender, which reports
 	// raft.SnapshotFailure. r ends with io.EOF only after the sender's last
-	// chunk; a transfer cut short ends it with another error.
+	// chunk; a transfer cut short ends it with another error, as does one
+	// whose sender sent nothing for the stall timeout (5 s) while Read
+	// waited. Receive should then release what it staged.
 	Receive(m *raftpb.Message, r io.Reader) error
 }
 
@@ -82,7 +84,11 @@ const (
 	// message stream peers opened to it; silenceTimeout how long a sender
 	// waits for one before it ends the stream and reconnects, and also how
 	// long one frame may take to write (a peer that stopped reading keeps
-	// its flow-control window full) before it does the same.
+	// its flow-control window full) before it does the same. On snapshot
+	// streams silenceTimeout is the stall timeout: how long a frame may
+	// take to write, and a receiver may wait for the next chunk, before the
+	// transfer fails. It bounds one frame, not a transfer, so a chunk
+	// (chunkSize) must cross the link within it.
 	keepaliveInterval = time.Second
 	silenceTimeout    = 5 * time.Second
 )

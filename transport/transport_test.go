@@ -11,6 +11,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,6 +128,11 @@ type memberOpts struct {
 	cluster uint64
 	snap    Snapshotter
 	logger  *zap.Logger
+	// silence and keepalive, if set, replace the transport's
+	// silenceTimeout and keepaliveInterval.
+	silence, keepalive time.Duration
+	// serverOpts configure the member's gRPC server.
+	serverOpts []grpc.ServerOption
 }
 
 func startMember(t *testing.T, id uint64, o memberOpts) *member {
@@ -144,7 +150,13 @@ func startMember(t *testing.T, id uint64, o memberOpts) *member {
 	h := newHandler()
 	m := &member{id: id, h: h, addr: lis.Addr().String(), url: "http://" + lis.Addr().String()}
 	m.tr = New(Config{LocalID: id, ClusterID: o.cluster, Handler: h, Snapshotter: o.snap, Logger: o.logger})
-	m.serve(t, lis)
+	if o.silence > 0 {
+		m.tr.silenceTimeout = o.silence
+	}
+	if o.keepalive > 0 {
+		m.tr.keepaliveInterval = o.keepalive
+	}
+	m.serve(t, lis, o.serverOpts...)
 	t.Cleanup(func() {
 		m.tr.Stop()
 		m.srv.Stop()
@@ -152,8 +164,8 @@ func startMember(t *testing.T, id uint64, o memberOpts) *member {
 	return m
 }
 
-func (m *member) serve(t *testing.T, lis net.Listener) {
-	m.srv = grpc.NewServer()
+func (m *member) serve(t *testing.T, lis net.Listener, opts ...grpc.ServerOption) {
+	m.srv = grpc.NewServer(opts...)
 	m.tr.Register(m.srv)
 	srv := m.srv
 	go func() { _ = srv.Serve(lis) }()
@@ -1016,5 +1028,232 @@ func TestWriterDoesNotReceive(t *testing.T) {
 		t.Fatal("the writer called RecvMsg on a stream another goroutine receives on")
 	case <-time.After(wait):
 		t.Fatal("pump did not return after the stream ended")
+	}
+}
+
+// waitSnapReport waits for the next snapshot report on h, about member 2,
+// and checks its status.
+func waitSnapReport(t *testing.T, h *handler, want raft.SnapshotStatus, what string) {
+	t.Helper()
+	select {
+	case r := <-h.snaps:
+		if r != (snapReport{2, want}) {
+			t.Fatalf("%s: ReportSnapshot%v, want status %v", what, r, want)
+		}
+	case <-time.After(wait):
+		t.Fatalf("%s: no ReportSnapshot within %v", what, wait)
+	}
+}
+
+// waitReceive waits for the next Receive of s to return, and returns what
+// it returned.
+func waitReceive(t *testing.T, s *snapshotter, what string) error {
+	t.Helper()
+	select {
+	case err := <-s.returned:
+		return err
+	case <-time.After(wait):
+		t.Fatalf("%s: Receive did not return within %v", what, wait)
+		return nil
+	}
+}
+
+// closeOnCleanup closes c at the end of the test unless the test did.
+// Registered after the members, it runs before they are stopped.
+func closeOnCleanup(t *testing.T, c chan struct{}) {
+	t.Cleanup(func() {
+		select {
+		case <-c:
+		default:
+			close(c)
+		}
+	})
+}
+
+// freezingSnapshotter receives like snapshotter, except that its first
+// Receive stops reading until thaw is closed, as a member does while it is
+// stopped by SIGSTOP: the stream's flow-control window fills and stays full.
+type freezingSnapshotter struct {
+	*snapshotter
+	frozen chan struct{} // closed when the first Receive stops reading
+	thaw   chan struct{}
+	calls  atomic.Int32
+}
+
+func (s *freezingSnapshotter) Receive(m *raftpb.Message, r io.Reader) error {
+	if s.calls.Add(1) == 1 {
+		close(s.frozen)
+		<-s.thaw
+	}
+	return s.snapshotter.Receive(m, r)
+}
+
+// TestSnapshotToFrozenPeer checks that a snapshot sender whose receiver
+// stops reading gives up after its stall timeout and reports the failure
+// (before, it waited until TCP gave up, some 15 minutes, holding the
+// snapshot's data and the peer's only snapshot slot), and that the next
+// snapshot to that peer then goes through.
+func TestSnapshotToFrozenPeer(t *testing.T) {
+	data := make([]byte, 6<<20) // several chunks, more than the receiver's windows take
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	core, logs := observer.New(zapcore.WarnLevel)
+	recv := &freezingSnapshotter{
+		snapshotter: &snapshotter{returned: make(chan error, 2)},
+		frozen:      make(chan struct{}),
+		thaw:        make(chan struct{}),
+	}
+	a := startMember(t, 1, memberOpts{snap: &snapshotter{data: data}, silence: time.Second, logger: zap.New(core)})
+	// Fixed 1 MiB windows: the frozen receiver's gRPC server takes about a
+	// chunk, and the sender blocks on the third. With gRPC's BDP estimation
+	// the windows would grow while the data comes in, up to 16 MiB.
+	b := startMember(t, 2, memberOpts{snap: recv, keepalive: 100 * time.Millisecond,
+		serverOpts: []grpc.ServerOption{grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(1 << 20)}})
+	closeOnCleanup(t, recv.thaw)
+	a.tr.AddPeer(2, []string{b.url})
+
+	a.tr.Send([]*raftpb.Message{snapMsg(1, 2, 42)})
+	select {
+	case <-recv.frozen:
+	case <-time.After(wait):
+		t.Fatal("the snapshot never reached the receiver")
+	}
+	waitSnapReport(t, a.h, raft.SnapshotFailure, "snapshot to a frozen peer")
+	failed := logs.FilterMessage("failed to send snapshot").All()
+	if len(failed) != 1 || !strings.Contains(fmt.Sprint(failed[0].ContextMap()["error"]), "peer not reading") {
+		t.Fatalf("logged %v, want the snapshot failed for a peer not reading", failed)
+	}
+
+	// The peer resumes: the stream it was reading is over.
+	close(recv.thaw)
+	if err := waitReceive(t, recv.snapshotter, "thawed receiver"); err == nil {
+		t.Fatal("Receive of the abandoned transfer succeeded")
+	}
+	a.tr.Send([]*raftpb.Message{snapMsg(1, 2, 43)})
+	waitSnapReport(t, a.h, raft.SnapshotFinish, "next snapshot")
+	if err := waitReceive(t, recv.snapshotter, "next snapshot"); err != nil {
+		t.Fatalf("Receive of the next snapshot: %v", err)
+	}
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	if _, ok := recv.received[42]; ok {
+		t.Error("the abandoned transfer was stored")
+	}
+	if sum, ok := recv.received[43]; !ok || sum != sha256.Sum256(data) {
+		t.Error("the next snapshot's data differs from what was sent")
+	}
+}
+
+// waitReader blocks until its channel is closed, then says io.EOF.
+type waitReader chan struct{}
+
+func (w waitReader) Read([]byte) (int, error) {
+	<-w
+	return 0, io.EOF
+}
+
+// stallingSource sends like snapshotter, except that its data stops after
+// what it holds until release is closed, as a leader's transfer does while
+// the leader is stopped by SIGSTOP or cut off.
+type stallingSource struct {
+	*snapshotter
+	release chan struct{}
+}
+
+func (s *stallingSource) Open(m *raftpb.Message) (io.ReadCloser, error) {
+	rc, err := s.snapshotter.Open(m)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(rc, waitReader(s.release)), rc}, nil
+}
+
+// TestSnapshotFromStalledSender checks that a snapshot receiver gives up on
+// a stream that stops delivering chunks after its stall timeout: Receive
+// sees an error (and so releases what it staged) and nothing is stepped,
+// instead of waiting for a frozen leader for as long as it stays frozen.
+// The sender, once its data moves again, finds the stream over.
+func TestSnapshotFromStalledSender(t *testing.T) {
+	data := make([]byte, 3<<19) // one whole chunk is sent, then half of one waits
+	send := &stallingSource{snapshotter: &snapshotter{data: data}, release: make(chan struct{})}
+	recv := &snapshotter{returned: make(chan error, 1)}
+	a := startMember(t, 1, memberOpts{snap: send})
+	b := startMember(t, 2, memberOpts{snap: recv, silence: 100 * time.Millisecond})
+	closeOnCleanup(t, send.release)
+	a.tr.AddPeer(2, []string{b.url})
+
+	a.tr.Send([]*raftpb.Message{snapMsg(1, 2, 42)})
+	err := waitReceive(t, recv, "receiver of a stalled stream")
+	if err == nil || !strings.Contains(err.Error(), "stalled") {
+		t.Fatalf("Receive returned %v, want an error for the stalled stream", err)
+	}
+	recv.mu.Lock()
+	_, stored := recv.received[42]
+	recv.mu.Unlock()
+	if stored {
+		t.Fatal("a stalled transfer was stored")
+	}
+	for len(b.h.recv) > 0 {
+		if m := <-b.h.recv; m.GetType() == raftpb.MessageType_MsgSnap {
+			t.Fatalf("Process got %v after a stalled transfer", m)
+		}
+	}
+
+	close(send.release)
+	waitSnapReport(t, a.h, raft.SnapshotFailure, "sender of the stalled stream, resumed")
+}
+
+// slowReceiver receives like snapshotter, but pauses after each MiB read,
+// as a busy disk does: the transfer is slow but never stalls.
+type slowReceiver struct {
+	*snapshotter
+	pause time.Duration
+}
+
+func (s *slowReceiver) Receive(m *raftpb.Message, r io.Reader) error {
+	return s.snapshotter.Receive(m, &pausingReader{r: r, pause: s.pause})
+}
+
+type pausingReader struct {
+	r     io.Reader
+	pause time.Duration
+	n     int // bytes read since the last pause
+}
+
+func (p *pausingReader) Read(b []byte) (int, error) {
+	if p.n >= 1<<20 {
+		time.Sleep(p.pause)
+		p.n = 0
+	}
+	n, err := p.r.Read(b)
+	p.n += n
+	return n, err
+}
+
+// TestSlowSnapshotNotStalled checks that the stall timeout bounds the wait
+// for each chunk, not the whole transfer: a snapshot that takes longer than
+// the timeout, but whose chunks keep moving, goes through.
+func TestSlowSnapshotNotStalled(t *testing.T) {
+	// Generous, as the next transfer in TestSnapshotToFrozenPeer: a loaded
+	// machine running the race detector can take a few hundred
+	// milliseconds over a chunk.
+	const stall = time.Second
+	data := make([]byte, 6<<20) // 5 pauses: longer than one stall timeout
+	recv := &slowReceiver{snapshotter: &snapshotter{returned: make(chan error, 1)}, pause: stall / 4}
+	a := startMember(t, 1, memberOpts{snap: &snapshotter{data: data}, silence: stall})
+	b := startMember(t, 2, memberOpts{snap: recv, silence: stall, keepalive: 100 * time.Millisecond})
+	a.tr.AddPeer(2, []string{b.url})
+	start := time.Now()
+	a.tr.Send([]*raftpb.Message{snapMsg(1, 2, 42)})
+	waitSnapReport(t, a.h, raft.SnapshotFinish, "slow snapshot")
+	if took := time.Since(start); took <= stall {
+		t.Fatalf("the transfer took %v, not longer than the stall timeout %v: the test shows nothing", took, stall)
+	}
+	if err := waitReceive(t, recv.snapshotter, "slow snapshot"); err != nil {
+		t.Fatalf("Receive: %v", err)
 	}
 }
