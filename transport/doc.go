@@ -36,7 +36,8 @@
 //
 // A MsgSnap does not enter the queue: a goroutine opens a snapshot stream on
 // a connection of its own and sends the message, then Snapshotter.Open's
-// bytes in 1 MiB chunks, then waits for the receiver to store them
+// bytes in 1 MiB chunks. It closes that data (an engine view, batch files)
+// as soon as it is sent, then waits for the receiver to store it
 // (Snapshotter.Receive) and step the MsgSnap; it then reports
 // raft.SnapshotFinish, or raft.SnapshotFailure on any error. A snapshot of
 // any size therefore never delays a heartbeat. A transfer that stalls fails

@@ -422,7 +422,9 @@ func (p *peer) sendSnapshot(m *raftpb.Message) {
 // snapshot slot taken. So, as on message streams, a frame not sent within
 // silenceTimeout (the stall timeout) cancels the stream and the transfer
 // fails. The timeout bounds each frame, not the transfer: a snapshot may
-// take as long as it needs while its chunks keep moving.
+// take as long as it needs while its chunks keep moving. The wait for the
+// answer is not bounded (the receiver sends nothing while it stores the
+// data), but the data is closed before it.
 func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 	t := p.t
 	if t.cfg.Snapshotter == nil {
@@ -432,7 +434,17 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("open snapshot data: %w", err)
 	}
-	defer rc.Close()
+	// The data is closed as soon as it is read to its end: the receiver's
+	// answer may be long in coming (it stores the data first, and may be
+	// frozen meanwhile), and the data holds an engine view or compacted
+	// batch files open.
+	closeData := func() {
+		if rc != nil {
+			_ = rc.Close() // everything was read, or the transfer failed anyway
+			rc = nil
+		}
+	}
+	defer closeData()
 	hello := &frame{ClusterID: t.cfg.ClusterID, From: t.cfg.LocalID, To: p.id, Msgs: []*raftpb.Message{m}}
 	ctx, cancel := context.WithCancel(p.ctx)
 	defer cancel()
@@ -474,6 +486,7 @@ func (p *peer) streamSnapshot(m *raftpb.Message) (int64, error) {
 			n += int64(k)
 		}
 		if rerr == io.EOF { // io.Reader's contract: EOF itself, never wrapped
+			closeData()
 			break
 		}
 		if rerr != nil {

@@ -34,7 +34,8 @@ type Handler interface {
 // the snapshot package defines).
 type Snapshotter interface {
 	// Open returns the stream of bytes to send after a MsgSnap (the sender
-	// side). The transport closes it.
+	// side). The transport closes it once, as soon as it has read it to
+	// its end or the transfer failed, before waiting for the receiver.
 	Open(m *raftpb.Message) (io.ReadCloser, error)
 	// Receive consumes that stream on the receiving member and stores it;
 	// the transport then calls Handler.Process(m) with the same MsgSnap. An

@@ -1257,3 +1257,69 @@ func TestSlowSnapshotNotStalled(t *testing.T) {
 		t.Fatalf("Receive: %v", err)
 	}
 }
+
+// closeCountingSource sends like snapshotter and counts the Close calls on
+// the data it opened, closing closed at the first.
+type closeCountingSource struct {
+	*snapshotter
+	closes atomic.Int32
+	closed chan struct{}
+}
+
+func (s *closeCountingSource) Open(m *raftpb.Message) (io.ReadCloser, error) {
+	rc, err := s.snapshotter.Open(m)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{rc, closerFunc(func() error {
+		if s.closes.Add(1) == 1 {
+			close(s.closed)
+		}
+		return rc.Close()
+	})}, nil
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+// answerAfterClose receives like snapshotter, but once it has read the
+// whole stream it answers only after the sender closed its data (or fails
+// after half of wait, so that the sender's report comes within wait).
+type answerAfterClose struct {
+	*snapshotter
+	senderClosed chan struct{}
+}
+
+func (s *answerAfterClose) Receive(m *raftpb.Message, r io.Reader) error {
+	if err := s.snapshotter.Receive(m, r); err != nil {
+		return err
+	}
+	select {
+	case <-s.senderClosed:
+		return nil
+	case <-time.After(wait / 2):
+		return errors.New("the sender still holds the snapshot's data after sending all of it")
+	}
+}
+
+// TestSnapshotDataClosedBeforeAnswer checks that the sender closes the
+// snapshot's data (an engine view, compacted batch files) once it has read
+// it to the end, not only after the receiver's answer, which a receiver
+// frozen or slow to store the data may keep waiting; and that it closes it
+// once.
+func TestSnapshotDataClosedBeforeAnswer(t *testing.T) {
+	send := &closeCountingSource{snapshotter: &snapshotter{data: make([]byte, 3<<20)}, closed: make(chan struct{})}
+	recv := &answerAfterClose{snapshotter: &snapshotter{returned: make(chan error, 1)}, senderClosed: send.closed}
+	a := startMember(t, 1, memberOpts{snap: send})
+	b := startMember(t, 2, memberOpts{snap: recv})
+	a.tr.AddPeer(2, []string{b.url})
+	a.tr.Send([]*raftpb.Message{snapMsg(1, 2, 42)})
+	waitSnapReport(t, a.h, raft.SnapshotFinish, "snapshot")
+	if n := send.closes.Load(); n != 1 {
+		t.Fatalf("the data was closed %d times, want once", n)
+	}
+}
