@@ -17,6 +17,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -236,10 +237,48 @@ func (a *Applier) Run(ctx context.Context, in <-chan node.Committed) error {
 	}
 }
 
+// ErrOutcomeUnknown answers a request whose entry a snapshot install may
+// have covered: the install brings the entry's effect (a full snapshot
+// holds the leader's state, an incremental one folds most entries into key
+// records), but not its response, so whether and how it was applied is
+// not known here. The server answers it as etcd answers a request whose
+// outcome it cannot tell ("etcdserver: request timed out").
+var ErrOutcomeUnknown = errors.New("apply: a snapshot install covered the request; its outcome is unknown")
+
 // installSnapshot replaces the store's content with a received snapshot
 // and reloads what the applier keeps of it. A failure is reported to the
 // node, which treats it as fatal.
+//
+// The clients waiting when the install starts get their answer at once:
+// those the install applied through the request path (an incremental
+// install's entries after its batches) get their result, every other one
+// ErrOutcomeUnknown. Without this they waited until their deadline for an
+// answer that never came (issue 10 finding 7): the entries an install
+// covers are never applied through the request path, and those redelivered
+// after it are skipped as already applied. A waiting client whose entry
+// comes after the snapshot's engine view also gets ErrOutcomeUnknown,
+// although its entry will apply: as in etcd, a timeout does not say the
+// request failed. Clients registered after the install started are left
+// waiting: they proposed after the snapshot reached this member, so after
+// the leader took the snapshot's engine view, and their entries are
+// applied as usual.
 func (a *Applier) installSnapshot(c node.Committed) error {
+	a.mu.Lock()
+	waiting := make([]uint64, 0, len(a.mu.waiters))
+	for id := range a.mu.waiters {
+		waiting = append(waiting, id)
+	}
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		for _, id := range waiting {
+			if ch, ok := a.mu.waiters[id]; ok {
+				ch <- Result{Err: ErrOutcomeUnknown}
+				delete(a.mu.waiters, id)
+			}
+		}
+		a.mu.Unlock()
+	}()
 	var err error
 	if a.install == nil {
 		err = fmt.Errorf("no snapshot installer")

@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -264,5 +265,49 @@ func TestRedeliveredMembershipRestoresLostConfState(t *testing.T) {
 				t.Fatalf("members after reopen %v, want member 7 named %q", got, wantName)
 			}
 		})
+	}
+}
+
+// TestInstallAnswersWaitingClients: a snapshot install covers entries it
+// never applies through the request path, and the entries redelivered
+// after it are skipped, so clients waiting when it starts must get an
+// answer at once -- their result if the install applied their entry,
+// ErrOutcomeUnknown otherwise -- instead of waiting until their deadline
+// (issue 10 finding 7). A client registered during the install is left
+// waiting for its entry.
+func TestInstallAnswersWaitingClients(t *testing.T) {
+	_, store := openStore(t, vfs.NewMem())
+	a, err := New(store, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	covered := a.Register(1)
+	var during <-chan Result
+	a.SetInstaller(func(*raftpb.Snapshot) error {
+		during = a.Register(2)
+		return nil
+	})
+	installed := make(chan error, 1)
+	in := make(chan node.Committed, 1)
+	in <- node.Committed{Snapshot: &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(5)}}, Installed: installed}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx, in) }()
+	defer func() { cancel(); <-done }()
+	if err := <-installed; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-covered:
+		if !errors.Is(res.Err, ErrOutcomeUnknown) {
+			t.Fatalf("a client waiting at the install got %+v, want ErrOutcomeUnknown", res)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a client waiting when the install started got no answer")
+	}
+	select {
+	case res := <-during:
+		t.Fatalf("a client registered during the install was answered %+v before its entry applied", res)
+	default:
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/auth"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 )
@@ -118,5 +120,13 @@ func TestAuthErrorCodes(t *testing.T) {
 		if got := toGRPCError(errors.Join(errors.New("context"), m.err)); got != m.grpc {
 			t.Errorf("wrapped %v: mapped to %v", m.err, got)
 		}
+	}
+}
+
+// TestUnknownOutcomeIsEtcdsTimeout: a request a snapshot install covered is
+// answered with etcd's error for an outcome it cannot tell.
+func TestUnknownOutcomeIsEtcdsTimeout(t *testing.T) {
+	if got := toGRPCError(fmt.Errorf("put: %w", apply.ErrOutcomeUnknown)); got != rpctypes.ErrGRPCTimeout {
+		t.Fatalf("ErrOutcomeUnknown mapped to %v, want %v", got, rpctypes.ErrGRPCTimeout)
 	}
 }

@@ -260,7 +260,8 @@ func toGRPCError(err error) error {
 		return rpctypes.ErrGRPCStopped
 	case errors.Is(err, context.Canceled):
 		return rpctypes.ErrGRPCCanceled
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, apply.ErrOutcomeUnknown):
+		// etcd's answer when it cannot tell whether a request applied.
 		return rpctypes.ErrGRPCTimeout
 	}
 	if e, ok := authGRPCError(err); ok {
