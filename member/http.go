@@ -118,8 +118,13 @@ func (w *clientHTTP) grpcServerOptions(limits server.Limits) []grpc.ServerOption
 // server, which does its own handshake (its credentials carry the client
 // certificate to auth); the HTTP side terminates TLS here with the same
 // certificate and client-certificate rules, offering only HTTP/1.1.
+//
+// Clients are served only once the member is ready (awaitReady): the
+// listeners are open from the start, so clients connect and wait, as
+// etcd's do.
 func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
 	w := m.web
+	ready := m.awaitReady(ctx)
 	// The peer round-trip metric is /metrics' too; its prober lives with ctx.
 	m.startPeerProber(ctx)
 	secure, _ := urlsTLS("--listen-client-urls", m.cfg.ListenClientURLs)
@@ -132,7 +137,11 @@ func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
 			// files a moment ago; failing now means they changed.
 			m.logger.Warn("HTTP endpoints not served on https client URLs", zap.Error(err))
 			for _, l := range m.listener {
-				go func() { _ = m.grpc.Serve(l) }()
+				go func() {
+					if waitReady(ctx, ready) {
+						_ = m.grpc.Serve(l)
+					}
+				}()
 			}
 			return
 		}
@@ -202,17 +211,63 @@ func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
 		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 		w.splits = append(w.splits, split)
 		w.servers = append(w.servers, srv)
-		go func() { _ = m.grpc.Serve(split.GRPC()) }()
 		go func() {
-			if err := srv.Serve(httpL); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				m.logger.Warn("HTTP server stopped", zap.Error(err))
+			if !waitReady(ctx, ready) {
+				return
 			}
-		}()
-		go func() {
+			go func() { _ = m.grpc.Serve(split.GRPC()) }()
+			go func() {
+				if err := srv.Serve(httpL); err != nil && !errors.Is(err, http.ErrServerClosed) {
+					m.logger.Warn("HTTP server stopped", zap.Error(err))
+				}
+			}()
 			if err := split.Serve(); err != nil {
 				m.logger.Warn("client listener stopped", zap.Error(err))
 			}
 		}()
+	}
+}
+
+// awaitReady returns a channel closed once the member may serve clients:
+// it has a leader and has applied everything the cluster had committed
+// when it asked (a ReadIndex barrier, retried until it succeeds or ctx
+// ends). Until then its engine may hold an older state than it had
+// acknowledged before a crash -- the entries after the engine's last
+// flush are replayed through raft after start-up -- and answering from it
+// would send Status and serializable reads back in time (issue 10 finding
+// 10). etcd likewise serves clients only once it has published itself
+// through raft, which it applies after every entry before it.
+func (m *Member) awaitReady(ctx context.Context) <-chan struct{} {
+	ready := make(chan struct{})
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for ctx.Err() == nil {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := m.ReadBarrier(rctx)
+			cancel()
+			if err == nil {
+				m.logger.Info("ready to serve client requests",
+					zap.Uint64("applied-index", m.applier.AppliedIndex()), zap.Int64("revision", m.store.Rev()))
+				close(ready)
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return ready
+}
+
+// waitReady waits until ready is closed or ctx ends, and reports which.
+func waitReady(ctx context.Context, ready <-chan struct{}) bool {
+	select {
+	case <-ready:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
