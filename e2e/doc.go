@@ -16,6 +16,12 @@
 //     or by a failpoint inside; every acknowledged put must be readable at
 //     the revision it was acknowledged with, and the revision never goes
 //     backwards.
+//   - log compaction under physical compaction (issue 10, finding 1):
+//     puts, deletes and txns over 2,000 keys with --log-compaction-batch
+//     while a client compacts physically every 300 ms; after each SIGKILL
+//     and restart that replays compacted batches, every acknowledged write
+//     must be there (deletes absent), on one member and on three (HashKV
+//     equal).
 //   - bad input: refused requests and refused start-ups, each with a clear
 //     error and nothing stored lost.
 //   - log damage: a torn tail is truncated at start; a flipped byte in the
