@@ -205,6 +205,8 @@ func (l *Log) compactRange(first, last, snap uint64, dir, name string, build Bat
 	}
 	b, err := build(entries)
 	if errors.Is(err, ErrSkipSegment) {
+		l.stats.compactionsSkipped.Add(1)
+		l.logger.Debug("raftlog: entries left uncompacted", zap.Uint64("first", first), zap.Uint64("last", last), zap.Error(err))
 		return false, nil
 	}
 	if err != nil {

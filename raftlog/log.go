@@ -77,6 +77,11 @@ type Stats struct {
 	BatchRecords      uint64 // records they hold
 	SegmentsCompacted uint64 // segments rewritten as batch files since Open
 	BatchesWritten    uint64 // batch files written since Open (segments or --log-compaction-batch runs)
+	// CompactionsSkipped counts the times since Open a builder left a run
+	// (or segment) uncompacted (ErrSkipSegment): a configuration change in
+	// it, or revisions physical compaction has reached. It is retried on
+	// the next pass, so a run that stays skipped counts once per pass.
+	CompactionsSkipped uint64
 }
 
 // Log is strata's raft log: raft.Storage for reads, Append for writes.
@@ -143,8 +148,8 @@ type Log struct {
 		appends, entries, bytes, fsyncs, fsyncNanos atomic.Uint64
 		fsyncHist                                   fsyncHistogram
 		// Totals over w.batches, published by publishBatchStats.
-		batchFiles, batchBytes, batchCommands, batchRecords atomic.Int64
-		segmentsCompacted, batchesWritten                   atomic.Uint64
+		batchFiles, batchBytes, batchCommands, batchRecords   atomic.Int64
+		segmentsCompacted, batchesWritten, compactionsSkipped atomic.Uint64
 	}
 }
 
@@ -837,5 +842,6 @@ func (l *Log) Stats() Stats {
 	st.BatchRecords = uint64(l.stats.batchRecords.Load())
 	st.SegmentsCompacted = l.stats.segmentsCompacted.Load()
 	st.BatchesWritten = l.stats.batchesWritten.Load()
+	st.CompactionsSkipped = l.stats.compactionsSkipped.Load()
 	return st
 }

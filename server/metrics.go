@@ -242,6 +242,7 @@ var (
 	descLogFirst         = metricDesc{"strata_raftlog_first_index", "The first index the raft log holds.", prometheus.GaugeValue}
 	descLogLast          = metricDesc{"strata_raftlog_last_index", "The last index the raft log holds.", prometheus.GaugeValue}
 	descLogCompactions   = metricDesc{"strata_raftlog_compactions_total", "Compacted batch files written by log compaction since start (--log-compaction).", prometheus.CounterValue}
+	descLogSkipped       = metricDesc{"strata_raftlog_compactions_skipped_total", "Passes of log compaction that left a run of entries in the log since start: it holds a configuration change, auth or alarm request, or revisions that physical revision compaction has reached (docs/log-compaction.md).", prometheus.CounterValue}
 	descLogBatchFiles    = metricDesc{"strata_raftlog_batch_files", "Live compacted batch files of the raft log.", prometheus.GaugeValue}
 	descLogBatchBytes    = metricDesc{"strata_raftlog_batch_bytes", "Bytes of the live compacted batch files.", prometheus.GaugeValue}
 	descLogBatchCommands = metricDesc{"strata_raftlog_batch_commands", "Log entries the live compacted batch files stand for.", prometheus.GaugeValue}
@@ -260,7 +261,7 @@ func init() {
 	for _, d := range []metricDesc{
 		descHasLeader, descIsLeader, descLeaderChanges, descCommitted, descApplied, descDBSize, descDBSizeInUse,
 		descCurrentRev, descCompactRev, descLogSegments, descLogBytes, descLogDiskBytes, descLogAppends,
-		descLogEntries, descLogWritten, descLogFsyncs, descLogFirst, descLogLast, descLogCompactions,
+		descLogEntries, descLogWritten, descLogFsyncs, descLogFirst, descLogLast, descLogCompactions, descLogSkipped,
 		descLogBatchFiles, descLogBatchBytes, descLogBatchCommands, descLogBatchRecords, descEngineApplied, descEngineDurable,
 	} {
 		sourceDescs[d] = prometheus.NewDesc(d.name, d.help, nil, nil)
@@ -304,6 +305,7 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(descLogFirst, float64(first))
 	emit(descLogLast, float64(last))
 	emit(descLogCompactions, float64(st.BatchesWritten))
+	emit(descLogSkipped, float64(st.CompactionsSkipped))
 	emit(descLogBatchFiles, float64(st.BatchFiles))
 	emit(descLogBatchBytes, float64(st.BatchBytes))
 	emit(descLogBatchCommands, float64(st.BatchCommands))

@@ -28,7 +28,7 @@ func fakeSource(leader uint64) MetricsSource {
 		CompactRevision: func() int64 { return 5 },
 		Log: func() raftlog.Stats {
 			return raftlog.Stats{Segments: 2, Bytes: 100, DiskBytes: 200, Appends: 7, Entries: 9, BytesWritten: 300, Fsyncs: 7,
-				BatchFiles: 2, BatchBytes: 4096, BatchCommands: 1200, BatchRecords: 150, BatchesWritten: 3}
+				BatchFiles: 2, BatchBytes: 4096, BatchCommands: 1200, BatchRecords: 150, BatchesWritten: 3, CompactionsSkipped: 4}
 		},
 		LogFsyncs: func() raftlog.Histogram {
 			b := map[float64]uint64{}
@@ -68,7 +68,7 @@ func TestMetricsExposition(t *testing.T) {
 			"strata_raftlog_segments 2", "strata_raftlog_bytes 100", "strata_raftlog_disk_bytes 200",
 			"strata_raftlog_appends_total 7", "strata_raftlog_entries_total 9", "strata_raftlog_written_bytes_total 300",
 			"strata_raftlog_fsyncs_total 7", "strata_raftlog_first_index 10", "strata_raftlog_last_index 42",
-			"strata_raftlog_compactions_total 3", "strata_raftlog_batch_files 2", "strata_raftlog_batch_commands 1200", "strata_raftlog_batch_records 150", "strata_engine_applied_index 41", "strata_engine_durable_index 30",
+			"strata_raftlog_compactions_total 3", "strata_raftlog_compactions_skipped_total 4", "strata_raftlog_batch_files 2", "strata_raftlog_batch_commands 1200", "strata_raftlog_batch_records 150", "strata_engine_applied_index 41", "strata_engine_durable_index 30",
 			`etcd_server_id{server_id="abc"} 1`, `etcd_server_version{server_version="` + EtcdVersion + `"} 1`,
 		}},
 		{name: "follower", leader: 0xdef, want: []string{"etcd_server_has_leader 1", "etcd_server_is_leader 0"}},
