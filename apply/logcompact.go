@@ -73,6 +73,9 @@ func BuildCompactedBatch(store *mvcc.Store, entries []*raftpb.Entry, horizon int
 	if err != nil {
 		return nil, fmt.Errorf("apply: compact entries %d..%d: %w", first, last, err)
 	}
+	if err := checkIndexRevisions(rows, first, last, revBefore); err != nil {
+		return nil, fmt.Errorf("%w: entries %d..%d: %w", ErrNotCompactable, first, last, err)
+	}
 	// revAt is the revision after index i, for i in the batch.
 	revAt := func(i uint64) int64 {
 		rev := revBefore
@@ -166,6 +169,33 @@ func BuildCompactedBatch(store *mvcc.Store, entries []*raftpb.Entry, horizon int
 	}
 	b.Records = append(recs, kept[k:]...)
 	return b, nil
+}
+
+// checkIndexRevisions checks that rows (the index -> revision rows of
+// [first, last]) describe one run of a log: indexes increasing within the
+// run, and each row moving the revision forward from where the one before
+// left it -- the first from revBefore, the revision at first-1. Rows that
+// do not are another log's (an old cluster's, kept by a restore before
+// restores dropped them) or damaged, and would attribute the wrong
+// revisions to the run: a batch built on them can miss writes, even all
+// of them. The caller refuses such a run as not compactable rather than as
+// corruption: its entries stay in the log, which stands for them exactly,
+// and log truncation eventually removes the run and its rows
+// (Store.ForgetIndexRevisions), after which compaction resumes by itself.
+func checkIndexRevisions(rows []mvcc.IndexRevision, first, last uint64, revBefore int64) error {
+	prevIndex, prevAfter := first-1, revBefore
+	for _, r := range rows {
+		switch {
+		case r.Index <= prevIndex || r.Index > last:
+			return fmt.Errorf("revision row of index %d after index %d (run %d..%d)", r.Index, prevIndex, first, last)
+		case r.Before < prevAfter:
+			return fmt.Errorf("revision row of index %d starts at revision %d, below %d where index %d left it", r.Index, r.Before, prevAfter, prevIndex)
+		case r.After < r.Before:
+			return fmt.Errorf("revision row of index %d goes back from revision %d to %d", r.Index, r.Before, r.After)
+		}
+		prevIndex, prevAfter = r.Index, r.After
+	}
+	return nil
 }
 
 // dropSuperseded removes every version followed, for the same key, by a

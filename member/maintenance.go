@@ -21,6 +21,7 @@ import (
 
 	"github.com/strata-kv/strata/engine"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/snapshot"
 )
 
@@ -439,7 +440,10 @@ func Restore(cfg RestoreConfig) (RestoreResult, error) {
 
 // restoreDropped are the keys a restore leaves out: the old cluster's
 // raft and membership state (apply/apply.go, apply/alarm.go). The applied
-// index is kept at zero, so the new log's entries all apply.
+// index is kept at zero, so the new log's entries all apply. The old
+// cluster's index -> revision rows (mvcc.IsIndexRevisionKey) are left out
+// too: they describe the old log, and the new one starts from index 1
+// again, where log compaction would take them for its own.
 var restoreDropped = map[string]bool{
 	"muraft/confstate":  true,
 	"mucluster/members": true,
@@ -451,7 +455,7 @@ var restoreDropped = map[string]bool{
 type restoreFilter struct{ w snapshot.Sink }
 
 func (r restoreFilter) Add(key, value []byte) error {
-	if restoreDropped[string(key)] {
+	if restoreDropped[string(key)] || mvcc.IsIndexRevisionKey(key) {
 		return nil
 	}
 	if string(key) == string(pebbleengine.AppliedIndexKey) {

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -40,6 +41,14 @@ const prefixIndexRev = "mi"
 
 func indexRevKey(index uint64) []byte {
 	return binary.BigEndian.AppendUint64([]byte(prefixIndexRev), index)
+}
+
+// IsIndexRevisionKey reports whether key, an engine key, is in the key
+// space of the index -> revision rows. The rows describe the raft log that
+// wrote them: a restore, which starts a new cluster whose log begins at
+// index 1 again, drops them (member.Restore).
+func IsIndexRevisionKey(key []byte) bool {
+	return bytes.HasPrefix(key, []byte(prefixIndexRev))
 }
 
 // RecordIndex notes that the request applied at raft index moved the

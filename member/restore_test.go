@@ -1,0 +1,160 @@
+package member
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-kv/strata/apply"
+	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/raftlog"
+)
+
+// TestRestoreDropsIndexRevisionRows restores a backup of a member that
+// wrote for a while, and checks that the restored engine holds none of the
+// old cluster's index -> revision rows (mvcc's mi<index>, which describe
+// the old cluster's raft log), and that log compaction in the restored
+// cluster, whose log starts from index 1 again, builds a batch with a
+// record for each of its writes: the reviewer's case, five puts and a batch
+// ending on an index at which the old cluster wrote and the new one did
+// not (a new leader's empty entry). With the old rows kept, that batch
+// held no record at all: its last row, the old cluster's, put the revision
+// below where the batch started.
+func TestRestoreDropsIndexRevisionRows(t *testing.T) {
+	const name = "rs"
+	ctx := context.Background()
+	put := func(m *Member, key, value string) {
+		t.Helper()
+		res, err := m.Propose(ctx, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte(key), Value: []byte(value)}})
+		if err != nil || res.Err != nil {
+			t.Fatalf("put %s: %v %v", key, err, res.Err)
+		}
+	}
+	src := startInMemory(t, vfs.NewMem(), name, func(*Config) {})
+	for i := range 30 {
+		put(src, fmt.Sprintf("old%d", i%7), fmt.Sprint(i))
+	}
+	dir := t.TempDir()
+	backup := filepath.Join(dir, "backup.db")
+	f, err := os.Create(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.WriteBackup(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "restored")
+	if _, err := Restore(RestoreConfig{Backup: backup, Name: name, DataDir: data,
+		InitialCluster:      map[string][]string{name: {"http://127.0.0.1:2380"}},
+		InitialClusterToken: name + "-test"}); err != nil {
+		t.Fatal(err)
+	}
+
+	eng, err := pebbleengine.Open(filepath.Join(data, "engine"), pebbleengine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := eng.NewIter([]byte("mi"), []byte("mj"))
+	rows := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		rows++
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Errorf("the restored engine holds %d index -> revision rows of the old cluster", rows)
+	}
+
+	// The restored cluster: five puts, then a restart, whose election
+	// appends an empty entry (an index without a row of its own).
+	start := func() *Member {
+		return startInMemory(t, vfs.Default, name, func(cfg *Config) { cfg.DataDir = data })
+	}
+	m := start()
+	for i := range 5 {
+		put(m, fmt.Sprintf("new%d", i), fmt.Sprint(i))
+	}
+	if err := m.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	m = start()
+	defer func() {
+		if err := m.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	last, err := m.log.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for m.applier.AppliedIndex() < last {
+		if time.Now().After(deadline) {
+			t.Fatalf("applied index %d, log's last %d", m.applier.AppliedIndex(), last)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	first, err := m.log.FirstIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := m.log.Entries(first, last+1, math.MaxUint64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// From the first put to the restart's empty entry after the last.
+	lo, hi := -1, -1
+	for i, e := range entries {
+		var req pb.InternalRaftRequest
+		if e.GetType() != raftpb.EntryNormal {
+			continue
+		}
+		if len(e.GetData()) == 0 {
+			if lo >= 0 && hi < 0 {
+				hi = i
+			}
+			continue
+		}
+		if err := proto.Unmarshal(e.GetData(), &req); err != nil {
+			t.Fatal(err)
+		}
+		if req.Put != nil && lo < 0 {
+			lo = i
+		}
+	}
+	if lo < 0 || hi < 0 {
+		t.Fatalf("no puts followed by an empty entry in the restored log (%d entries)", len(entries))
+	}
+	b, err := apply.BuildCompactedBatch(m.Store(), entries[lo:hi+1], math.MaxInt64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	puts := 0
+	for _, r := range b.Records {
+		if r.Kind == raftlog.RecordPut {
+			puts++
+		}
+	}
+	if puts != 5 {
+		t.Fatalf("batch of entries %d..%d holds %d put records, want 5 (records %+v)", b.FirstIndex, b.LastIndex, puts, b.Records)
+	}
+}
