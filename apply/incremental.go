@@ -2,6 +2,7 @@ package apply
 
 import (
 	"fmt"
+	"math"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3/raftpb"
@@ -207,6 +208,13 @@ func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 				return fail(fmt.Errorf("compacted batch %d..%d at index %d: %w", b.FirstIndex, b.LastIndex, r.Index, err))
 			}
 			st.Records++
+		}
+		// The versions the batch dropped under the history horizon are
+		// missing below its compact revision, as after recovery (a
+		// version 1 batch, from an older leader, does not record it: its
+		// revision, which is safe whatever horizon it was built with).
+		if err := w.RaiseCompactRev(compactRevAfter(b, math.MaxInt64)); err != nil {
+			return fail(fmt.Errorf("compacted batch %d..%d: %w", b.FirstIndex, b.LastIndex, err))
 		}
 		// The revision at the batch's end, for RevisionAtIndex (the
 		// replayed indexes have no rows of their own), as recovery writes.

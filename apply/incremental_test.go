@@ -57,8 +57,10 @@ func cutBatches(t *testing.T, rng *rand.Rand, m *member, entries []*raftpb.Entry
 // base B (A <= B or not), installs the batches ending above B and the
 // entries (P, E], and reaches the leader's state at E -- values, create
 // and mod revisions, versions, leases and their keys, revision, compact
-// revision and HashKV (with --history latest, the current state) -- with
-// the snapshot's ConfState. The member has a lessor, as at run time: a
+// revision and HashKV (with --history latest, the current state, and a
+// compact revision raised over the versions the batches dropped) -- with
+// the snapshot's ConfState; a read at an old revision answers as on the
+// leader or is refused as compacted (checkHistory). The member has a lessor, as at run time: a
 // kept revocation must refuse a later put to that lease.
 func TestInstallCatchUp(t *testing.T) {
 	cs := &raftpb.ConfState{Voters: []uint64{1, 2, 3}}
@@ -97,9 +99,15 @@ func TestInstallCatchUp(t *testing.T) {
 					if err != nil {
 						t.Fatalf("applied %d, base %d, batches to %d: %v", a, b, p, err)
 					}
-					if got := stateOf(t, m.store, !latest); got != want {
+					got := stateOf(t, m.store, !latest)
+					if latest {
+						// Raised (checkHistory checks the reads).
+						got.compactRev = want.compactRev
+					}
+					if got != want {
 						t.Fatalf("applied %d, base %d, batches to %d:\n got %+v\nwant %+v", a, b, p, got, want)
 					}
+					checkHistory(t, m.store, leader.store, 0)
 					if m.applier.AppliedIndex() != e || !proto.Equal(m.applier.ConfState(), cs) {
 						t.Fatalf("applied index %d, conf state %v", m.applier.AppliedIndex(), m.applier.ConfState())
 					}

@@ -3,6 +3,7 @@ package apply
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"time"
@@ -30,6 +31,9 @@ import (
 // reads below the compact revision fail, and etcd keeps only the newest
 // version of a key at or below it. With --history latest the horizon is
 // the batch's last revision and only each key's final version remains.
+// The batch records the compact revision that covers what it dropped
+// (CompactedBatch.CompactRevision), and replay raises the store's to it,
+// so that reads of the dropped versions' revisions fail as compacted.
 // Lease grants, revokes and checkpoints, revision compactions and member
 // attributes are kept verbatim; a run holding any other request (auth,
 // alarms) is not compacted.
@@ -140,7 +144,7 @@ func BuildCompactedBatch(store *mvcc.Store, entries []*raftpb.Entry, horizon int
 			return nil, fmt.Errorf("apply: compact entries %d..%d: %w", first, last, err)
 		}
 	}
-	changes = dropSuperseded(changes, horizon)
+	changes, b.CompactRevision = dropSuperseded(changes, horizon)
 	// indexOf is the index that wrote revision rev.
 	indexOf := func(rev int64) uint64 {
 		for _, r := range rows {
@@ -200,32 +204,59 @@ func checkIndexRevisions(rows []mvcc.IndexRevision, first, last uint64, revBefor
 
 // dropSuperseded removes every version followed, for the same key, by a
 // later version at or below horizon (the history horizon rule). changes
-// are in revision order.
-func dropSuperseded(changes []mvcc.KeyChange, horizon int64) []mvcc.KeyChange {
-	// newestAtHorizon[key] is the latest revision of key at or below horizon.
+// are in revision order. It also returns the compact revision a store
+// must have once the rest is all it holds of them: the newest revision
+// that superseded a dropped version (0 if none was dropped). Reads at or
+// above it see only versions that are kept; reads below it could miss a
+// dropped one, so replay refuses them (etcd's compaction at that revision
+// keeps the same versions).
+func dropSuperseded(changes []mvcc.KeyChange, horizon int64) ([]mvcc.KeyChange, int64) {
+	// newest[key] is the latest revision of key at or below horizon.
 	newest := map[string]int64{}
 	for _, c := range changes {
 		if c.Main <= horizon {
 			newest[string(c.Key)] = c.Main
 		}
 	}
+	var compactRev int64
 	out := changes[:0]
 	for _, c := range changes {
 		if n, ok := newest[string(c.Key)]; ok && c.Main < n {
+			compactRev = max(compactRev, n)
 			continue
 		}
 		out = append(out, c)
 	}
-	return out
+	return out, compactRev
+}
+
+// compactRevAfter is the compact revision a store must have once it has
+// replayed b: the one b records, or, for a batch read from a version 1
+// file, which does not record it, the most the history horizon it may
+// have been built with allows (min(horizon, b.Revision): the batch's
+// revision with --history latest).
+func compactRevAfter(b *raftlog.CompactedBatch, horizon int64) int64 {
+	if b.CompactRevision == raftlog.UnknownCompactRevision {
+		return min(horizon, b.Revision)
+	}
+	return b.CompactRevision
 }
 
 // ReplayCompactedBatch applies b to the store in one write batch
 // committed at b.LastIndex: the records and kept entries after the store's
-// applied index (those at or below it are in the store already). It runs
-// during recovery, before Run; a batch at or below the applied index is
-// skipped. minTTL is the lessor's minimum TTL, applied to replayed grants
-// when no lessor is set (recovery runs before the member creates it).
+// applied index (those at or below it are in the store already), and the
+// compact revision raised to b's (a version 1 batch, which does not
+// record it: to its revision). It runs during recovery, before Run; a
+// batch at or below the applied index is skipped. minTTL is the lessor's
+// minimum TTL, applied to replayed grants when no lessor is set (recovery
+// runs before the member creates it).
 func (a *Applier) ReplayCompactedBatch(b *raftlog.CompactedBatch, minTTL int64) error {
+	return a.replayBatch(b, math.MaxInt64, minTTL)
+}
+
+// replayBatch is ReplayCompactedBatch, with the history horizon b may have
+// been built with, for compactRevAfter.
+func (a *Applier) replayBatch(b *raftlog.CompactedBatch, horizon, minTTL int64) error {
 	applied := a.store.AppliedIndex()
 	if b.LastIndex <= applied {
 		return nil
@@ -233,12 +264,14 @@ func (a *Applier) ReplayCompactedBatch(b *raftlog.CompactedBatch, minTTL int64) 
 	if b.FirstIndex > applied+1 {
 		return fmt.Errorf("apply: compacted batch %d..%d does not follow the applied index %d", b.FirstIndex, b.LastIndex, applied)
 	}
-	return a.replayRecords(b.FirstIndex, b.LastIndex, b.Revision, b.Records, minTTL)
+	return a.replayRecords(b.FirstIndex, b.LastIndex, b.Revision, compactRevAfter(b, horizon), b.Records, minTTL)
 }
 
 // replayRecords writes records after the applied index in one batch
-// committed at last, the revision raised to rev first.
-func (a *Applier) replayRecords(first, last uint64, rev int64, records []raftlog.BatchRecord, minTTL int64) error {
+// committed at last, the revision raised to rev first and the compact
+// revision to compactRev after the kept entries (a revision compaction
+// among them applies as it did).
+func (a *Applier) replayRecords(first, last uint64, rev, compactRev int64, records []raftlog.BatchRecord, minTTL int64) error {
 	applied := a.store.AppliedIndex()
 	w := a.store.Write()
 	members := append([]*pb.Member(nil), a.Members()...)
@@ -295,6 +328,13 @@ func (a *Applier) replayRecords(first, last uint64, rev int64, records []raftlog
 			w.Abort()
 			return fmt.Errorf("apply: replay compacted batch %d..%d at index %d: %w", first, last, r.Index, err)
 		}
+	}
+	// The versions dropped under the history horizon are missing below
+	// compactRev: reads there must fail as compacted, not answer without
+	// them.
+	if err := w.RaiseCompactRev(compactRev); err != nil {
+		w.Abort()
+		return fmt.Errorf("apply: replay compacted batch %d..%d: %w", first, last, err)
 	}
 	// The revision at last, for RevisionAtIndex when the next batch is
 	// built (the replayed indexes have no rows of their own).
@@ -371,7 +411,7 @@ func (a *Applier) ReplayCompactedBatches(batches []*raftlog.CompactedBatch, stra
 	case RecoveryNaive, "":
 		start := time.Now()
 		for _, b := range live {
-			if err := a.ReplayCompactedBatch(b, minTTL); err != nil {
+			if err := a.replayBatch(b, horizon, minTTL); err != nil {
 				return t, err
 			}
 			t.Applied += len(b.Records)
@@ -382,10 +422,14 @@ func (a *Applier) ReplayCompactedBatches(batches []*raftlog.CompactedBatch, stra
 		start := time.Now()
 		// newest[key] is the newest revision seen so far, walking back,
 		// that is at or below the horizon: older records of the key are
-		// superseded at or below the horizon and dropped.
-		newest := map[string]bool{}
+		// superseded at or below the horizon and dropped, and the compact
+		// revision is raised to it (see dropSuperseded), and to the
+		// batches' own.
+		newest := map[string]int64{}
+		var compactRev int64
 		var keep [][]raftlog.BatchRecord
 		for i := len(live) - 1; i >= 0; i-- {
+			compactRev = max(compactRev, compactRevAfter(live[i], horizon))
 			recs := live[i].Records
 			var kept []raftlog.BatchRecord
 			for j := len(recs) - 1; j >= 0; j-- {
@@ -394,11 +438,12 @@ func (a *Applier) ReplayCompactedBatches(batches []*raftlog.CompactedBatch, stra
 					break
 				}
 				if r.Kind != raftlog.RecordEntry {
-					if newest[string(r.Key)] {
+					if n, ok := newest[string(r.Key)]; ok {
+						compactRev = max(compactRev, n)
 						continue
 					}
 					if r.Main <= horizon {
-						newest[string(r.Key)] = true
+						newest[string(r.Key)] = r.Main
 					}
 				}
 				kept = append(kept, r)
@@ -411,7 +456,7 @@ func (a *Applier) ReplayCompactedBatches(batches []*raftlog.CompactedBatch, stra
 		t.Select = time.Since(start)
 		start = time.Now()
 		last := live[len(live)-1]
-		if err := a.replayRecords(live[0].FirstIndex, last.LastIndex, last.Revision, minimal, minTTL); err != nil {
+		if err := a.replayRecords(live[0].FirstIndex, last.LastIndex, last.Revision, compactRev, minimal, minTTL); err != nil {
 			return t, err
 		}
 		t.Apply, t.Applied = time.Since(start), len(minimal)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/proto"
 
@@ -466,6 +467,29 @@ func (w *WriteBatch) RaiseRevision(rev int64) error {
 		return err
 	}
 	w.st.rev = max(w.st.rev, rev)
+	return nil
+}
+
+// RaiseCompactRev raises the compact revision to rev, capped at the
+// revision this write batch has reached, if it is below, as a revision compaction to rev does:
+// reads below it fail with ErrCompacted from the commit on, and physical
+// compaction removes the versions it supersedes (a job is recorded, as
+// Compact records one). It is for the replay of a compacted batch that
+// dropped versions superseded at or below rev (the history horizon rule):
+// without it, reads at the revisions of those versions would answer
+// without them instead of failing. A rev of 0 or less (nothing dropped)
+// changes nothing.
+func (w *WriteBatch) RaiseCompactRev(rev int64) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	rev = min(rev, w.st.rev)
+	if rev <= 0 || rev <= w.st.compactRev {
+		return nil
+	}
+	if _, _, err := w.Compact(&pb.CompactionRequest{Revision: rev}); err != nil {
+		return fmt.Errorf("raise compact revision from %d to %d: %w", w.st.compactRev, rev, err)
+	}
 	return nil
 }
 

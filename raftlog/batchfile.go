@@ -29,12 +29,15 @@ import (
 
 // The constants below are wire format (FORMAT.md, "Compacted batch files").
 const (
-	batchFileMagic      = "STRATACB"
-	batchFileVersion    = 1
-	batchFileSuffix     = ".cbatch"
-	batchFileHeaderSize = 64
-	batchTrailerSize    = 16
-	batchTrailerMagic   = 0x44455453 // "STED" little-endian: end of a batch file
+	batchFileMagic   = "STRATACB"
+	batchFileVersion = 2
+	batchFileSuffix  = ".cbatch"
+	// batchFileHeaderSize is the header of version 2, which adds the compact
+	// revision to version 1's (batchFileHeaderSizeV1).
+	batchFileHeaderSize   = 72
+	batchFileHeaderSizeV1 = 64
+	batchTrailerSize      = 16
+	batchTrailerMagic     = 0x44455453 // "STED" little-endian: end of a batch file
 	// maxBatchFileSize bounds what a reader allocates for one file.
 	maxBatchFileSize = 1 << 30
 
@@ -96,9 +99,21 @@ type CompactedBatch struct {
 	LastTerm uint64
 	// Revision is the store's revision after applying LastIndex.
 	Revision int64
+	// CompactRevision is the compact revision a store must have once it
+	// has replayed the batch: the batch dropped versions superseded, in
+	// the batch, by a version at or below it (the history horizon rule),
+	// so reads below it would not see them. 0 if it dropped none; at most
+	// Revision. UnknownCompactRevision for a batch read from a version 1
+	// file, which did not record it (and such a batch is written as
+	// version 1 again).
+	CompactRevision int64
 	// Records, in the order of the entries that produced them.
 	Records []BatchRecord
 }
+
+// UnknownCompactRevision is the CompactRevision of a batch read from a
+// version 1 file.
+const UnknownCompactRevision int64 = -1
 
 // Commands is the number of log entries the batch stands for.
 func (b *CompactedBatch) Commands() uint64 {
@@ -124,20 +139,33 @@ func parseBatchFileName(name string) (seq, firstIndex uint64, ok bool) {
 	return seq, firstIndex, ok
 }
 
-// EncodeCompactedBatch returns the bytes of a compacted batch file.
+// EncodeCompactedBatch returns the bytes of a compacted batch file: format
+// version 2, or version 1 for a batch whose compact revision is unknown
+// (read from a version 1 file), so that such a file re-encodes as it was.
 func EncodeCompactedBatch(b *CompactedBatch) ([]byte, error) {
 	if b.LastIndex < b.FirstIndex || b.FirstIndex == 0 {
 		return nil, fmt.Errorf("raftlog: compacted batch of indexes %d..%d", b.FirstIndex, b.LastIndex)
 	}
-	buf := make([]byte, batchFileHeaderSize, 4096)
+	version, size := uint32(batchFileVersion), batchFileHeaderSize
+	switch {
+	case b.CompactRevision == UnknownCompactRevision:
+		version, size = 1, batchFileHeaderSizeV1
+	case b.CompactRevision < 0 || b.CompactRevision > b.Revision:
+		return nil, fmt.Errorf("raftlog: compacted batch %d..%d: compact revision %d outside 0..%d",
+			b.FirstIndex, b.LastIndex, b.CompactRevision, b.Revision)
+	}
+	buf := make([]byte, size, 4096)
 	copy(buf[0:8], batchFileMagic)
-	binary.LittleEndian.PutUint32(buf[8:12], batchFileVersion)
+	binary.LittleEndian.PutUint32(buf[8:12], version)
 	binary.LittleEndian.PutUint64(buf[16:24], b.FirstIndex)
 	binary.LittleEndian.PutUint64(buf[24:32], b.LastIndex)
 	binary.LittleEndian.PutUint64(buf[32:40], b.LastTerm)
 	binary.LittleEndian.PutUint64(buf[40:48], uint64(len(b.Records)))
 	binary.LittleEndian.PutUint64(buf[48:56], uint64(b.Revision))
-	binary.LittleEndian.PutUint32(buf[60:64], crc32.Checksum(buf[0:60], castagnoli))
+	if version >= 2 {
+		binary.LittleEndian.PutUint64(buf[56:64], uint64(b.CompactRevision))
+	}
+	binary.LittleEndian.PutUint32(buf[size-4:size], crc32.Checksum(buf[0:size-4], castagnoli))
 	u64 := binary.LittleEndian.AppendUint64
 	u32 := binary.LittleEndian.AppendUint32
 	var prev uint64
@@ -181,7 +209,7 @@ func EncodeCompactedBatch(b *CompactedBatch) ([]byte, error) {
 			return nil, fmt.Errorf("raftlog: compacted batch record %d of unknown kind %d", i, r.Kind)
 		}
 	}
-	body := uint64(len(buf) - batchFileHeaderSize)
+	body := uint64(len(buf) - size)
 	crc := crc32.Checksum(buf, castagnoli)
 	buf = u64(buf, body)
 	buf = u32(buf, crc)
@@ -192,51 +220,95 @@ func EncodeCompactedBatch(b *CompactedBatch) ([]byte, error) {
 	return buf, nil
 }
 
-// DecodeCompactedBatch decodes a whole compacted batch file. Any mismatch
-// (magic, version, checksums, a length beyond the bytes left, a record
-// out of order or outside the batch) is an error wrapping ErrCorrupt. Key,
-// value and entry data alias p.
+// batchHeader is the header of a compacted batch file, decoded.
+type batchHeader struct {
+	size  int // of the header: version 1's or version 2's
+	count uint64
+	// batch holds the header's fields, no records.
+	batch CompactedBatch
+}
+
+// decodeBatchHeader decodes and checks the header at the start of p (p
+// may hold more). Version 1 (no compact revision) and version 2 are read;
+// a version 1 header gives UnknownCompactRevision. Errors are the reason
+// alone, for the caller to wrap in ErrCorrupt.
+func decodeBatchHeader(p []byte) (batchHeader, error) {
+	if len(p) < 12 {
+		return batchHeader{}, fmt.Errorf("%d bytes, shorter than a header", len(p))
+	}
+	if string(p[0:8]) != batchFileMagic {
+		return batchHeader{}, fmt.Errorf("bad magic %q", p[0:8])
+	}
+	var h batchHeader
+	switch v := binary.LittleEndian.Uint32(p[8:12]); v {
+	case 1:
+		h.size = batchFileHeaderSizeV1
+	case 2:
+		h.size = batchFileHeaderSize
+	default:
+		return batchHeader{}, fmt.Errorf("unsupported version %d", v)
+	}
+	if len(p) < h.size {
+		return batchHeader{}, fmt.Errorf("%d bytes, shorter than a header of %d", len(p), h.size)
+	}
+	if got, want := binary.LittleEndian.Uint32(p[h.size-4:h.size]), crc32.Checksum(p[0:h.size-4], castagnoli); got != want {
+		return batchHeader{}, fmt.Errorf("header checksum %08x, want %08x", got, want)
+	}
+	if binary.LittleEndian.Uint32(p[12:16]) != 0 || binary.LittleEndian.Uint32(p[h.size-8:h.size-4]) != 0 {
+		return batchHeader{}, errors.New("reserved header bytes are not zero")
+	}
+	h.count = binary.LittleEndian.Uint64(p[40:48])
+	h.batch = CompactedBatch{
+		FirstIndex:      binary.LittleEndian.Uint64(p[16:24]),
+		LastIndex:       binary.LittleEndian.Uint64(p[24:32]),
+		LastTerm:        binary.LittleEndian.Uint64(p[32:40]),
+		Revision:        int64(binary.LittleEndian.Uint64(p[48:56])),
+		CompactRevision: UnknownCompactRevision,
+	}
+	if h.size == batchFileHeaderSize {
+		h.batch.CompactRevision = int64(binary.LittleEndian.Uint64(p[56:64]))
+		if h.batch.CompactRevision < 0 || h.batch.CompactRevision > h.batch.Revision {
+			return batchHeader{}, fmt.Errorf("compact revision %d outside 0..%d", h.batch.CompactRevision, h.batch.Revision)
+		}
+	}
+	if h.batch.FirstIndex == 0 || h.batch.LastIndex < h.batch.FirstIndex {
+		return batchHeader{}, fmt.Errorf("indexes %d..%d", h.batch.FirstIndex, h.batch.LastIndex)
+	}
+	return h, nil
+}
+
+// DecodeCompactedBatch decodes a whole compacted batch file, of version 1
+// or 2. Any mismatch (magic, version, checksums, a length beyond the bytes
+// left, a record out of order or outside the batch) is an error wrapping
+// ErrCorrupt. Key, value and entry data alias p.
 func DecodeCompactedBatch(p []byte) (*CompactedBatch, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: compacted batch: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 	}
-	if len(p) < batchFileHeaderSize+batchTrailerSize {
+	if len(p) < batchFileHeaderSizeV1+batchTrailerSize {
 		return nil, bad("%d bytes, shorter than header and trailer", len(p))
 	}
-	if string(p[0:8]) != batchFileMagic {
-		return nil, bad("bad magic %q", p[0:8])
+	h, err := decodeBatchHeader(p)
+	if err != nil {
+		return nil, bad("%v", err)
 	}
-	if got, want := binary.LittleEndian.Uint32(p[60:64]), crc32.Checksum(p[0:60], castagnoli); got != want {
-		return nil, bad("header checksum %08x, want %08x", got, want)
-	}
-	if v := binary.LittleEndian.Uint32(p[8:12]); v != batchFileVersion {
-		return nil, bad("unsupported version %d", v)
-	}
-	if binary.LittleEndian.Uint32(p[12:16]) != 0 || binary.LittleEndian.Uint32(p[56:60]) != 0 {
-		return nil, bad("reserved header bytes are not zero")
+	if len(p) < h.size+batchTrailerSize {
+		return nil, bad("%d bytes, shorter than header and trailer", len(p))
 	}
 	t := p[len(p)-batchTrailerSize:]
 	if binary.LittleEndian.Uint32(t[12:16]) != batchTrailerMagic {
 		return nil, bad("no trailer")
 	}
 	end := len(p) - batchTrailerSize
-	if n := binary.LittleEndian.Uint64(t[0:8]); n != uint64(end-batchFileHeaderSize) {
-		return nil, bad("trailer says %d record bytes, file holds %d", n, end-batchFileHeaderSize)
+	if n := binary.LittleEndian.Uint64(t[0:8]); n != uint64(end-h.size) {
+		return nil, bad("trailer says %d record bytes, file holds %d", n, end-h.size)
 	}
 	if got, want := binary.LittleEndian.Uint32(t[8:12]), crc32.Checksum(p[:end], castagnoli); got != want {
 		return nil, bad("checksum %08x, want %08x", got, want)
 	}
-	b := &CompactedBatch{
-		FirstIndex: binary.LittleEndian.Uint64(p[16:24]),
-		LastIndex:  binary.LittleEndian.Uint64(p[24:32]),
-		LastTerm:   binary.LittleEndian.Uint64(p[32:40]),
-		Revision:   int64(binary.LittleEndian.Uint64(p[48:56])),
-	}
-	if b.FirstIndex == 0 || b.LastIndex < b.FirstIndex {
-		return nil, bad("indexes %d..%d", b.FirstIndex, b.LastIndex)
-	}
-	count := binary.LittleEndian.Uint64(p[40:48])
-	body := p[batchFileHeaderSize:end]
+	b := &h.batch
+	count := h.count
+	body := p[h.size:end]
 	// The smallest record is a kept entry with no data (28 bytes; a
 	// deletion takes at least 32): the count is bounded by the bytes
 	// before anything is allocated.

@@ -2,6 +2,7 @@ package raftlog
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -14,12 +15,13 @@ import (
 )
 
 // sampleBatch stands for entries 10..19: puts superseded within the batch
-// are gone, a deletion and a conf change are kept.
+// are gone (by versions at or below revision 38), a deletion and a conf
+// change are kept.
 func sampleBatch() *CompactedBatch {
 	cc := &raftpb.Entry{Index: proto.Uint64(12), Term: proto.Uint64(3),
 		Type: raftpb.EntryType_EntryConfChange.Enum(), Data: []byte("conf change")}
 	return &CompactedBatch{
-		FirstIndex: 10, LastIndex: 19, LastTerm: 3, Revision: 42,
+		FirstIndex: 10, LastIndex: 19, LastTerm: 3, Revision: 42, CompactRevision: 38,
 		Records: []BatchRecord{
 			{Kind: RecordPut, Index: 11, Main: 35, Sub: 1, Key: []byte("a"), Value: []byte("value a"),
 				CreateRevision: 20, Version: 4, Lease: 7},
@@ -33,7 +35,7 @@ func sampleBatch() *CompactedBatch {
 func sameBatch(t *testing.T, got, want *CompactedBatch) {
 	t.Helper()
 	if got.FirstIndex != want.FirstIndex || got.LastIndex != want.LastIndex || got.LastTerm != want.LastTerm ||
-		got.Revision != want.Revision || len(got.Records) != len(want.Records) {
+		got.Revision != want.Revision || got.CompactRevision != want.CompactRevision || len(got.Records) != len(want.Records) {
 		t.Fatalf("batch %+v, want %+v", got, want)
 	}
 	for i := range want.Records {
@@ -55,33 +57,61 @@ func sameBatch(t *testing.T, got, want *CompactedBatch) {
 	}
 }
 
+// sampleBatchV1 is sampleBatch as read from a version 1 file, which does
+// not record the compact revision.
+func sampleBatchV1() *CompactedBatch {
+	b := sampleBatch()
+	b.CompactRevision = UnknownCompactRevision
+	return b
+}
+
+// TestCompactedBatchRoundTrip: a batch survives its encoding, in version 2
+// (the compact revision recorded, or none dropped) and in version 1 (a
+// batch read from a version 1 file); every damage is ErrCorrupt.
 func TestCompactedBatchRoundTrip(t *testing.T) {
-	want := sampleBatch()
-	data, err := EncodeCompactedBatch(want)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := DecodeCompactedBatch(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameBatch(t, got, want)
-	if got.Commands() != 10 {
-		t.Fatalf("Commands = %d, want 10", got.Commands())
-	}
-	// Every single-byte change is detected.
-	for i := range data {
-		bad := bytes.Clone(data)
-		bad[i] ^= 0x40
-		if _, err := DecodeCompactedBatch(bad); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("byte %d flipped: %v, want ErrCorrupt", i, err)
-		}
-	}
-	// So is every truncation.
-	for n := range len(data) {
-		if _, err := DecodeCompactedBatch(data[:n]); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("truncated to %d: %v, want ErrCorrupt", n, err)
-		}
+	noneDropped := sampleBatch()
+	noneDropped.CompactRevision = 0
+	for _, tc := range []struct {
+		name    string
+		batch   *CompactedBatch
+		version uint32
+	}{
+		{name: "version 2", batch: sampleBatch(), version: 2},
+		{name: "version 2, nothing dropped", batch: noneDropped, version: 2},
+		{name: "version 1", batch: sampleBatchV1(), version: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.batch
+			data, err := EncodeCompactedBatch(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := binary.LittleEndian.Uint32(data[8:12]); v != tc.version {
+				t.Fatalf("written as version %d, want %d", v, tc.version)
+			}
+			got, err := DecodeCompactedBatch(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameBatch(t, got, want)
+			if got.Commands() != 10 {
+				t.Fatalf("Commands = %d, want 10", got.Commands())
+			}
+			// Every single-byte change is detected.
+			for i := range data {
+				bad := bytes.Clone(data)
+				bad[i] ^= 0x40
+				if _, err := DecodeCompactedBatch(bad); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("byte %d flipped: %v, want ErrCorrupt", i, err)
+				}
+			}
+			// So is every truncation.
+			for n := range len(data) {
+				if _, err := DecodeCompactedBatch(data[:n]); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("truncated to %d: %v, want ErrCorrupt", n, err)
+				}
+			}
+		})
 	}
 }
 
@@ -125,8 +155,10 @@ func TestEncodeCompactedBatchRejects(t *testing.T) {
 		"records out of order": func(b *CompactedBatch) {
 			b.Records[0].Index, b.Records[2].Index = 15, 11
 		},
-		"unknown kind":      func(b *CompactedBatch) { b.Records[0].Kind = 9 },
-		"entry index wrong": func(b *CompactedBatch) { b.Records[1].Index = 13 },
+		"unknown kind":                    func(b *CompactedBatch) { b.Records[0].Kind = 9 },
+		"entry index wrong":               func(b *CompactedBatch) { b.Records[1].Index = 13 },
+		"compact revision above revision": func(b *CompactedBatch) { b.CompactRevision = 43 },
+		"negative compact revision":       func(b *CompactedBatch) { b.CompactRevision = -2 },
 	} {
 		b := sampleBatch()
 		mutate(b)
@@ -169,33 +201,46 @@ func TestCompactedBatchFile(t *testing.T) {
 	}
 }
 
-// TestGoldenCompactedBatchV1 pins version 1 of the compacted batch file.
-func TestGoldenCompactedBatchV1(t *testing.T) {
-	path := filepath.Join("testdata", "cbatch-v1", batchFileName(3, 10))
-	want, err := EncodeCompactedBatch(sampleBatch())
-	if err != nil {
-		t.Fatal(err)
+// TestGoldenCompactedBatch pins the versions of the compacted batch file:
+// version 2 (written today) and version 1 (written by older releases;
+// still read, its compact revision unknown). The encoder must still
+// produce the stored bytes, and the decoder read them.
+func TestGoldenCompactedBatch(t *testing.T) {
+	for _, tc := range []struct {
+		dir   string
+		batch *CompactedBatch
+	}{
+		{dir: "cbatch-v1", batch: sampleBatchV1()},
+		{dir: "cbatch-v2", batch: sampleBatch()},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			path := filepath.Join("testdata", tc.dir, batchFileName(3, 10))
+			want, err := EncodeCompactedBatch(tc.batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, want, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("the encoder no longer writes %s byte for byte", tc.dir)
+			}
+			b, err := DecodeCompactedBatch(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameBatch(t, b, tc.batch)
+		})
 	}
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, want, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatal("the encoder no longer writes compacted batch version 1 byte for byte")
-	}
-	b, err := DecodeCompactedBatch(got)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameBatch(t, b, sampleBatch())
 }
 
 // FuzzDecodeCompactedBatch: the decoder never panics or over-allocates,
@@ -204,6 +249,8 @@ func FuzzDecodeCompactedBatch(f *testing.F) {
 	data, _ := EncodeCompactedBatch(sampleBatch())
 	f.Add(data)
 	f.Add(data[:batchFileHeaderSize])
+	v1, _ := EncodeCompactedBatch(sampleBatchV1())
+	f.Add(v1)
 	f.Fuzz(func(t *testing.T, p []byte) {
 		b, err := DecodeCompactedBatch(p)
 		if err != nil {

@@ -1,10 +1,8 @@
 package raftlog
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -99,23 +97,25 @@ func openBatchFile(fs vfs.FS, path string) (*BatchFile, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("stat compacted batch %s: %w", path, err)
 	}
-	var h [batchFileHeaderSize]byte
-	if st.Size() < batchFileHeaderSize+batchTrailerSize {
+	var buf [batchFileHeaderSize]byte
+	if st.Size() < batchFileHeaderSizeV1+batchTrailerSize {
 		_ = f.Close()
 		return nil, fmt.Errorf("%w: compacted batch %s is %d bytes", ErrCorrupt, path, st.Size())
 	}
-	if _, err := f.ReadAt(h[:], 0); err != nil && !errors.Is(err, io.EOF) {
+	n, err := f.ReadAt(buf[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
 		_ = f.Close()
 		return nil, fmt.Errorf("read compacted batch %s: %w", path, err)
 	}
-	if string(h[0:8]) != batchFileMagic || binary.LittleEndian.Uint32(h[60:64]) != crc32.Checksum(h[0:60], castagnoli) {
+	h, err := decodeBatchHeader(buf[:n])
+	if err != nil {
 		_ = f.Close()
-		return nil, fmt.Errorf("%w: compacted batch %s: bad header", ErrCorrupt, path)
+		return nil, fmt.Errorf("%w: compacted batch %s: bad header: %v", ErrCorrupt, path, err)
 	}
 	return &BatchFile{
-		First:    binary.LittleEndian.Uint64(h[16:24]),
-		Last:     binary.LittleEndian.Uint64(h[24:32]),
-		LastTerm: binary.LittleEndian.Uint64(h[32:40]),
+		First:    h.batch.FirstIndex,
+		Last:     h.batch.LastIndex,
+		LastTerm: h.batch.LastTerm,
 		Size:     st.Size(),
 		f:        f,
 	}, nil
