@@ -21,10 +21,11 @@ type LogCompactionConfig struct {
 	// whose entries are applied are rewritten as compacted batch files.
 	Enabled bool
 	// HistoryLatest (--history latest) drops every write superseded within
-	// a batch, not only those at or below the compact revision. Reads at
-	// revisions older than the current one may then differ after a restart
-	// unless revision compaction keeps up with the current revision: use it
-	// with clients that never read history.
+	// a batch, not only those at or below the compact revision. A member
+	// that replays such batches (a restart, an incremental install) raises
+	// its compact revision over the versions they dropped, so reads at those
+	// revisions are refused as compacted there: use it with clients that
+	// never read history.
 	HistoryLatest bool
 	// RecoveryStrategy is apply.RecoveryNaive (default) or
 	// apply.RecoveryDescending (--recovery-strategy).
