@@ -714,3 +714,25 @@ func TestWatchAcrossSnapshotInstall(t *testing.T) {
 		t.Errorf("the follower caught up without a raft snapshot; raise the writes")
 	}
 }
+
+// TestWatchNegativeStartRevision: etcd refuses a watch whose start revision
+// is negative as compacted (created and canceled at once), whether or not
+// anything was compacted; only 0 means "from the next revision". strata
+// once started such a watch from the next revision.
+func TestWatchNegativeStartRevision(t *testing.T) {
+	for _, flavor := range flavors {
+		t.Run(flavor, func(t *testing.T) {
+			_, cli := startFlavor(t, flavor)
+			mustPut(t, cli, "n", "0")
+			wch := cli.Watch(ctxT(t, 20*time.Second), "n", clientv3.WithRev(-1))
+			select {
+			case wr, ok := <-wch:
+				if !ok || !wr.Canceled || wr.Err() != rpctypes.ErrCompacted {
+					t.Fatalf("watch from revision -1: got %+v (err %v), want canceled as compacted", wr, wr.Err())
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("watch from revision -1: no answer")
+			}
+		})
+	}
+}
