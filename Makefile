@@ -3,7 +3,7 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test lint unit race bench-smoke build
+.PHONY: test lint unit race bench-smoke build robustness
 
 build:
 	$(GO) build -o bin/strata ./cmd/strata
@@ -24,3 +24,8 @@ bench-smoke:
 	cd bench && $(GO) test -count=1 ./...
 
 test: lint unit race bench-smoke
+
+# etcd's robustness suite against strata, then against the real etcd (not part
+# of `make test`: minutes long). tools/robustness/README.md says what it runs.
+robustness:
+	tools/robustness/run.sh both

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"text/tabwriter"
@@ -17,7 +18,7 @@ import (
 // raft log's files, in the spirit of etcd-dump-logs.
 func runInspect(args []string) int {
 	if len(args) == 0 || args[0] != "log" {
-		fmt.Fprintln(os.Stderr, "usage: strata inspect log --data-dir DIR [--log-dir DIR]... [--json]")
+		fmt.Fprintln(os.Stderr, "usage: strata inspect log --data-dir DIR [--log-dir DIR]... [--json | --entries]")
 		return 2
 	}
 	fs := flag.NewFlagSet("strata inspect log", flag.ContinueOnError)
@@ -25,6 +26,8 @@ func runInspect(args []string) int {
 	var logDirs stringList
 	fs.Var(&logDirs, "log-dir", "A raft log directory, if the member ran with --log-dir (repeatable).")
 	asJSON := fs.Bool("json", false, "Print JSON, one object per file, for scripts.")
+	entries := fs.Bool("entries", false, "Print, as JSON, the last HardState and every raft entry the log's segments still hold, "+
+		"including those at or below the snapshot point (for tools that rebuild a member's history). One log directory only.")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -34,6 +37,17 @@ func runInspect(args []string) int {
 			return 2
 		}
 		logDirs = stringList{filepath.Join(*dataDir, "log")}
+	}
+	if *entries {
+		if len(logDirs) != 1 {
+			fmt.Fprintln(os.Stderr, "strata inspect log: --entries reads one log directory")
+			return 2
+		}
+		if err := printEntries(os.Stdout, logDirs[0]); err != nil {
+			fmt.Fprintf(os.Stderr, "strata inspect log: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	segments, err := raftlog.Inspect(vfs.Default, logDirs)
 	if err != nil {
@@ -74,4 +88,37 @@ func runInspect(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// exportedEntries is what `strata inspect log --entries` prints: plain
+// fields, so that a reader needs neither strata's packages nor a particular
+// raftpb version.
+type exportedEntries struct {
+	HardState struct {
+		Term   uint64 `json:"term"`
+		Vote   uint64 `json:"vote"`
+		Commit uint64 `json:"commit"`
+	} `json:"hard_state"`
+	Entries []exportedEntry `json:"entries"`
+}
+
+type exportedEntry struct {
+	Index uint64 `json:"index"`
+	Term  uint64 `json:"term"`
+	Type  int32  `json:"type"` // raftpb.EntryType
+	Data  []byte `json:"data"` // base64 in JSON
+}
+
+func printEntries(w io.Writer, dir string) error {
+	hs, ents, err := raftlog.ReadEntries(vfs.Default, dir)
+	if err != nil {
+		return err
+	}
+	var out exportedEntries
+	out.HardState.Term, out.HardState.Vote, out.HardState.Commit = hs.GetTerm(), hs.GetVote(), hs.GetCommit()
+	out.Entries = make([]exportedEntry, 0, len(ents))
+	for _, e := range ents {
+		out.Entries = append(out.Entries, exportedEntry{Index: e.GetIndex(), Term: e.GetTerm(), Type: int32(e.GetType()), Data: e.GetData()})
+	}
+	return json.NewEncoder(w).Encode(out)
 }

@@ -3,6 +3,7 @@
 //
 //	strata [flags]                         run a member (etcd's flags)
 //	strata inspect log --data-dir D        list the raft log's segments
+//	strata inspect log --data-dir D --entries  print its entries as JSON
 //	strata restore --data-dir NEW ... FILE build a data dir from a backup
 //
 // The member accepts etcd's flags under etcd's names and meanings, also as
