@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/server/v3/storage/datadir"
 	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.etcd.io/etcd/tests/v3/framework/e2e"
@@ -290,8 +291,22 @@ func exportStrataWALs(t *testing.T, lg *zap.Logger, c *e2e.EtcdProcessCluster) (
 			return nil, fmt.Errorf("decoding member %s's entries: %w", cfg.Name, err)
 		}
 		ents := make([]*raftpb.Entry, 0, len(exp.Entries))
+		checkpoints := 0
 		for _, e := range exp.Entries {
-			ents = append(ents, &raftpb.Entry{Index: proto.Uint64(e.Index), Term: proto.Uint64(e.Term), Type: raftpb.EntryType(e.Type).Enum(), Data: e.Data})
+			data := e.Data
+			if raftpb.EntryType(e.Type) == raftpb.EntryNormal && isLeaseCheckpoint(data) {
+				// strata checkpoints lease TTLs through raft always; etcd
+				// only with its LeaseCheckpoint feature gate, and the
+				// suite's WAL reader panics on one ("Unhandled raft
+				// request"). A checkpoint changes no key: it stands in the
+				// exported history as an empty entry.
+				data = nil
+				checkpoints++
+			}
+			ents = append(ents, &raftpb.Entry{Index: proto.Uint64(e.Index), Term: proto.Uint64(e.Term), Type: raftpb.EntryType(e.Type).Enum(), Data: data})
+		}
+		if checkpoints > 0 {
+			t.Logf("member %s: %d lease checkpoint entries exported as empty entries", cfg.Name, checkpoints)
 		}
 		first := uint64(0)
 		if len(ents) > 0 {
@@ -314,6 +329,16 @@ func exportStrataWALs(t *testing.T, lg *zap.Logger, c *e2e.EtcdProcessCluster) (
 		dirs = append(dirs, dir)
 	}
 	return dirs, nil
+}
+
+// isLeaseCheckpoint reports whether a normal entry's data is a lease
+// checkpoint request.
+func isLeaseCheckpoint(data []byte) bool {
+	if len(data) == 0 {
+		return false
+	}
+	var req pb.InternalRaftRequest
+	return proto.Unmarshal(data, &req) == nil && req.LeaseCheckpoint != nil
 }
 
 func randomizeTime(base, jitter time.Duration) time.Duration {
