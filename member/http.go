@@ -138,9 +138,11 @@ func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
 			m.logger.Warn("HTTP endpoints not served on https client URLs", zap.Error(err))
 			for _, l := range m.listener {
 				go func() {
-					if waitReady(ctx, ready) {
-						_ = m.grpc.Serve(l)
+					if !waitReady(ctx, ready) {
+						_ = l.Close() // never served: nothing else closes it
+						return
 					}
+					_ = m.grpc.Serve(l)
 				}()
 			}
 			return
