@@ -54,12 +54,12 @@ type Log interface {
 	Append(entries []*raftpb.Entry, hs *raftpb.HardState) error
 	// Compact drops entries <= index, recording cs as the conf state there.
 	Compact(index uint64, cs *raftpb.ConfState) error
-	// ApplySnapshot discards the log and restarts it after the snapshot,
-	// and removes the record of BeginSnapshot.
+	// ApplySnapshot discards the log and restarts it after the snapshot.
 	ApplySnapshot(meta *raftpb.SnapshotMetadata) error
 	// BeginSnapshot durably records a snapshot about to be installed into
 	// the state machine, PendingSnapshot returns the record (nil if none),
-	// and ForgetPendingSnapshot removes it: see reconcileSnapshot.
+	// and ForgetPendingSnapshot removes it: see reconcileSnapshot and
+	// Node.pendingUntil.
 	BeginSnapshot(meta *raftpb.SnapshotMetadata) error
 	PendingSnapshot() *raftpb.SnapshotMetadata
 	ForgetPendingSnapshot() error
@@ -159,12 +159,20 @@ type Node struct {
 	leaderChanges atomic.Uint64
 
 	// State of the Run goroutine only.
-	readSeq         uint64
-	readPending     []chan readResult            // waiting for the next ReadIndex round
-	readInFlight    map[uint64][]chan readResult // round context -> waiters
-	readIssuedAt    map[uint64]int               // round context -> tick it was issued at
-	ticks           int
-	applied         uint64 // highest index the applier reported
+	readSeq      uint64
+	readPending  []chan readResult            // waiting for the next ReadIndex round
+	readInFlight map[uint64][]chan readResult // round context -> waiters
+	readIssuedAt map[uint64]int               // round context -> tick it was issued at
+	ticks        int
+	applied      uint64 // highest index the applier reported
+	// pendingUntil, if not 0, is the state machine's applied index after a
+	// snapshot install, which may be past the log's last index: the
+	// install's record (Log.BeginSnapshot) stays until the log's last
+	// index reaches it, so that a restart before then accepts an engine
+	// past the log's end (reconcileSnapshot). Once the log holds every
+	// entry the engine applied, it always will: entries are appended
+	// before they are applied.
+	pendingUntil    uint64
 	compactedTo     uint64 // log compacted up to here
 	flushing        bool
 	confHistory     []confAt // conf states by index, for log compaction points
@@ -203,7 +211,8 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MaxInflightMsgs == 0 {
 		cfg.MaxInflightMsgs = 256
 	}
-	if err := reconcileSnapshot(&cfg); err != nil {
+	pendingUntil, err := reconcileSnapshot(&cfg)
+	if err != nil {
 		return nil, err
 	}
 	first, err := cfg.Log.FirstIndex()
@@ -263,6 +272,7 @@ func New(cfg Config) (*Node, error) {
 		readInFlight:  map[uint64][]chan readResult{},
 		readIssuedAt:  map[uint64]int{},
 		applied:       cfg.Applied,
+		pendingUntil:  pendingUntil,
 		compactedTo:   first - 1,
 		lastConfState: cfg.ConfState,
 	}
@@ -289,60 +299,86 @@ func New(cfg Config) (*Node, error) {
 }
 
 // reconcileSnapshot finishes, at start-up, a snapshot install that a crash
-// or a stop interrupted. An install has two steps in two stores (see
-// installSnapshot): the state machine takes the snapshot, then the log
-// restarts after it; before the first, the node records the snapshot's
-// metadata in the log (BeginSnapshot), and the log's restart removes the
-// record. With a record left at start-up:
-//
-//  1. the state machine is below the snapshot's index: the install never
-//     happened (or was not durable); the record is dropped and the leader
-//     sends a snapshot again;
-//  2. otherwise the state machine holds it: the log is restarted after the
-//     snapshot now, unless it already was.
-//
-// After 2 the state machine may be past the snapshot's index (a full
+// or a stop interrupted, and accepts an engine that an install left past
+// the log's end. An install has two steps in two stores (installSnapshot):
+// the state machine takes the snapshot, then the log restarts after it;
+// and the state machine may then be past the log's last index (a full
 // snapshot carries the leader's engine at its applied index X >= the
-// snapshot's index S, an incremental one may end above S), past the log's
-// last index S. raft is then told S was applied, with the snapshot's
-// ConfState: it learns the entries (S, X] from the leader, applies their
-// membership changes itself, and the applier skips what its engine holds,
-// as after an install at run time. Without a record, an engine past the
-// log's last index means the log lost synced entries, and New refuses.
-func reconcileSnapshot(cfg *Config) error {
+// snapshot's index S; an incremental one may end above S) until the log
+// has received the entries up to X. Before the first step the node records
+// the snapshot's metadata in the log (BeginSnapshot); it removes the
+// record once the log's last index has reached the engine's applied index
+// (pendingUntil). With a record left at start-up:
+//
+//  1. if the state machine is at or past the snapshot's index, it took the
+//     snapshot: the log is restarted after it, unless it already was;
+//     otherwise the install did not reach the state machine, and the log
+//     is left as it is;
+//  2. if the state machine is now at or below the log's last index, the
+//     record has served and is removed;
+//  3. otherwise the state machine is past the log's end because of an
+//     install: raft is told that the log's snapshot point was applied,
+//     with the log's ConfState there. It redelivers the log's entries and
+//     learns the rest from the leader; the node applies their membership
+//     changes to raft, and the applier skips what its engine holds, as
+//     after an install at run time. (This member cannot become leader
+//     meanwhile: its log lacks committed entries.) The record stays until
+//     the log reaches the engine's index, which is returned.
+//
+// Without a record, an engine past the log's last index means the log lost
+// synced entries, and New refuses to start.
+func reconcileSnapshot(cfg *Config) (pendingUntil uint64, err error) {
 	p := cfg.Log.PendingSnapshot()
 	if p == nil {
-		return nil
-	}
-	if cfg.Applied < p.GetIndex() {
-		cfg.Logger.Info("dropping the record of a snapshot install that did not reach the state machine",
-			zap.Uint64("snapshot-index", p.GetIndex()), zap.Uint64("applied-index", cfg.Applied))
-		if err := cfg.Log.ForgetPendingSnapshot(); err != nil {
-			return fmt.Errorf("drop pending snapshot %d: %w", p.GetIndex(), err)
-		}
-		return nil
+		return 0, nil
 	}
 	first, err := cfg.Log.FirstIndex()
 	if err != nil {
-		return fmt.Errorf("read first log index: %w", err)
+		return 0, fmt.Errorf("read first log index: %w", err)
 	}
-	if first-1 < p.GetIndex() {
+	if cfg.Applied >= p.GetIndex() && first-1 < p.GetIndex() {
 		cfg.Logger.Info("restarting the raft log after a snapshot the state machine installed before a crash or stop",
 			zap.Uint64("snapshot-index", p.GetIndex()), zap.Uint64("snapshot-term", p.GetTerm()),
 			zap.Uint64("applied-index", cfg.Applied))
 		if err := cfg.Log.ApplySnapshot(p); err != nil {
-			return fmt.Errorf("restart raft log after pending snapshot %d: %w", p.GetIndex(), err)
+			return 0, fmt.Errorf("restart raft log after pending snapshot %d: %w", p.GetIndex(), err)
 		}
-	} else if err := cfg.Log.ForgetPendingSnapshot(); err != nil {
-		return fmt.Errorf("drop pending snapshot %d: %w", p.GetIndex(), err)
 	}
 	last, err := cfg.Log.LastIndex()
 	if err != nil {
-		return fmt.Errorf("read last log index: %w", err)
+		return 0, fmt.Errorf("read last log index: %w", err)
 	}
-	if cfg.Applied > last && last == p.GetIndex() {
-		cfg.Applied, cfg.ConfState = p.GetIndex(), p.GetConfState()
+	if cfg.Applied <= last {
+		if err := cfg.Log.ForgetPendingSnapshot(); err != nil {
+			return 0, fmt.Errorf("drop pending snapshot %d: %w", p.GetIndex(), err)
+		}
+		return 0, nil
 	}
+	if first, err = cfg.Log.FirstIndex(); err != nil {
+		return 0, fmt.Errorf("read first log index: %w", err)
+	}
+	_, cs, err := cfg.Log.InitialState()
+	if err != nil {
+		return 0, fmt.Errorf("read the log's conf state: %w", err)
+	}
+	cfg.Logger.Info("the state machine is past the raft log's end after a snapshot install; raft restarts from the log's snapshot point",
+		zap.Uint64("applied-index", cfg.Applied), zap.Uint64("log-snapshot-index", first-1), zap.Uint64("log-last-index", last))
+	pendingUntil = cfg.Applied
+	cfg.Applied, cfg.ConfState = first-1, cs
+	return pendingUntil, nil
+}
+
+// forgetPendingSnapshot removes the record of the last snapshot install
+// once the log holds every entry up to the state machine's applied index
+// after it (pendingUntil).
+func (n *Node) forgetPendingSnapshot() error {
+	if n.pendingUntil == 0 || n.lastIdx.Load() < n.pendingUntil {
+		return nil
+	}
+	if err := n.cfg.Log.ForgetPendingSnapshot(); err != nil {
+		return fmt.Errorf("drop the record of snapshot install: %w", err)
+	}
+	n.pendingUntil = 0
 	return nil
 }
 
@@ -735,6 +771,9 @@ func (n *Node) handleReady(ctx context.Context) error {
 		}
 		if len(rd.Entries) > 0 {
 			n.lastIdx.Store(rd.Entries[len(rd.Entries)-1].GetIndex())
+			if err := n.forgetPendingSnapshot(); err != nil {
+				return err
+			}
 		}
 	}
 	// Step 2: messages, after the entries they acknowledge are durable.
@@ -816,8 +855,15 @@ func (n *Node) installSnapshot(ctx context.Context, snap *raftpb.Snapshot) error
 	n.lastIdx.Store(meta.GetIndex())
 	n.confHistory = []confAt{{index: meta.GetIndex(), cs: meta.GetConfState()}}
 	n.lastConfState = meta.GetConfState()
+	// The install ended with the engine durable at its new applied index,
+	// which may be past the snapshot's: the record stays until the log
+	// reaches it (pendingUntil).
+	n.pendingUntil = meta.GetIndex()
+	if n.cfg.Engine != nil {
+		n.pendingUntil = max(n.pendingUntil, n.cfg.Engine.DurableIndex())
+	}
 	n.logger.Info("installed snapshot", zap.Uint64("index", meta.GetIndex()), zap.Uint64("term", meta.GetTerm()))
-	return nil
+	return n.forgetPendingSnapshot()
 }
 
 // step feeds a message from a peer to raft.

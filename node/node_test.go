@@ -233,10 +233,7 @@ func TestLogIsCompactedOnlyBelowTheDurableIndex(t *testing.T) {
 func testLogger(t *testing.T) *zap.Logger { return zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)) }
 
 func (l *memLog) ApplySnapshot(meta *raftpb.SnapshotMetadata) error {
-	if err := l.MemoryStorage.ApplySnapshot(&raftpb.Snapshot{Metadata: meta}); err != nil {
-		return err
-	}
-	return l.ForgetPendingSnapshot()
+	return l.MemoryStorage.ApplySnapshot(&raftpb.Snapshot{Metadata: meta})
 }
 
 // runNode runs a node with cfg (its log, IDs and timings set by the
@@ -426,31 +423,53 @@ func TestRestartWithoutConfStateAndNoMembershipEntryKeepsTruncating(t *testing.T
 }
 
 // TestRestartFinishesAnInterruptedInstall: a crash (or a stop) between the
-// state machine taking a snapshot and the log restarting after it left an
-// engine past the log's last index, and start-up refused for good ("engine
-// applied index ... past the log's last index"; issue 10 finding 3). The
-// snapshot's metadata, recorded before the install, lets start-up restart
-// the log after it; an install that never reached the engine is forgotten;
+// state machine taking a snapshot and the log restarting after it, or
+// after the restart but before the log received the entries up to the
+// engine's index (a full snapshot carries the leader's engine past the
+// snapshot's index), left an engine past the log's last index, and
+// start-up refused for good ("engine applied index ... past the log's last
+// index"; issue 10 finding 3, and the second case found by
+// TestPowerCutMixedCluster). With the install's record, start-up restarts
+// the log after the snapshot if the engine took it, tells raft the log's
+// snapshot point was applied when the engine is past the log's end, and
+// keeps the record until the log catches up; a record of an install that
+// never reached the engine, with the engine within the log, is dropped;
 // without a record, an engine past the log's end is still refused.
 func TestRestartFinishesAnInterruptedInstall(t *testing.T) {
 	snapMeta := &raftpb.SnapshotMetadata{Index: proto.Uint64(20), Term: proto.Uint64(2),
 		ConfState: &raftpb.ConfState{Voters: []uint64{1, 2, 3}}}
+	laterMeta := &raftpb.SnapshotMetadata{Index: proto.Uint64(40), Term: proto.Uint64(2),
+		ConfState: &raftpb.ConfState{Voters: []uint64{1, 2, 3}}}
 	for _, tc := range []struct {
-		name     string
-		record   bool
-		applied  uint64 // the engine's applied index at start-up
-		wantErr  bool
-		wantSnap uint64 // the log's snapshot index after start-up
+		name        string
+		restarted   bool                     // the log was already restarted after snapMeta
+		record      *raftpb.SnapshotMetadata // the record left, if any
+		applied     uint64                   // the engine's applied index at start-up
+		wantErr     bool
+		wantSnap    uint64 // the log's snapshot index after start-up
+		wantApplied uint64 // what raft is told was applied
+		wantRecord  bool   // the record is kept
 	}{
-		{name: "engine at the snapshot", record: true, applied: 20, wantSnap: 20},
-		{name: "engine past the snapshot", record: true, applied: 26, wantSnap: 20},
-		{name: "install not in the engine", record: true, applied: 10, wantSnap: 0},
-		{name: "no record, engine past the log", record: false, applied: 26, wantErr: true},
+		{name: "crash before the log restarted, engine at the snapshot", record: snapMeta, applied: 20,
+			wantSnap: 20, wantApplied: 20},
+		{name: "crash before the log restarted, engine past the snapshot", record: snapMeta, applied: 26,
+			wantSnap: 20, wantApplied: 20, wantRecord: true},
+		{name: "crash after the log restarted, engine past its end", restarted: true, record: snapMeta, applied: 26,
+			wantSnap: 20, wantApplied: 20, wantRecord: true},
+		{name: "a later install not in the engine, the earlier one past the log's end", restarted: true, record: laterMeta,
+			applied: 26, wantSnap: 20, wantApplied: 20, wantRecord: true},
+		{name: "install not in the engine", record: snapMeta, applied: 10, wantSnap: 0, wantApplied: 10},
+		{name: "no record, engine past the log", applied: 26, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := logWithEntries(t, []uint64{1, 2, 3}, 10)
-			if tc.record {
-				if err := log.BeginSnapshot(snapMeta); err != nil {
+			if tc.restarted {
+				if err := log.ApplySnapshot(snapMeta); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.record != nil {
+				if err := log.BeginSnapshot(tc.record); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -466,25 +485,67 @@ func TestRestartFinishesAnInterruptedInstall(t *testing.T) {
 				return
 			}
 			n, _ := runNode(t, cfg)
-			if log.PendingSnapshot() != nil {
-				t.Fatal("the snapshot record is still there after start-up")
+			if got := log.PendingSnapshot() != nil; got != tc.wantRecord {
+				t.Fatalf("record kept %v after start-up, want %v", got, tc.wantRecord)
 			}
 			if snap, _ := log.Snapshot(); snap.GetMetadata().GetIndex() != tc.wantSnap {
 				t.Fatalf("log's snapshot index %d, want %d", snap.GetMetadata().GetIndex(), tc.wantSnap)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			// raft was told what the log can back: the snapshot's index
-			// when the engine is past it (the leader sends the entries
-			// after it; the applier skips what the engine holds).
 			st, err := n.Status(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := min(tc.applied, max(tc.wantSnap, 10)); st.Applied != want || st.GetCommit() < want {
-				t.Fatalf("raft applied %d, commit %d; want applied %d", st.Applied, st.GetCommit(), want)
+			if st.Applied != tc.wantApplied || st.GetCommit() < tc.wantApplied {
+				t.Fatalf("raft applied %d, commit %d; want applied %d", st.Applied, st.GetCommit(), tc.wantApplied)
 			}
 		})
+	}
+}
+
+// TestInstallRecordKeptUntilLogCatchesUp: after an install whose engine
+// ends past the snapshot's index, the install's record stays until the
+// log holds every entry up to the engine's index, and goes then.
+func TestInstallRecordKeptUntilLogCatchesUp(t *testing.T) {
+	log := logWithEntries(t, []uint64{1}, 10)
+	eng := &fakeEngine{applied: 10, durable: 10}
+	n, _ := startNode(t, log, eng, 10, &raftpb.ConfState{Voters: []uint64{1}}, 1<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// As installSnapshot leaves things after a full install at 12 whose
+	// engine view was at 16: the log restarted at 12, the engine at 16.
+	set := make(chan struct{})
+	n.control(func(*raft.RawNode) {
+		if err := log.BeginSnapshot(&raftpb.SnapshotMetadata{Index: proto.Uint64(12), Term: proto.Uint64(1)}); err != nil {
+			t.Error(err)
+		}
+		n.pendingUntil = 16
+		close(set)
+	})
+	<-set
+	for i := 0; ; i++ {
+		last, _ := log.LastIndex()
+		pending := log.PendingSnapshot() != nil
+		if last < 16 && !pending {
+			t.Fatalf("record dropped with the log at %d, below the engine's 16", last)
+		}
+		if last >= 16 {
+			// The append that reached 16 dropped it (the node goroutine
+			// may still be finishing that Ready).
+			for deadline := time.Now().Add(5 * time.Second); log.PendingSnapshot() != nil; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("record still there with the log at %d, past the engine's 16", last)
+				}
+			}
+			return
+		}
+		if err := n.Propose(ctx, []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -774,11 +774,7 @@ func (l *Log) ApplySnapshot(meta *raftpb.SnapshotMetadata) error {
 	l.mu.Unlock()
 	// Every frame of the other lanes precedes the reset in op order, so
 	// all their segments but the active ones may go.
-	if err := l.deleteSegments(func(x *lane, s *segment) bool { return x != ln || s.hdr.seq <= old.hdr.seq }); err != nil {
-		return err
-	}
-	// The log has restarted after the snapshot: the install is complete.
-	return l.clearPendingLocked()
+	return l.deleteSegments(func(x *lane, s *segment) bool { return x != ln || s.hdr.seq <= old.hdr.seq })
 }
 
 // Close closes the log. Reads and writes after Close return ErrClosed.

@@ -15,14 +15,18 @@ import (
 
 // A snapshot install spans two stores: the state machine's engine takes the
 // snapshot, then the log restarts after it (ApplySnapshot). A crash, or a
-// stop, between the two left an engine whose applied index is past the log's
-// last index, and the log could not tell what to restart after: the
-// snapshot's term is known only from the snapshot. So the node records the
-// snapshot's metadata before the install (BeginSnapshot) and ApplySnapshot
-// removes the record once the log has restarted; at start-up the node
-// finishes an install the engine holds (the engine is at or past the
-// recorded index) and forgets one it does not hold (FORMAT.md, "Pending
-// snapshot").
+// stop, between the two left an engine whose applied index is past the
+// log's last index, and the log could not tell what to restart after: the
+// snapshot's term is known only from the snapshot. And after the restart
+// the engine may still be past the log's end (a full snapshot carries the
+// leader's engine past the snapshot's index) until the log has received
+// the entries up to the engine's index. So the node records the snapshot's
+// metadata before the install (BeginSnapshot) and removes the record
+// (ForgetPendingSnapshot) only once the log holds every entry up to the
+// engine's applied index; at start-up, with a record left, the node
+// finishes the install (restarts the log after the snapshot) if the engine
+// took it, and accepts an engine past the log's end (FORMAT.md, "Pending
+// snapshot"; node.reconcileSnapshot).
 //
 // The record is a file, pendingSnapshotName in the first directory, written
 // whole (temporary name, fsync, rename, directory fsync): a crash leaves
@@ -54,15 +58,16 @@ func (l *Log) BeginSnapshot(meta *raftpb.SnapshotMetadata) error {
 }
 
 // PendingSnapshot returns the snapshot BeginSnapshot recorded and no
-// ApplySnapshot or ForgetPendingSnapshot has completed since, or nil.
+// ForgetPendingSnapshot has removed since, or nil.
 func (l *Log) PendingSnapshot() *raftpb.SnapshotMetadata {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	return l.w.pending
 }
 
-// ForgetPendingSnapshot removes the record of a snapshot the state machine
-// never installed.
+// ForgetPendingSnapshot removes the record: the state machine never took
+// the snapshot, or the log now holds every entry up to the state
+// machine's applied index.
 func (l *Log) ForgetPendingSnapshot() error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
