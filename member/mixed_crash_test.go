@@ -46,7 +46,7 @@ var (
 // worker owns its keys, so their operations are ordered.
 //
 // Reproduce a failure with -mixed-seed; a soak run:
-// go test -run TestPowerCutMixed -mixed-rounds 200 ./member/
+// go test -run TestPowerCutMixed ./member/ -mixed-rounds 200
 func TestPowerCutMixed(t *testing.T) {
 	seed := *mixedSeed
 	if seed == 0 {
