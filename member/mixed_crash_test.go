@@ -260,8 +260,17 @@ func (md *mixedModel) end(acked bool, apply func(), keys ...string) {
 	}
 }
 
+// proposer is where the load's operations go: a member (TestPowerCutMixed)
+// or a cluster that hands each one to its current leader
+// (TestPowerCutMixedCluster). Store is read only for its revision and
+// compact revision, which the compactor aims at.
+type proposer interface {
+	Propose(ctx context.Context, req *pb.InternalRaftRequest) (apply.Result, error)
+	Store() *mvcc.Store
+}
+
 // work runs one worker's operations on its own keys until ctx ends.
-func (md *mixedModel) work(ctx context.Context, m *Member, rng *rand.Rand, w int) {
+func (md *mixedModel) work(ctx context.Context, m proposer, rng *rand.Rand, w int) {
 	key := func() string { return fmt.Sprintf("w%d/k%02d", w, rng.IntN(24)) }
 	var leases []int64
 	expiring := map[int64]bool{}
@@ -363,7 +372,7 @@ func (md *mixedModel) work(ctx context.Context, m *Member, rng *rand.Rand, w int
 
 // compact compacts now and then, physically or not, to a revision a
 // little behind the newest or to the newest.
-func (md *mixedModel) compact(ctx context.Context, m *Member, rng *rand.Rand) {
+func (md *mixedModel) compact(ctx context.Context, m proposer, rng *rand.Rand) {
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
