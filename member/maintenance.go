@@ -373,6 +373,12 @@ type RestoreResult struct {
 // new member's. The member started on it with the same --name,
 // --initial-cluster and --initial-cluster-token bootstraps a fresh raft log
 // for the new cluster, as a member of a new cluster does.
+//
+// The directory is built under a temporary name beside it and renamed into
+// place once whole (the parent directory synced), so a failure or a crash
+// leaves no data directory: a member started on a half-built one would
+// bootstrap a cluster on an empty or partial engine. A temporary directory
+// a crashed restore left is removed by the next one.
 func Restore(cfg RestoreConfig) (RestoreResult, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -380,6 +386,32 @@ func Restore(cfg RestoreConfig) (RestoreResult, error) {
 	if _, err := os.Stat(cfg.DataDir); err == nil {
 		return RestoreResult{}, fmt.Errorf("data-dir %q exists", cfg.DataDir)
 	}
+	final := cfg.DataDir
+	cfg.DataDir = final + ".restoring"
+	if err := os.RemoveAll(cfg.DataDir); err != nil {
+		return RestoreResult{}, fmt.Errorf("remove the leftover of an earlier restore: %w", err)
+	}
+	res, err := restoreInto(cfg)
+	if err != nil {
+		_ = os.RemoveAll(cfg.DataDir)
+		return RestoreResult{}, err
+	}
+	if err := os.Rename(cfg.DataDir, final); err != nil {
+		return RestoreResult{}, fmt.Errorf("move the restored data dir into place: %w", err)
+	}
+	parent, err := vfs.Default.OpenDir(filepath.Dir(final))
+	if err == nil {
+		err = parent.Sync()
+		_ = parent.Close()
+	}
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("sync the directory of the restored data dir: %w", err)
+	}
+	return res, nil
+}
+
+// restoreInto builds the restored data directory in cfg.DataDir.
+func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 	urls, ok := cfg.InitialCluster[cfg.Name]
 	if !ok {
 		return RestoreResult{}, fmt.Errorf("--initial-cluster has no member named %q (--name)", cfg.Name)

@@ -158,3 +158,59 @@ func TestRestoreDropsIndexRevisionRows(t *testing.T) {
 		t.Fatalf("batch of entries %d..%d holds %d put records, want 5 (records %+v)", b.FirstIndex, b.LastIndex, puts, b.Records)
 	}
 }
+
+// TestRestoreFailureLeavesNoDataDir: a restore that fails half way (here a
+// backup cut short; a crash or power cut likewise) must leave no data
+// directory behind: a member started on a half-built one would bootstrap a
+// new cluster on an empty or partial engine, and a second restore would
+// refuse ("data-dir exists"). The directory appears whole, by a rename, or
+// not at all.
+func TestRestoreFailureLeavesNoDataDir(t *testing.T) {
+	ctx := context.Background()
+	src := startInMemory(t, vfs.NewMem(), "rf", func(*Config) {})
+	for i := range 20 {
+		res, err := src.Propose(ctx, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte(fmt.Sprint(i)), Value: []byte("v")}})
+		if err != nil || res.Err != nil {
+			t.Fatalf("put: %v %v", err, res.Err)
+		}
+	}
+	dir := t.TempDir()
+	full := filepath.Join(dir, "backup.db")
+	f, err := os.Create(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.WriteBackup(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(dir, "cut.db")
+	if err := os.WriteFile(cut, raw[:len(raw)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := RestoreConfig{Backup: cut, Name: "rf", DataDir: filepath.Join(dir, "restored"),
+		InitialCluster: map[string][]string{"rf": {"http://127.0.0.1:2380"}}, InitialClusterToken: "rf-restored"}
+	if _, err := Restore(cfg); err == nil {
+		t.Fatal("restore of a backup cut in half succeeded")
+	}
+	if _, err := os.Stat(cfg.DataDir); !os.IsNotExist(err) {
+		t.Fatalf("a failed restore left the data dir %s (stat: %v)", cfg.DataDir, err)
+	}
+	// A second restore, of the whole backup, succeeds.
+	cfg.Backup = full
+	if _, err := Restore(cfg); err != nil {
+		t.Fatalf("restore after a failed one: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "identity")); err != nil {
+		t.Fatalf("restored data dir has no identity: %v", err)
+	}
+}
