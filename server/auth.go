@@ -375,8 +375,14 @@ func (a *Auth) AuthStatus(ctx context.Context, r *pb.AuthStatusRequest) (*pb.Aut
 
 // Authenticate checks a user's password here (bcrypt is too slow for the
 // applier) and replicates the issue of a token, so that every member knows
-// a simple token.
+// a simple token. It reads the auth state after a read barrier, as etcd
+// does: a member that has not yet applied an AuthEnable, a user or a
+// password change committed before the call would answer from its old
+// state.
 func (a *Auth) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
+	if err := a.kv.barrier(ctx); err != nil {
+		return nil, err
+	}
 	if !a.s.Enabled() {
 		return nil, rpctypes.ErrGRPCAuthNotEnabled
 	}

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/etcd/api/v3/authpb"
@@ -128,5 +130,33 @@ func TestAuthErrorCodes(t *testing.T) {
 func TestUnknownOutcomeIsEtcdsTimeout(t *testing.T) {
 	if got := toGRPCError(fmt.Errorf("put: %w", apply.ErrOutcomeUnknown)); got != rpctypes.ErrGRPCTimeout {
 		t.Fatalf("ErrOutcomeUnknown mapped to %v, want %v", got, rpctypes.ErrGRPCTimeout)
+	}
+}
+
+// barrierBackend records ReadBarrier calls; the rest of Backend is nil and
+// must not be called.
+type barrierBackend struct {
+	Backend
+	barriers int
+}
+
+func (b *barrierBackend) ReadBarrier(context.Context) error { b.barriers++; return nil }
+
+// TestAuthenticateAfterReadBarrier: Authenticate checks the auth state and
+// the password only once the member has applied every write committed
+// before the call, as etcd's does (linearizableReadNotify). Without the
+// barrier a follower that had not yet applied an AuthEnable (or a password
+// change) answered from its old state: "authentication is not enabled"
+// right after auth was enabled, seen in TestAuthCluster (e2e).
+func TestAuthenticateAfterReadBarrier(t *testing.T) {
+	b := &barrierBackend{}
+	s := auth.New(auth.Options{BcryptCost: bcrypt.MinCost}) // auth off, as on a follower behind
+	a := NewAuth(b, s, Limits{RequestTimeout: time.Second, MaxRequestBytes: 1 << 20}, false)
+	_, err := a.Authenticate(context.Background(), &pb.AuthenticateRequest{Name: "alice", Password: "apw"})
+	if !errors.Is(err, rpctypes.ErrGRPCAuthNotEnabled) {
+		t.Fatalf("Authenticate with auth off: %v, want %v", err, rpctypes.ErrGRPCAuthNotEnabled)
+	}
+	if b.barriers != 1 {
+		t.Fatalf("Authenticate answered after %d read barriers, want 1", b.barriers)
 	}
 }
