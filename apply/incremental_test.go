@@ -38,14 +38,7 @@ func cutBatches(t *testing.T, rng *rand.Rand, m *member, entries []*raftpb.Entry
 		if err != nil {
 			t.Fatal(err)
 		}
-		data, err := raftlog.EncodeCompactedBatch(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b, err = raftlog.DecodeCompactedBatch(data); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, b)
+		out = append(out, throughFormat(t, b))
 		lo = hi
 	}
 	return out

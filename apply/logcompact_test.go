@@ -262,20 +262,27 @@ func buildLog(t *testing.T, rng *rand.Rand, full *member, entries []*raftpb.Entr
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The batch survives its file format.
-		data, err := raftlog.EncodeCompactedBatch(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b, err = raftlog.DecodeCompactedBatch(data); err != nil {
-			t.Fatal(err)
-		}
-		lm.batches = append(lm.batches, b)
+		lm.batches = append(lm.batches, throughFormat(t, b))
 		lm.built++
 		lo = hi
 	}
 	full.apply(t, rng, entries[applied:])
 	return lm
+}
+
+// throughFormat returns b encoded and decoded again: the batches replayed
+// in the tests are those the file format gives back.
+func throughFormat(t *testing.T, b *raftlog.CompactedBatch) *raftlog.CompactedBatch {
+	t.Helper()
+	data, err := raftlog.EncodeCompactedBatch(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := raftlog.DecodeCompactedBatch(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func testCompactedBatchReplay(t *testing.T, name string, seeds uint64, commands, maxBatch int, compactLag int64) {

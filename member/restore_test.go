@@ -44,20 +44,7 @@ func TestRestoreDropsIndexRevisionRows(t *testing.T) {
 		put(src, fmt.Sprintf("old%d", i%7), fmt.Sprint(i))
 	}
 	dir := t.TempDir()
-	backup := filepath.Join(dir, "backup.db")
-	f, err := os.Create(backup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := src.WriteBackup(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := src.Stop(); err != nil {
-		t.Fatal(err)
-	}
+	backup := saveBackupAndStop(t, src, dir)
 	data := filepath.Join(dir, "restored")
 	if _, err := Restore(RestoreConfig{Backup: backup, Name: name, DataDir: data,
 		InitialCluster:      map[string][]string{name: {"http://127.0.0.1:2380"}},
@@ -175,20 +162,7 @@ func TestRestoreFailureLeavesNoDataDir(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	full := filepath.Join(dir, "backup.db")
-	f, err := os.Create(full)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := src.WriteBackup(ctx, f); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := src.Stop(); err != nil {
-		t.Fatal(err)
-	}
+	full := saveBackupAndStop(t, src, dir)
 	raw, err := os.ReadFile(full)
 	if err != nil {
 		t.Fatal(err)
@@ -213,4 +187,25 @@ func TestRestoreFailureLeavesNoDataDir(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cfg.DataDir, "identity")); err != nil {
 		t.Fatalf("restored data dir has no identity: %v", err)
 	}
+}
+
+// saveBackupAndStop writes src's backup to dir/backup.db, stops src, and
+// returns the backup's path.
+func saveBackupAndStop(t *testing.T, src *Member, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "backup.db")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.WriteBackup(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

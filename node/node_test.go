@@ -209,25 +209,10 @@ func TestLogIsCompactedOnlyBelowTheDurableIndex(t *testing.T) {
 	if err := n.WaitLeader(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 50; i++ {
-		if err := n.Propose(ctx, []byte("x")); err != nil {
-			t.Fatal(err)
-		}
+	c := proposeUntilCompacted(t, ctx, n, log, 0)
+	if d := eng.DurableIndex(); c > d {
+		t.Fatalf("log compacted to %d, past the durable index %d", c, d)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		log.mu.Lock()
-		c := log.compacted
-		log.mu.Unlock()
-		if c > 0 {
-			if d := eng.DurableIndex(); c > d {
-				t.Fatalf("log compacted to %d, past the durable index %d", c, d)
-			}
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatal("log never compacted after 50 entries with snapshot count 10")
 }
 
 func testLogger(t *testing.T) *zap.Logger { return zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)) }
@@ -397,29 +382,14 @@ func TestRestartWithoutConfStateAndNoMembershipEntryKeepsTruncating(t *testing.T
 	if err := n.WaitLeader(ctx); err != nil {
 		t.Fatalf("the only voter never became leader: %v", err)
 	}
-	for i := 0; i < 50; i++ {
-		if err := n.Propose(ctx, []byte("y")); err != nil {
-			t.Fatal(err)
-		}
+	c := proposeUntilCompacted(t, ctx, n, log, 5)
+	snap, err := log.Snapshot()
+	if err != nil {
+		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		log.mu.Lock()
-		c := log.compacted
-		log.mu.Unlock()
-		if c > 5 {
-			snap, err := log.Snapshot()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := snap.GetMetadata().GetConfState().GetVoters(); len(got) != 1 || got[0] != 1 {
-				t.Fatalf("log truncated to %d with conf state %v, want voters [1]", c, snap.GetMetadata().GetConfState())
-			}
-			return
-		}
-		time.Sleep(time.Millisecond)
+	if got := snap.GetMetadata().GetConfState().GetVoters(); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("log truncated to %d with conf state %v, want voters [1]", c, snap.GetMetadata().GetConfState())
 	}
-	t.Fatal("log never truncated after 50 entries with snapshot count 10")
 }
 
 // TestRestartFinishesAnInterruptedInstall: a crash (or a stop) between the
@@ -569,4 +539,26 @@ func TestCompactLogStaysWithinTheLog(t *testing.T) {
 	if first, _ := log.FirstIndex(); first != 11 {
 		t.Fatalf("log's first index %d after truncation, want 11 (the whole log)", first)
 	}
+}
+
+// proposeUntilCompacted proposes 50 entries through n, whose snapshot count
+// is 10, and waits (bounded) until log is compacted past above; it returns
+// where the log was compacted to.
+func proposeUntilCompacted(t *testing.T, ctx context.Context, n *Node, log *memLog, above uint64) uint64 {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		if err := n.Propose(ctx, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		log.mu.Lock()
+		c := log.compacted
+		log.mu.Unlock()
+		if c > above {
+			return c
+		}
+	}
+	t.Fatalf("log never compacted past %d after 50 entries with snapshot count 10", above)
+	return 0
 }
