@@ -356,6 +356,9 @@ type RestoreConfig struct {
 	InitialCluster      map[string][]string
 	InitialClusterToken string
 	Logger              *zap.Logger
+	// FS holds the data directory; nil means the real file system (tests
+	// cut its power). The backup is read from the real file system.
+	FS vfs.FS
 }
 
 // RestoreResult describes a restored data directory.
@@ -383,23 +386,26 @@ func Restore(cfg RestoreConfig) (RestoreResult, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	if _, err := os.Stat(cfg.DataDir); err == nil {
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
+	if _, err := cfg.FS.Stat(cfg.DataDir); err == nil {
 		return RestoreResult{}, fmt.Errorf("data-dir %q exists", cfg.DataDir)
 	}
 	final := cfg.DataDir
 	cfg.DataDir = final + ".restoring"
-	if err := os.RemoveAll(cfg.DataDir); err != nil {
+	if err := cfg.FS.RemoveAll(cfg.DataDir); err != nil {
 		return RestoreResult{}, fmt.Errorf("remove the leftover of an earlier restore: %w", err)
 	}
 	res, err := restoreInto(cfg)
 	if err != nil {
-		_ = os.RemoveAll(cfg.DataDir)
+		_ = cfg.FS.RemoveAll(cfg.DataDir)
 		return RestoreResult{}, err
 	}
-	if err := os.Rename(cfg.DataDir, final); err != nil {
+	if err := cfg.FS.Rename(cfg.DataDir, final); err != nil {
 		return RestoreResult{}, fmt.Errorf("move the restored data dir into place: %w", err)
 	}
-	parent, err := vfs.Default.OpenDir(filepath.Dir(final))
+	parent, err := cfg.FS.OpenDir(filepath.Dir(final))
 	if err == nil {
 		err = parent.Sync()
 		_ = parent.Close()
@@ -425,12 +431,12 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("stat backup: %w", err)
 	}
-	fs := vfs.Default
+	fs := cfg.FS
 	engineDir := filepath.Join(cfg.DataDir, "engine")
 	if err := mkdirAllSynced(fs, engineDir); err != nil {
 		return RestoreResult{}, fmt.Errorf("create data dir: %w", err)
 	}
-	eng, err := pebbleengine.Open(engineDir, pebbleengine.Options{Logger: cfg.Logger.Named("engine")})
+	eng, err := pebbleengine.Open(engineDir, pebbleengine.Options{FS: fs, Logger: cfg.Logger.Named("engine")})
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("open engine: %w", err)
 	}
@@ -451,7 +457,7 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 	if _, err := eng.InstallSnapshot(table); err != nil {
 		return RestoreResult{}, err
 	}
-	_ = os.Remove(table)
+	_ = fs.Remove(table)
 	if err := eng.Flush(); err != nil {
 		return RestoreResult{}, fmt.Errorf("flush restored engine: %w", err)
 	}

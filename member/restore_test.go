@@ -16,6 +16,7 @@ import (
 
 	"github.com/strata-kv/strata/apply"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/raftlog"
 )
 
@@ -208,4 +209,72 @@ func saveBackupAndStop(t *testing.T, src *Member, dir string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestRestorePowerCut cuts power at many instants while a restore runs
+// (CrashClone of its file system, the unsynced part lost): on every clone
+// the data directory is either absent or whole -- an identity and an
+// engine holding the backup's revision -- never a directory a member
+// would start on as a new cluster with an empty or partial engine.
+func TestRestorePowerCut(t *testing.T) {
+	src := startInMemory(t, vfs.NewMem(), "rp", func(*Config) {})
+	for i := range 200 {
+		res, err := src.Propose(context.Background(), &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte(fmt.Sprint(i)), Value: make([]byte, 512)}})
+		if err != nil || res.Err != nil {
+			t.Fatalf("put: %v %v", err, res.Err)
+		}
+	}
+	wantRev := src.Store().Rev()
+	backup := saveBackupAndStop(t, src, t.TempDir())
+
+	fs := vfs.NewCrashableMem()
+	if err := mkdirAllSynced(fs, "/restore"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := RestoreConfig{Backup: backup, Name: "rp", DataDir: "/restore/data", FS: fs,
+		InitialCluster: map[string][]string{"rp": {"http://127.0.0.1:2380"}}, InitialClusterToken: "rp-restored"}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Restore(cfg)
+		done <- err
+	}()
+	var clones []*vfs.MemFS
+	for running := true; running; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			running = false
+		default:
+			time.Sleep(50 * time.Microsecond)
+		}
+		clones = append(clones, fs.CrashClone(vfs.CrashCloneCfg{}))
+	}
+	whole := 0
+	for i, clone := range clones {
+		if _, err := clone.Stat(cfg.DataDir); err != nil {
+			continue // not there: a second restore starts afresh
+		}
+		if _, err := clone.Stat(cfg.DataDir + "/identity"); err != nil {
+			t.Fatalf("clone %d of %d: the data dir exists without an identity: %v", i, len(clones), err)
+		}
+		eng, err := pebbleengine.Open(cfg.DataDir+"/engine", pebbleengine.Options{FS: clone})
+		if err != nil {
+			t.Fatalf("clone %d: open the restored engine: %v", i, err)
+		}
+		store, err := mvcc.Open(eng, mvcc.Options{})
+		if err == nil && store.Rev() != wantRev {
+			err = fmt.Errorf("revision %d, want the backup's %d", store.Rev(), wantRev)
+		}
+		_ = eng.Close()
+		if err != nil {
+			t.Fatalf("clone %d of %d: the restored engine: %v", i, len(clones), err)
+		}
+		whole++
+	}
+	if whole == 0 {
+		t.Fatalf("no clone of %d held the restored data dir: the last one must", len(clones))
+	}
+	t.Logf("%d power cuts during a restore: %d with the whole data dir, %d with none", len(clones), whole, len(clones)-whole)
 }
