@@ -96,8 +96,10 @@ func testLogCompactionPowerCut(t *testing.T, latest bool, dirs []string, batch u
 		}()
 	}
 	wg.Wait()
-	// Let the compactor catch up with the applied index.
-	deadline := time.Now().Add(5 * time.Second)
+	// Let the compactor catch up with the applied index. Bounded, but
+	// generously: a loaded machine took over 5 s to flush, truncate past
+	// the bootstrap segment and compact the next.
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		// Inspect reads files the member is writing and deleting: a
 		// failure may be a torn read, so it only counts at the deadline.
