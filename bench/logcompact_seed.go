@@ -1,7 +1,7 @@
 package main
 
 // The published figures of seed 000 (Xavier, "Efficient Log Compaction by
-// Safely Discarding Commands", UFSC 2023; ../shared/seeds/000_*.txt,
+// Safely Discarding Commands", UFSC 2023,
 // sections 5.6 to 5.8), copied from the text so that the report can put
 // them beside strata's. 000 measured a fork of etcd 3.4.14 built with Go
 // 1.15 on an Emulab node (four 8-core 2.2 GHz Xeon "Sandy Bridge", 128 GB,
