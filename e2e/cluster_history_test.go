@@ -25,8 +25,9 @@ import (
 //     over. Successful puts and gets form a porcupine history.
 //  2. After the faults, the whole write history is read back: for every
 //     revision R since the start, a range at R shows which key has
-//     mod_revision R. Strata has no Watch yet, so this stands in for the
-//     watch stream etcd's tests use.
+//     mod_revision R. etcd's tests read this history from a watch stream;
+//     ranges read it from the MVCC store itself, apart from the watch path
+//     (which watch/watche2e and etcd's own suite, make robustness, check).
 //  3. Puts that failed (timeout, leader lost) are resolved with it: a put
 //     whose unique value appears at revision R took effect, and enters the
 //     history as an operation that returned R at the end of time; a put whose
