@@ -22,8 +22,10 @@
 //	go run . report -in results.json    # re-render Markdown and plots
 //	go run . logcompact                 # log compaction: SL against PL (logcompact.go)
 //
-// Servers are chosen with -servers (etcd, strata, strata-wal); strata-wal is
-// strata with --engine-wal. See docs/bench/README.md.
+// Servers are chosen with -servers (etcd, strata, strata-wal, strata-base);
+// strata-wal is strata with --engine-wal, strata-base the strata binary of
+// another commit (-strata-base-bin), for a change's before and after in one
+// run. See docs/bench/README.md.
 package main
 
 import (
@@ -66,9 +68,12 @@ type options struct {
 	members int
 
 	etcdBin, strataBin string
-	strataFsync        []string
-	fsyncCount         string
-	pprofSeconds       int // > 0: CPU profiles of every measurement (profile.go)
+	// strataBaseBin is the binary of the strata-base server: strata built
+	// from another commit, run with the same flags as strata.
+	strataBaseBin string
+	strataFsync   []string
+	fsyncCount    string
+	pprofSeconds  int // > 0: CPU profiles of every measurement (profile.go)
 
 	putConfigs []connClients
 	putTotal   int64
@@ -257,7 +262,7 @@ func runReport(args []string) error {
 // registerFlags binds every run flag to o; o's values are the defaults.
 func registerFlags(fs *flag.FlagSet, o *options) {
 	fs.Func("steps", "comma-separated steps for 'all': "+strings.Join(steps, ","), listSetter(&o.steps))
-	fs.Func("servers", "comma-separated servers: etcd, strata, strata-wal (default "+strings.Join(o.servers, ",")+")", listSetter(&o.servers))
+	fs.Func("servers", "comma-separated servers: etcd, strata, strata-wal, strata-base (default "+strings.Join(o.servers, ",")+")", listSetter(&o.servers))
 	fs.StringVar(&o.out, "out", o.out, "output directory (default <repo>/bench/results/<time>-<subcommand>)")
 	fs.StringVar(&o.repo, "repo", o.repo, "strata repository root (default: found above the working directory)")
 	fs.StringVar(&o.binDir, "bin-dir", o.binDir, "where built binaries go (default <repo>/bench/bin)")
@@ -268,6 +273,7 @@ func registerFlags(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&o.members, "members", o.members, "members per cluster, all on this machine (Kill and restart act on member 0)")
 	fs.StringVar(&o.etcdBin, "etcd-bin", o.etcdBin, "use this etcd binary instead of building tools/cmd/etcd")
 	fs.StringVar(&o.strataBin, "strata-bin", o.strataBin, "use this strata binary instead of building cmd/strata")
+	fs.StringVar(&o.strataBaseBin, "strata-base-bin", o.strataBaseBin, "the strata-base server's binary: strata built from another commit (e.g. git worktree add /tmp/base HEAD~1 && go build -C /tmp/base -o /tmp/strata-base ./cmd/strata)")
 	fs.StringVar(&o.fsyncCount, "fsync-count", o.fsyncCount, "how fsyncs are counted: metrics (etcd's Prometheus counters; strata exports none) or strace (every server runs under strace, counting its sync calls; adds a ptrace stop per sync)")
 	fs.Func("strata-fsync-metrics", "comma-separated Prometheus counters on strata's /metrics whose sum counts its fsyncs (default: the raft log's fdatasyncs, etcd_disk_wal_fsync_duration_seconds_count, plus etcd_disk_backend_commit_duration_seconds_count for strata-wal, whose every engine commit syncs)", listSetter(&o.strataFsync))
 	fs.IntVar(&o.pprofSeconds, "pprof-seconds", o.pprofSeconds, "if > 0, start servers with --enable-pprof and save a CPU profile of member 0 over the first N seconds of every measurement in <out>/pprof/")

@@ -152,8 +152,12 @@ func (s *suite) resolveServers(ctx context.Context) error {
 		switch name {
 		case "etcd", "strata", "strata-wal":
 			need[name] = true
+		case "strata-base":
+			if o.strataBaseBin == "" {
+				return errors.New("server strata-base needs -strata-base-bin: a strata binary built from another commit")
+			}
 		default:
-			return fmt.Errorf("unknown server %q (want etcd, strata, strata-wal)", name)
+			return fmt.Errorf("unknown server %q (want etcd, strata, strata-wal, strata-base)", name)
 		}
 	}
 	if need["etcd"] && o.etcdBin == "" {
@@ -197,11 +201,14 @@ func (s *suite) resolveServers(ctx context.Context) error {
 		switch name {
 		case "etcd":
 			spec = cluster.Spec{Name: name, Kind: cluster.KindEtcd, Binary: o.etcdBin, FsyncMetrics: etcdFsyncMetrics}
-		case "strata", "strata-wal":
-			if strataErr != nil {
+		case "strata", "strata-wal", "strata-base":
+			binary := o.strataBin
+			if name == "strata-base" {
+				binary = o.strataBaseBin
+			} else if strataErr != nil {
 				continue
 			}
-			spec = cluster.Spec{Name: name, Kind: cluster.KindStrata, Binary: o.strataBin, FsyncMetrics: o.strataFsync}
+			spec = cluster.Spec{Name: name, Kind: cluster.KindStrata, Binary: binary, FsyncMetrics: o.strataFsync}
 			if len(spec.FsyncMetrics) == 0 {
 				spec.FsyncMetrics = strataFsyncMetrics
 			}
@@ -218,7 +225,7 @@ func (s *suite) resolveServers(ctx context.Context) error {
 		spec.Members = o.members
 		spec.Strace = straceBin
 		version := binaryVersion(ctx, spec.Binary)
-		if spec.Kind == cluster.KindStrata && rev != "" {
+		if spec.Kind == cluster.KindStrata && rev != "" && name != "strata-base" {
 			version = "strata at commit " + rev + " (" + version + ")"
 		}
 		s.specs = append(s.specs, spec)
