@@ -14,8 +14,8 @@
 // of the entry. Apply decides the outcome from the in-memory state (the same
 // on every member, since it is only ever changed by applied entries), updates
 // it, and writes the changed records into the same engine batch, so that the
-// engine's applied index and the auth state never disagree (DESIGN.md rule
-// 2). The in-memory state changes before the batch commits: the entry is
+// engine's applied index and the auth state never disagree (docs/design.md,
+// durability rule 2). The in-memory state changes before the batch commits: the entry is
 // already committed in raft, and a failed engine commit stops the member.
 //
 // Passwords are hashed before proposing (Store.HashPassword, cost

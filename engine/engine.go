@@ -11,7 +11,7 @@
 //
 // The engine also reports a durable index D: every batch whose applied index
 // is <= D is in durable files and survives a power cut. The raft log may drop
-// an entry only once it is <= D (DESIGN.md, rules 2-4).
+// an entry only once it is <= D (docs/design.md, durability rules 2-4).
 //
 // Implementations live in sub-packages: engine/pebble is the default.
 package engine

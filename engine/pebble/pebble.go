@@ -3,7 +3,7 @@
 // # Single logging
 //
 // By default the engine runs with Pebble's write-ahead log disabled: the raft
-// log is the only log (DESIGN.md, seed 002). Every Commit writes the batch
+// log is the only log (docs/design.md, durability rule 2; seed 002). Every Commit writes the batch
 // and the raft index it applies, under the reserved key AppliedIndexKey, in
 // one atomic Pebble batch, without a sync. Pebble flushes whole memtables in
 // commit order, so after a power cut the files hold a prefix of the committed
