@@ -1,9 +1,9 @@
-// The driver below follows etcd's tests/robustness/main_test.go at the pinned
-// version (testRobustness and runScenario are not exported there, and that
-// package has only test files, so it cannot be imported). Copyright 2022 The
-// etcd Authors, Apache License 2.0. What differs: the scenarios are a fixed,
-// short list that every binary can run (no gofail, no last-release binary, no
-// LazyFS), and the failpoint of each is named instead of drawn at random.
+// The suite's own driver (tests/robustness/main_test.go) is unexported and
+// lives in test files, so it cannot be imported; this file drives the
+// suite's exported parts (traffic, failpoints, watch collection, report,
+// validation) itself, with a fixed, short list of scenarios that any binary
+// can run (no gofail, no last-release binary, no LazyFS), each naming its
+// failpoint instead of drawing one at random.
 
 package robustness
 
@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ import (
 	"go.etcd.io/etcd/tests/v3/robustness/model"
 	"go.etcd.io/etcd/tests/v3/robustness/report"
 	"go.etcd.io/etcd/tests/v3/robustness/scenarios"
-	"go.etcd.io/etcd/tests/v3/robustness/traffic"
+	trafficpkg "go.etcd.io/etcd/tests/v3/robustness/traffic"
 	"go.etcd.io/etcd/tests/v3/robustness/validate"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -50,12 +51,6 @@ var assumeVersion = flag.String("assume-version", "3.7.3",
 var strataWAL = flag.Bool("strata-wal", true,
 	"for a member with no etcd WAL (strata), export its raft log with `etcd inspect log --entries` "+
 		"into an etcd WAL so that the watch and serializable-read validations run")
-
-var (
-	waitBeforeFailpoint = time.Second
-	waitJitter          = 200 * time.Millisecond
-	waitAfterFailpoint  = time.Second
-)
 
 func TestMain(m *testing.M) {
 	e2e.InitFlags()
@@ -120,142 +115,185 @@ func robustnessScenarios() []scenarios.TestScenario {
 		}
 		return *e2e.NewConfig(append(base, opts...)...)
 	}
-	etcdHigh := traffic.Profile{KeyValue: &traffic.KeyValueHigh, Watch: &traffic.WatchDefault, Compaction: &traffic.CompactionDefault}
-	etcdMedium := traffic.Profile{KeyValue: &traffic.KeyValueMedium, Watch: &traffic.WatchDefault, Compaction: &traffic.CompactionDefault}
+	etcdHigh := trafficpkg.Profile{KeyValue: &trafficpkg.KeyValueHigh, Watch: &trafficpkg.WatchDefault, Compaction: &trafficpkg.CompactionDefault}
+	etcdMedium := trafficpkg.Profile{KeyValue: &trafficpkg.KeyValueMedium, Watch: &trafficpkg.WatchDefault, Compaction: &trafficpkg.CompactionDefault}
 	return []scenarios.TestScenario{
-		{Name: "EtcdHighTraffic/ClusterOfSize1/Kill", Traffic: traffic.EtcdPut, Profile: etcdHigh, Failpoint: failpoint.KillFailpoint, Cluster: single()},
-		{Name: "EtcdTrafficDeleteLeases/ClusterOfSize1/Kill", Traffic: traffic.EtcdPutDeleteLease, Profile: etcdMedium, Failpoint: failpoint.KillFailpoint, Cluster: single()},
-		{Name: "KubernetesHighTraffic/ClusterOfSize1/Kill", Traffic: traffic.Kubernetes, Profile: etcdHigh, Failpoint: failpoint.KillFailpoint, Cluster: single()},
-		{Name: "EtcdHighTraffic/ClusterOfSize3/Kill", Traffic: traffic.EtcdPut, Profile: etcdHigh, Failpoint: failpoint.KillFailpoint, Cluster: triple()},
-		{Name: "KubernetesLowTraffic/ClusterOfSize3/BlackholePeerNetwork", Traffic: traffic.Kubernetes, Profile: etcdMedium, Failpoint: failpoint.BlackholePeerNetwork, Cluster: triple()},
-		{Name: "EtcdTrafficDeleteLeases/ClusterOfSize3/DelayPeerNetwork", Traffic: traffic.EtcdPutDeleteLease, Profile: etcdMedium, Failpoint: failpoint.DelayPeerNetwork, Cluster: triple()},
+		{Name: "EtcdHighTraffic/ClusterOfSize1/Kill", Traffic: trafficpkg.EtcdPut, Profile: etcdHigh, Failpoint: failpoint.KillFailpoint, Cluster: single()},
+		{Name: "EtcdTrafficDeleteLeases/ClusterOfSize1/Kill", Traffic: trafficpkg.EtcdPutDeleteLease, Profile: etcdMedium, Failpoint: failpoint.KillFailpoint, Cluster: single()},
+		{Name: "KubernetesHighTraffic/ClusterOfSize1/Kill", Traffic: trafficpkg.Kubernetes, Profile: etcdHigh, Failpoint: failpoint.KillFailpoint, Cluster: single()},
+		{Name: "EtcdHighTraffic/ClusterOfSize3/Kill", Traffic: trafficpkg.EtcdPut, Profile: etcdHigh, Failpoint: failpoint.KillFailpoint, Cluster: triple()},
+		{Name: "KubernetesLowTraffic/ClusterOfSize3/BlackholePeerNetwork", Traffic: trafficpkg.Kubernetes, Profile: etcdMedium, Failpoint: failpoint.BlackholePeerNetwork, Cluster: triple()},
+		{Name: "EtcdTrafficDeleteLeases/ClusterOfSize3/DelayPeerNetwork", Traffic: trafficpkg.EtcdPutDeleteLease, Profile: etcdMedium, Failpoint: failpoint.DelayPeerNetwork, Cluster: triple()},
 	}
 }
 
+// TestRobustness runs each scenario on a fresh cluster of the binary under
+// test. A scenario is three concurrent activities over one shared clock and
+// request-ID space (trial): clients send the scenario's traffic, a watcher on
+// every member follows all keys until the traffic's last revision, and the
+// failpoint fires once, a second (with jitter) after the start. Then the
+// members must agree on HashKV, and the recorded history must pass the
+// suite's checks: linearizable, watch events complete and in order, and
+// serializable reads consistent with it.
 func TestRobustness(t *testing.T) {
 	e2e.BeforeTest(t)
 	for _, s := range robustnessScenarios() {
 		t.Run(s.Name, func(t *testing.T) {
 			lg := zaptest.NewLogger(t)
 			s.Cluster.Logger = lg
-			ctx := t.Context()
-			c, err := e2e.NewEtcdProcessCluster(ctx, t, e2e.WithConfig(&s.Cluster))
+			c, err := e2e.NewEtcdProcessCluster(t.Context(), t, e2e.WithConfig(&s.Cluster))
 			require.NoError(t, err)
-			defer forcestopCluster(c)
+			defer killCluster(c)
 			require.NoError(t, failpoint.Validate(c, s.Failpoint, s.Profile))
-			testRobustness(ctx, t, lg, s, c)
+			tr := &trial{t: t, lg: lg, scenario: s, cluster: c, start: time.Now(), ids: identity.NewIDProvider()}
+			tr.runAndCheck(t.Context())
 		})
 	}
 }
 
-func testRobustness(ctx context.Context, t *testing.T, lg *zap.Logger, s scenarios.TestScenario, c *e2e.EtcdProcessCluster) {
-	r, err := report.NewTestReport(lg, testResultsDirectory(t), report.ServerDataPaths(c), &report.TrafficDetail{ExpectUniqueRevision: s.Traffic.ExpectUniqueRevision()})
+// trial is one scenario's run on one cluster.
+type trial struct {
+	t        *testing.T
+	lg       *zap.Logger
+	scenario scenarios.TestScenario
+	cluster  *e2e.EtcdProcessCluster
+	// start is the time every client report counts from; ids hands out
+	// the request and client IDs of all three activities, so their reports
+	// merge into one history.
+	start time.Time
+	ids   identity.Provider
+}
+
+// runAndCheck runs the trial and checks what it recorded. The suite's
+// report keeps the members' data and the history when the test fails, or
+// when the check panics (deferred Finalize with panicked still true).
+func (tr *trial) runAndCheck(ctx context.Context) {
+	t := tr.t
+	rep, err := report.NewTestReport(tr.lg, resultsDir(t), report.ServerDataPaths(tr.cluster),
+		&report.TrafficDetail{ExpectUniqueRevision: tr.scenario.Traffic.ExpectUniqueRevision()})
 	require.NoError(t, err)
 	panicked := true
 	defer func() {
-		if err := r.Finalize(t.Failed(), panicked); err != nil {
+		if err := rep.Finalize(t.Failed(), panicked); err != nil {
 			t.Error(err)
 		}
 	}()
-	clientReports := runScenario(ctx, t, s, lg, c)
-	r.SetClientReports(clientReports)
-	if err := r.SaveEtcdData(); err != nil {
+	history := tr.run(ctx)
+	rep.SetClientReports(history)
+	if err := rep.SaveEtcdData(); err != nil {
 		t.Error(err)
 	}
+	persisted := tr.persistedRequests()
+	t.Logf("persisted requests: %d", len(persisted))
+	cfg := validate.Config{ExpectRevisionUnique: tr.scenario.Traffic.ExpectUniqueRevision()}
+	result := validate.ValidateAndReturnVisualize(tr.lg, cfg, history, persisted, 5*time.Minute)
+	if err := result.Error(); err != nil {
+		t.Error(err)
+	} else {
+		rep.SetVisualizer(result.Linearization.Visualize)
+	}
+	panicked = false
+}
 
-	validateConfig := validate.Config{ExpectRevisionUnique: s.Traffic.ExpectUniqueRevision()}
-	// The watch and stale-read validations replay the requests found in
-	// the members' etcd WAL (member/wal under each data dir), and the
-	// linearizability check uses them to bound failed writes. strata has
-	// no etcd WAL: its raft log's entries are exported
-	// (`strata inspect log --entries`) and written as an etcd WAL in a
-	// scratch dir per member, which the suite then reads as it reads
-	// etcd's. With -strata-wal=false (or if the export fails) the list
-	// stays empty and the suite validates linearizability only.
-	var persistedRequests []model.EtcdRequest
+// run starts the three activities and returns every client's report once
+// all have ended. The traffic stops a second after the failpoint has been
+// injected (it is told through injected) and then tells the watchers the
+// highest revision it saw (through lastRev), so that they stop once they
+// have seen it.
+func (tr *trial) run(ctx context.Context) []report.ClientReport {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	injected := make(chan report.FailpointInjection, 1)
+	lastRev := make(chan int64, 1)
+	traffic := client.NewSet(tr.ids, tr.start)
+	defer traffic.Close()
+	watchers := client.NewSet(tr.ids, tr.start)
+	defer watchers.Close()
+	var failpointReports []report.ClientReport
+	var g errgroup.Group
+	g.Go(func() error {
+		defer close(injected)
+		fr := tr.injectFailpoint(ctx)
+		if fr == nil {
+			cancel()
+			return nil
+		}
+		injected <- fr.FailpointInjection
+		failpointReports = fr.Client
+		return nil
+	})
+	g.Go(func() error {
+		defer close(lastRev)
+		ops := trafficpkg.SimulateTraffic(ctx, tr.t, tr.lg, tr.cluster, tr.scenario.Profile, tr.scenario.Traffic, injected, traffic)
+		rev := report.OperationsMaxRevision(ops)
+		tr.lg.Info("traffic ended", zap.Int64("max-revision", rev))
+		lastRev <- rev
+		return nil
+	})
+	g.Go(func() error {
+		var endpoints []string
+		for _, p := range tr.cluster.Procs {
+			endpoints = append(endpoints, p.EndpointsGRPC()[0])
+		}
+		return client.CollectClusterWatchEvents(ctx, client.CollectClusterWatchEventsParam{
+			Lg: tr.lg, Endpoints: endpoints, MaxRevisionChan: lastRev, ClientSet: watchers,
+		})
+	})
+	if err := g.Wait(); err != nil {
+		tr.t.Error(err)
+	}
+	if err := client.CheckEndOfTestHashKV(ctx, tr.cluster); err != nil {
+		tr.t.Error(err)
+	}
+	return slices.Concat(traffic.Reports(), watchers.Reports(), failpointReports)
+}
+
+// injectFailpoint waits about a second, fires the scenario's failpoint and
+// waits about a second more, so that traffic runs before, during and after
+// it. It returns nil (having failed the test) if the failpoint could not be
+// injected.
+func (tr *trial) injectFailpoint(ctx context.Context) *report.FailpointReport {
+	time.Sleep(jittered(time.Second))
+	fr, err := failpoint.Inject(ctx, tr.t, tr.lg, tr.cluster, tr.scenario.Failpoint, tr.start, tr.ids)
+	if err != nil {
+		tr.t.Error(err)
+		return nil
+	}
+	time.Sleep(jittered(time.Second))
+	return fr
+}
+
+// persistedRequests returns the requests the members' logs hold, which the
+// watch and serializable-read checks replay and the linearizability check
+// uses to settle writes whose client saw no answer. etcd keeps them in its
+// WAL (member/wal). strata has no etcd WAL: its raft log's entries are
+// exported (`strata inspect log --entries`) and written as an etcd WAL in a
+// scratch dir per member, which the suite reads as it reads etcd's. With
+// -strata-wal=false (or if the export fails) the list stays empty and only
+// linearizability is checked.
+func (tr *trial) persistedRequests() []model.EtcdRequest {
+	var (
+		requests []model.EtcdRequest
+		err      error
+	)
 	switch {
-	case hasWAL(c):
-		persistedRequests, err = report.PersistedRequestsCluster(lg, c)
+	case hasWAL(tr.cluster):
+		requests, err = report.PersistedRequestsCluster(tr.lg, tr.cluster)
 	case *strataWAL:
 		var dirs []string
-		if dirs, err = exportStrataWALs(t, lg, c); err == nil {
-			persistedRequests, err = report.PersistedRequests(lg, dirs)
+		if dirs, err = exportStrataWALs(tr.t, tr.lg, tr.cluster); err == nil {
+			requests, err = report.PersistedRequests(tr.lg, dirs)
 		}
 		if err != nil {
 			err = fmt.Errorf("rebuilding history from strata's raft log: %w", err)
 		}
 	default:
-		t.Logf("NOTE: no etcd WAL and -strata-wal=false: watch and serializable-read validation skipped, linearizability only")
+		tr.t.Logf("NOTE: no etcd WAL and -strata-wal=false: watch and serializable-read validation skipped, linearizability only")
 	}
 	if err != nil {
-		t.Error(err)
+		tr.t.Error(err)
 	}
-	t.Logf("persisted requests: %d", len(persistedRequests))
-	result := validate.ValidateAndReturnVisualize(lg, validateConfig, clientReports, persistedRequests, 5*time.Minute)
-	if err := result.Error(); err != nil {
-		t.Error(err)
-	} else {
-		r.SetVisualizer(result.Linearization.Visualize)
-	}
-	panicked = false
-}
-
-func runScenario(ctx context.Context, t *testing.T, s scenarios.TestScenario, lg *zap.Logger, clus *e2e.EtcdProcessCluster) []report.ClientReport {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	g := errgroup.Group{}
-	var failpointClientReport []report.ClientReport
-	failpointInjected := make(chan report.FailpointInjection, 1)
-
-	baseTime := time.Now()
-	ids := identity.NewIDProvider()
-	g.Go(func() error {
-		defer close(failpointInjected)
-		time.Sleep(randomizeTime(waitBeforeFailpoint, waitJitter))
-		fr, err := failpoint.Inject(ctx, t, lg, clus, s.Failpoint, baseTime, ids)
-		if err != nil {
-			t.Error(err)
-			cancel()
-		}
-		time.Sleep(randomizeTime(waitAfterFailpoint, waitJitter))
-		if fr != nil {
-			failpointInjected <- fr.FailpointInjection
-			failpointClientReport = fr.Client
-		}
-		return nil
-	})
-	trafficSet := client.NewSet(ids, baseTime)
-	defer trafficSet.Close()
-	maxRevisionChan := make(chan int64, 1)
-	g.Go(func() error {
-		defer close(maxRevisionChan)
-		operationReport := traffic.SimulateTraffic(ctx, t, lg, clus, s.Profile, s.Traffic, failpointInjected, trafficSet)
-		maxRevision := report.OperationsMaxRevision(operationReport)
-		maxRevisionChan <- maxRevision
-		lg.Info("Finished simulating Traffic", zap.Int64("max-revision", maxRevision))
-		return nil
-	})
-	watchSet := client.NewSet(ids, baseTime)
-	defer watchSet.Close()
-	g.Go(func() error {
-		endpoints := make([]string, 0, len(clus.Procs))
-		for _, proc := range clus.Procs {
-			endpoints = append(endpoints, proc.EndpointsGRPC()[0])
-		}
-		return client.CollectClusterWatchEvents(ctx, client.CollectClusterWatchEventsParam{
-			Lg:              lg,
-			Endpoints:       endpoints,
-			MaxRevisionChan: maxRevisionChan,
-			ClientSet:       watchSet,
-		})
-	})
-	if err := g.Wait(); err != nil {
-		t.Error(err)
-	}
-	if err := client.CheckEndOfTestHashKV(ctx, clus); err != nil {
-		t.Error(err)
-	}
-	return slices.Concat(trafficSet.Reports(), watchSet.Reports(), failpointClientReport)
+	return requests
 }
 
 // hasWAL reports whether any member's data dir holds an etcd WAL.
@@ -341,26 +379,30 @@ func isLeaseCheckpoint(data []byte) bool {
 	return proto.Unmarshal(data, &req) == nil && req.LeaseCheckpoint != nil
 }
 
-func randomizeTime(base, jitter time.Duration) time.Duration {
-	return base - jitter + time.Duration(rand.Int63n(int64(jitter)*2))
+// jittered returns d give or take a fifth of it.
+func jittered(d time.Duration) time.Duration {
+	return d - d/5 + time.Duration(rand.Int63n(int64(d)*2/5))
 }
 
-func forcestopCluster(clus *e2e.EtcdProcessCluster) error {
-	for _, member := range clus.Procs {
-		member.Kill()
+// killCluster kills every member and waits for the processes to end.
+func killCluster(c *e2e.EtcdProcessCluster) error {
+	for _, p := range c.Procs {
+		p.Kill()
 	}
-	return clus.ConcurrentStop()
+	return c.ConcurrentStop()
 }
 
-func testResultsDirectory(t *testing.T) string {
-	dir, ok := os.LookupEnv("RESULTS_DIR")
-	if !ok {
-		dir = os.TempDir()
+// resultsDir is a fresh directory for the report of test t, under
+// $RESULTS_DIR (default: the system temp dir).
+func resultsDir(t *testing.T) string {
+	base := os.Getenv("RESULTS_DIR")
+	if base == "" {
+		base = os.TempDir()
 	}
-	dir, err := filepath.Abs(dir)
+	base, err := filepath.Abs(base)
 	require.NoError(t, err)
-	path := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_"), fmt.Sprintf("%v", time.Now().UnixNano()))
-	require.NoError(t, os.RemoveAll(path))
-	require.NoError(t, os.MkdirAll(path, 0o700))
-	return path
+	dir := filepath.Join(base, strings.ReplaceAll(t.Name(), "/", "_"), strconv.FormatInt(time.Now().UnixNano(), 10))
+	require.NoError(t, os.RemoveAll(dir))
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	return dir
 }
