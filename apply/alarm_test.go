@@ -22,7 +22,7 @@ func alarmReq(id uint64, action pb.AlarmRequest_AlarmAction, member uint64, typ 
 func TestAlarms(t *testing.T) {
 	fs := vfs.NewMem()
 	eng, store := openStore(t, fs)
-	a, err := New(store, nil, nil)
+	a, err := New(Config{Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestAlarms(t *testing.T) {
 			alarms: []*pb.AlarmMember{{MemberID: 3, Alarm: pb.AlarmType_CORRUPT}}},
 	} {
 		index++
-		w := a.Register(requestID(tc.req))
+		w := a.cfg.Waiters.Register(requestID(tc.req))
 		if err := a.applyBatches([]node.Committed{{Entries: []*raftpb.Entry{normal(t, index, tc.req)}}}); err != nil {
 			t.Fatalf("%s: apply: %v", tc.name, err)
 		}
@@ -84,7 +84,7 @@ func TestAlarms(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, store = openStore(t, fs)
-	b, err := New(store, nil, nil)
+	b, err := New(Config{Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}

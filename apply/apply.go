@@ -2,16 +2,31 @@
 // strata's state. The applier takes batches of committed entries from the
 // node, applies every request of every entry it has at hand to one mvcc write
 // batch, commits that batch to the engine together with the index of the last
-// entry (DESIGN.md rule 2: one applier, one batch, the applied index in the
-// same batch as the data), and only then answers the clients that wait on
-// those entries and reports progress to the node.
+// entry (docs/design.md, durability rule 2: the applied index in the same
+// batch as the data), and only then answers the clients that wait on those
+// entries (Waiters) and reports the outcome (the applied index, a changed
+// membership) on Outcomes, which the member's one loop hands to the node and
+// the transport.
 //
 // There is no "consistent index" kept on the side and no per-entry decision
 // about whether an entry was already applied: raft redelivers exactly the
 // entries after the engine's applied index, and each is applied once.
 //
-// Concurrency: Run is the applier goroutine, the only writer to mvcc.
-// Register, AppliedIndex, WaitApplied and Members are safe from any
+// The applier is built once from a Config that holds everything it works
+// with: the store, the lessor and the auth store (state-machine state it
+// applies requests to and reloads after a snapshot install), the installer
+// that replaces the store's content for a snapshot, the waiters, and the
+// notifier told after every commit (the watch hub). Nothing is attached
+// later.
+//
+// Concurrency: Run is the applier goroutine, the only one that applies
+// entries. Others commit to the store too: start-up recovery
+// (ReplayCompactedBatches, before Run starts), MVCC's physical compaction
+// (removing revisions a compaction entry made unreachable, in the
+// background), and the log compactor, which writes only the store's index
+// -> revision bookkeeping (mvcc.ForgetIndexRevisions); none of them changes
+// what a read at a live revision returns.
+// AppliedIndex, WaitApplied, Members, ConfState and Alarms are safe from any
 // goroutine.
 package apply
 
@@ -27,6 +42,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-kv/strata/auth"
 	"github.com/strata-kv/strata/internal/failpoint"
 	"github.com/strata-kv/strata/lease"
 	"github.com/strata-kv/strata/mvcc"
@@ -51,47 +67,91 @@ type Result struct {
 	Compacted <-chan struct{}
 }
 
-// Progress receives the applied index after each engine commit.
-type Progress interface {
-	Applied(index uint64)
+// Installer replaces the store's content with the data staged for a raft
+// snapshot (a full engine view to ingest, or an incremental catch-up it
+// applies through InstallCatchUp). It runs on the applier goroutine.
+type Installer interface {
+	Install(snap *raftpb.Snapshot) error
+}
+
+// Notifier is told, on the applier goroutine, after every engine commit and
+// snapshot install, once the new state is readable (the watch hub). Notify
+// must not block.
+type Notifier interface {
+	Notify()
+}
+
+// Config is everything an applier works with, given once at construction.
+type Config struct {
+	// Store is the state machine the applier writes; its content says
+	// where the applier starts (applied index, conf state, membership).
+	Store *mvcc.Store
+	// Waiters is where clients wait for the results of their requests;
+	// nil gives the applier a registry of its own (recovery, tests).
+	Waiters *Waiters
+	// Lessor applies lease requests; nil refuses them (and recovery
+	// replays kept lease entries as records, see logcompact.go).
+	Lessor *lease.Lessor
+	// Auth holds users and roles: auth requests are applied to it and
+	// users' writes checked against it (auth.go); nil refuses auth
+	// requests as unsupported.
+	Auth *auth.Store
+	// Installer installs raft snapshots; nil fails an install.
+	Installer Installer
+	// Notifier, if not nil, is told after every commit and install.
+	Notifier Notifier
+	Logger   *zap.Logger
+}
+
+// Outcome is what one engine commit or snapshot install did that the
+// member acts on: the index now applied, and the member list when it
+// changed. Run reports one per commit or install, after the waiting clients
+// have their answers (see Outcomes).
+type Outcome struct {
+	// Applied is the index the engine holds now.
+	Applied uint64
+	// Members is the new member list; nil if the membership did not change.
+	Members []*pb.Member
+	// Installed is set when the outcome is a snapshot install's.
+	Installed bool
 }
 
 // Applier applies committed entries. See the package comment.
 type Applier struct {
-	store    *mvcc.Store
-	progress Progress
-	logger   *zap.Logger
+	cfg    Config
+	store  *mvcc.Store
+	lessor *lease.Lessor
+	logger *zap.Logger
+	// auth is cfg.Auth as the request path uses it (auth.go); nil when
+	// cfg.Auth is.
+	auth *authApplier
 
 	applied atomic.Uint64
 
 	mu struct {
 		sync.Mutex
-		waiters   map[uint64]chan Result // request ID -> waiting client
-		appliedCh chan struct{}          // closed and replaced on every commit
+		appliedCh chan struct{} // closed and replaced on every commit
 	}
 	members   atomic.Pointer[[]*pb.Member]
 	confState atomic.Pointer[raftpb.ConfState]
 	alarms    atomic.Pointer[[]*pb.AlarmMember] // see alarm.go
 
-	// Set before Run, read only by the applier goroutine.
-	install          func(snap *raftpb.Snapshot) error
-	onMembersChanged func(members []*pb.Member)
-	lessor           *lease.Lessor // nil: lease requests are refused
-	auth             Auth          // nil: auth requests are refused
-
-	// onCommit is told after every engine commit (the watch hub's Notify);
-	// set before Run.
-	onCommit func()
+	outcomes chan Outcome
 }
 
-// New creates an applier over store, whose state it reads back: the applied
-// index, the raft conf state and the membership.
-func New(store *mvcc.Store, progress Progress, logger *zap.Logger) (*Applier, error) {
-	if logger == nil {
-		logger = zap.NewNop()
+// New creates an applier over cfg.Store, whose state it reads back: the
+// applied index, the raft conf state and the membership.
+func New(cfg Config) (*Applier, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
 	}
-	a := &Applier{store: store, progress: progress, logger: logger}
-	a.mu.waiters = map[uint64]chan Result{}
+	if cfg.Waiters == nil {
+		cfg.Waiters = NewWaiters()
+	}
+	a := &Applier{cfg: cfg, store: cfg.Store, lessor: cfg.Lessor, logger: cfg.Logger, outcomes: make(chan Outcome, 1)}
+	if cfg.Auth != nil {
+		a.auth = &authApplier{s: cfg.Auth}
+	}
 	a.mu.appliedCh = make(chan struct{})
 	if err := a.load(); err != nil {
 		return nil, err
@@ -127,27 +187,27 @@ func (a *Applier) load() error {
 	return a.loadAlarms()
 }
 
-// SetProgress sets the receiver of applied-index reports. It must be called
-// before Run.
-func (a *Applier) SetProgress(p Progress) { a.progress = p }
+// Outcomes delivers what the commits and installs did. Outcomes not yet
+// taken are merged into one (the newest applied index, the newest member
+// list), so the applier never waits for the member's loop and the loop
+// always acts on the newest state: the node needs only the newest applied
+// index, the transport only the newest membership.
+func (a *Applier) Outcomes() <-chan Outcome { return a.outcomes }
 
-// SetInstaller sets the function that replaces the store's content with a
-// received snapshot. It must be called before Run.
-func (a *Applier) SetInstaller(install func(snap *raftpb.Snapshot) error) { a.install = install }
-
-// SetMembersChanged sets a function called, on the applier goroutine,
-// with the new member list after every applied membership change. It must
-// be called before Run.
-func (a *Applier) SetMembersChanged(f func(members []*pb.Member)) { a.onMembersChanged = f }
-
-// SetOnCommit sets a function called on the applier goroutine after every
-// engine commit and snapshot install, once the new state is readable (the
-// watch hub's Notify). It must not block. It must be called before Run.
-func (a *Applier) SetOnCommit(f func()) { a.onCommit = f }
-
-// SetLessor sets the lessor that applies lease requests. It must be called
-// before Run.
-func (a *Applier) SetLessor(l *lease.Lessor) { a.lessor = l }
+// report publishes o, merged with an outcome still waiting to be taken.
+// Only the applier goroutine reports, so after the receive below the
+// channel (capacity 1) has room.
+func (a *Applier) report(o Outcome) {
+	select {
+	case waiting := <-a.outcomes:
+		if o.Members == nil {
+			o.Members = waiting.Members
+		}
+		o.Installed = o.Installed || waiting.Installed
+	default:
+	}
+	a.outcomes <- o
+}
 
 // ConfState returns the raft membership the state machine holds, or nil
 // before the first membership entry was applied.
@@ -158,23 +218,6 @@ func (a *Applier) Members() []*pb.Member { return *a.members.Load() }
 
 // AppliedIndex returns the index of the last entry committed to the engine.
 func (a *Applier) AppliedIndex() uint64 { return a.applied.Load() }
-
-// Register returns the channel on which the result of the request with
-// this ID will be delivered once applied. Call it before proposing.
-func (a *Applier) Register(id uint64) <-chan Result {
-	c := make(chan Result, 1)
-	a.mu.Lock()
-	a.mu.waiters[id] = c
-	a.mu.Unlock()
-	return c
-}
-
-// Cancel forgets a registered request whose client gave up.
-func (a *Applier) Cancel(id uint64) {
-	a.mu.Lock()
-	delete(a.mu.waiters, id)
-	a.mu.Unlock()
-}
 
 // WaitApplied blocks until every entry up to index has been applied.
 func (a *Applier) WaitApplied(ctx context.Context, index uint64) error {
@@ -263,45 +306,54 @@ var ErrOutcomeUnknown = errors.New("apply: a snapshot install covered the reques
 // the leader took the snapshot's engine view, and their entries are
 // applied as usual.
 func (a *Applier) installSnapshot(c node.Committed) error {
-	a.mu.Lock()
-	waiting := make([]uint64, 0, len(a.mu.waiters))
-	for id := range a.mu.waiters {
-		waiting = append(waiting, id)
-	}
-	a.mu.Unlock()
+	waiting := a.cfg.Waiters.ids()
 	defer func() {
-		a.mu.Lock()
-		for _, id := range waiting {
-			if ch, ok := a.mu.waiters[id]; ok {
-				ch <- Result{Err: ErrOutcomeUnknown}
-				delete(a.mu.waiters, id)
-			}
+		outcomeUnknown := make([]answer, len(waiting))
+		for i, id := range waiting {
+			outcomeUnknown[i] = answer{id: id, result: Result{Err: ErrOutcomeUnknown}}
 		}
-		a.mu.Unlock()
+		a.cfg.Waiters.answer(outcomeUnknown)
 	}()
-	var err error
-	if a.install == nil {
-		err = fmt.Errorf("no snapshot installer")
-	} else if err = a.install(c.Snapshot); err == nil {
-		err = a.load()
-	}
+	err := a.install(c.Snapshot)
 	if err == nil {
 		a.mu.Lock()
 		close(a.mu.appliedCh)
 		a.mu.appliedCh = make(chan struct{})
 		a.mu.Unlock()
-		if a.onMembersChanged != nil {
-			a.onMembersChanged(a.Members())
-		}
-		if a.progress != nil {
-			a.progress.Applied(a.applied.Load())
-		}
-		if a.onCommit != nil {
-			a.onCommit()
+		if a.cfg.Notifier != nil {
+			a.cfg.Notifier.Notify()
 		}
 	}
 	c.Installed <- err
+	if err == nil {
+		a.report(Outcome{Applied: a.applied.Load(), Members: a.Members(), Installed: true})
+	}
 	return err
+}
+
+// install has the installer replace the store's content, then reloads
+// what the applier, the lessor and the auth store keep of it.
+func (a *Applier) install(snap *raftpb.Snapshot) error {
+	if a.cfg.Installer == nil {
+		return fmt.Errorf("no snapshot installer")
+	}
+	if err := a.cfg.Installer.Install(snap); err != nil {
+		return err
+	}
+	if err := a.load(); err != nil {
+		return err
+	}
+	if a.lessor != nil {
+		if err := a.lessor.Load(a.store); err != nil {
+			return fmt.Errorf("reload leases after install: %w", err)
+		}
+	}
+	if a.cfg.Auth != nil {
+		if err := a.cfg.Auth.Load(a.store.Reader()); err != nil {
+			return fmt.Errorf("reload auth after install: %w", err)
+		}
+	}
+	return nil
 }
 
 type answer struct {
@@ -424,28 +476,22 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 		a.members.Store(&members)
 	}
 	a.applied.Store(last)
-	if a.onCommit != nil {
-		a.onCommit()
+	if a.cfg.Notifier != nil {
+		a.cfg.Notifier.Notify()
 	}
 	a.mu.Lock()
 	close(a.mu.appliedCh)
 	a.mu.appliedCh = make(chan struct{})
-	for _, ans := range answers {
-		if c, ok := a.mu.waiters[ans.id]; ok {
-			c <- ans.result
-			delete(a.mu.waiters, ans.id)
-		}
-	}
 	a.mu.Unlock()
+	a.cfg.Waiters.answer(answers)
 	// After the answers: a member that applied its own removal stops on
-	// this call, and the client that asked for the removal must have its
-	// answer first.
-	if membersChanged && a.onMembersChanged != nil {
-		a.onMembersChanged(members)
+	// this outcome, and the client that asked for the removal must have
+	// its answer first.
+	o := Outcome{Applied: last}
+	if membersChanged {
+		o.Members = members
 	}
-	if a.progress != nil {
-		a.progress.Applied(last)
-	}
+	a.report(o)
 	return nil
 }
 
@@ -464,7 +510,7 @@ func (a *Applier) applyRequest(w *mvcc.WriteBatch, r *pb.InternalRaftRequest, me
 		return Result{Err: err}, false, nil
 	}
 	if a.auth != nil {
-		if res, handled, err := a.auth.Apply(w, r); handled || err != nil {
+		if res, handled, err := a.auth.apply(w, r); handled || err != nil {
 			return res, false, err
 		}
 	}

@@ -3,7 +3,6 @@ package apply
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,9 +16,10 @@ import (
 	"github.com/strata-kv/strata/node"
 )
 
-type progress struct{ last atomic.Uint64 }
+// installerFunc is an Installer that calls itself.
+type installerFunc func(*raftpb.Snapshot) error
 
-func (p *progress) Applied(index uint64) { p.last.Store(index) }
+func (f installerFunc) Install(snap *raftpb.Snapshot) error { return f(snap) }
 
 func openStore(t *testing.T, fs vfs.FS) (*pebbleengine.Engine, *mvcc.Store) {
 	t.Helper()
@@ -67,8 +67,7 @@ func put(id uint64, k, v string) *pb.InternalRaftRequest {
 func TestApplyAnswersWaitersAndPersistsState(t *testing.T) {
 	fs := vfs.NewMem()
 	eng, store := openStore(t, fs)
-	prog := &progress{}
-	a, err := New(store, prog, nil)
+	a, err := New(Config{Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,9 +76,9 @@ func TestApplyAnswersWaitersAndPersistsState(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx, in) }()
 
-	w1 := a.Register(101)
-	w2 := a.Register(102)
-	wcc := a.Register(103)
+	w1 := a.cfg.Waiters.Register(101)
+	w2 := a.cfg.Waiters.Register(102)
+	wcc := a.cfg.Waiters.Register(103)
 	cs := &raftpb.ConfState{Voters: []uint64{7}}
 	in <- node.Committed{
 		Entries: []*raftpb.Entry{
@@ -139,10 +138,24 @@ func TestApplyAnswersWaitersAndPersistsState(t *testing.T) {
 	if string(resp.Kvs[0].Value) != "2" || resp.Kvs[0].ModRevision != 3 {
 		t.Fatalf("a = %q at %d, want 2 at 3", resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
 	}
-	// Progress is reported right after the waiters are released.
-	for deadline := time.Now().Add(5 * time.Second); prog.last.Load() != 6; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("progress reported %d, want 6", prog.last.Load())
+	// Each commit's outcome is reported after its waiters are released:
+	// the applied index, and the member list where it changed (the first
+	// batch's conf change).
+	var outcomes []Outcome
+	for len(outcomes) == 0 || outcomes[len(outcomes)-1].Applied != 6 {
+		select {
+		case o := <-a.Outcomes():
+			outcomes = append(outcomes, o)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("outcomes %+v, want the last at index 6", outcomes)
+		}
+	}
+	if o := outcomes[0]; len(o.Members) != 1 || o.Members[0].ID != 7 || o.Installed {
+		t.Fatalf("first outcome %+v, want the new member list with member 7", o)
+	}
+	for _, o := range outcomes[1:] {
+		if o.Members != nil {
+			t.Fatalf("outcome %+v reports a membership change; none happened after the first batch", o)
 		}
 	}
 	cancel()
@@ -157,7 +170,7 @@ func TestApplyAnswersWaitersAndPersistsState(t *testing.T) {
 	store.Close()
 	eng.Close()
 	_, store2 := openStore(t, fs)
-	a2, err := New(store2, nil, nil)
+	a2, err := New(Config{Store: store2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +222,7 @@ func TestRedeliveredMembershipRestoresLostConfState(t *testing.T) {
 			if err := w.Commit(3); err != nil {
 				t.Fatal(err)
 			}
-			a, err := New(store, nil, nil)
+			a, err := New(Config{Store: store})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -247,7 +260,7 @@ func TestRedeliveredMembershipRestoresLostConfState(t *testing.T) {
 			store.Close()
 			eng.Close()
 			_, store2 := openStore(t, fs)
-			a2, err := New(store2, nil, nil)
+			a2, err := New(Config{Store: store2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -277,16 +290,16 @@ func TestRedeliveredMembershipRestoresLostConfState(t *testing.T) {
 // waiting for its entry.
 func TestInstallAnswersWaitingClients(t *testing.T) {
 	_, store := openStore(t, vfs.NewMem())
-	a, err := New(store, nil, nil)
+	waiters := NewWaiters()
+	covered := waiters.Register(1)
+	var during <-chan Result
+	a, err := New(Config{Store: store, Waiters: waiters, Installer: installerFunc(func(*raftpb.Snapshot) error {
+		during = waiters.Register(2)
+		return nil
+	})})
 	if err != nil {
 		t.Fatal(err)
 	}
-	covered := a.Register(1)
-	var during <-chan Result
-	a.SetInstaller(func(*raftpb.Snapshot) error {
-		during = a.Register(2)
-		return nil
-	})
 	installed := make(chan error, 1)
 	in := make(chan node.Committed, 1)
 	in <- node.Committed{Snapshot: &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(5)}}, Installed: installed}

@@ -1,22 +1,101 @@
 package apply
 
 import (
+	"fmt"
+
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/strata-kv/strata/auth"
 	"github.com/strata-kv/strata/mvcc"
 )
 
-// Auth applies replicated auth requests (the InternalRaftRequest Auth*
-// fields and Authenticate) into the entry's write batch, and checks a
+// authApplier applies replicated auth requests (the InternalRaftRequest
+// Auth* fields and Authenticate) into the entry's write batch, and checks a
 // user's write against the auth state as it is when the write is applied
 // (etcd's auth applier): a permission revoked after the proposal is
 // honoured, identically on every member.
-type Auth interface {
-	// Apply returns handled=false to let the applier apply r itself. A
-	// refusal is a Result with an error; a returned error is fatal.
-	Apply(w *mvcc.WriteBatch, r *pb.InternalRaftRequest) (res Result, handled bool, err error)
+type authApplier struct{ s *auth.Store }
+
+// apply returns handled=false to let the applier apply r itself. A refusal
+// is a Result with an error; a returned error is fatal.
+func (x *authApplier) apply(w *mvcc.WriteBatch, r *pb.InternalRaftRequest) (res Result, handled bool, err error) {
+	if h := r.Header; h != nil && h.Username != "" && x.s.Enabled() {
+		// Auth management is decided again at apply time, as etcd's auth
+		// applier does: the caller may have lost the root role since.
+		if err := x.checkManagement(&auth.Info{Username: h.Username, Revision: h.AuthRevision}, r); err != nil {
+			return Result{Err: err}, true, nil
+		}
+	}
+	resp, handled, refused, err := x.s.Apply(w.Batch(), r)
+	if err != nil {
+		return Result{}, true, err
+	}
+	if handled {
+		return Result{Response: resp, Err: refused}, true, nil
+	}
+	h := r.Header
+	if h == nil || h.Username == "" || !x.s.Enabled() {
+		// Auth is off, or the request is the member's own (lease expiry,
+		// auto-compaction, attributes), which etcd makes as root.
+		return Result{}, false, nil
+	}
+	refused, err = x.check(w, &auth.Info{Username: h.Username, Revision: h.AuthRevision}, r)
+	if err != nil || refused != nil {
+		return Result{Err: refused}, true, err
+	}
+	return Result{}, false, nil
 }
 
-// SetAuth sets the auth state machine. It must be called before Run; nil
-// (the default) refuses auth requests as unsupported.
-func (a *Applier) SetAuth(x Auth) { a.auth = x }
+// checkManagement permits an auth management request to the root role,
+// and a user changing its own password.
+func (x *authApplier) checkManagement(info *auth.Info, r *pb.InternalRaftRequest) error {
+	switch {
+	case r.AuthUserChangePassword != nil && r.AuthUserChangePassword.Name == info.Username:
+		return x.s.IsUserOrAdmin(info, info.Username)
+	case r.AuthEnable != nil, r.AuthDisable != nil, r.AuthUserAdd != nil, r.AuthUserDelete != nil,
+		r.AuthUserChangePassword != nil, r.AuthUserGrantRole != nil, r.AuthUserRevokeRole != nil,
+		r.AuthRoleAdd != nil, r.AuthRoleDelete != nil, r.AuthRoleGrantPermission != nil,
+		r.AuthRoleRevokePermission != nil:
+		return x.s.IsAdminPermitted(info)
+	}
+	return nil
+}
+
+// check decides a user's write as etcd's auth applier does: refused is
+// etcd's answer, err a failure to read the batch (fatal).
+func (x *authApplier) check(w *mvcc.WriteBatch, info *auth.Info, r *pb.InternalRaftRequest) (refused, err error) {
+	switch {
+	case r.Put != nil:
+		if err := x.s.IsOpPermitted(info, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: r.Put}}); err != nil {
+			return err, nil
+		}
+		return x.leaseKeys(w, info, r.Put.Lease)
+	case r.DeleteRange != nil:
+		return x.s.IsOpPermitted(info, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: r.DeleteRange}}), nil
+	case r.Txn != nil:
+		return x.s.IsTxnPermitted(info, r.Txn), nil
+	case r.Compaction != nil:
+		return x.s.IsAdminPermitted(info), nil
+	case r.LeaseRevoke != nil:
+		return x.leaseKeys(w, info, r.LeaseRevoke.ID)
+	}
+	return nil, nil
+}
+
+// leaseKeys checks write access to every key attached to a lease: putting
+// with a lease, or revoking it, may delete them all.
+func (x *authApplier) leaseKeys(w *mvcc.WriteBatch, info *auth.Info, id int64) (refused, err error) {
+	if id == 0 {
+		return nil, nil
+	}
+	keys, err := w.LeaseKeys(id)
+	if err != nil {
+		return nil, fmt.Errorf("keys of lease %x: %w", id, err)
+	}
+	for _, k := range keys {
+		if err := x.s.IsPutPermitted(info, k); err != nil {
+			return err, nil
+		}
+	}
+	return nil, nil
+}

@@ -78,8 +78,8 @@ const ownEntriesChunk = 16 << 20
 // it ends at its last index's state, so the store ends at the leader's
 // state at c.End.
 //
-// It runs on the applier goroutine, from the installer (SetInstaller),
-// which reloads the lessor and the auth store afterwards.
+// It runs on the applier goroutine, from the installer (Config.Installer);
+// the applier reloads the lessor and the auth store afterwards.
 func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 	var st CatchUpStats
 	applied := a.applied.Load()
@@ -257,14 +257,7 @@ func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 	}
 	a.members.Store(&members)
 	a.applied.Store(c.End)
-	a.mu.Lock()
-	for _, ans := range answers {
-		if ch, ok := a.mu.waiters[ans.id]; ok {
-			ch <- ans.result
-			delete(a.mu.waiters, ans.id)
-		}
-	}
-	a.mu.Unlock()
+	a.cfg.Waiters.answer(answers)
 	return st, nil
 }
 

@@ -108,7 +108,7 @@ func TestInstallCatchUp(t *testing.T) {
 						t.Fatalf("applied %d, base %d: %d own entries applied", a, b, st.OwnEntries)
 					}
 					// What the store holds is what a restart reads back.
-					again, err := New(m.store, nil, nil)
+					again, err := New(Config{Store: m.store})
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -156,7 +156,7 @@ func TestReplayRaisesCompactRevision(t *testing.T) {
 				_, err = m.applier.InstallCatchUp(CatchUp{Base: uint64(tc.applied), Batches: batches, End: uint64(len(entries))})
 			} else {
 				var recovering *Applier
-				if recovering, err = New(m.store, nil, nil); err != nil {
+				if recovering, err = New(Config{Store: m.store}); err != nil {
 					t.Fatal(err)
 				}
 				_, err = recovering.ReplayCompactedBatches(batches, tc.how, horizon, 0)

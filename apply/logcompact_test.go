@@ -38,11 +38,10 @@ func newMember(t *testing.T) *member {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(store, nil, nil)
+	a, err := New(Config{Store: store, Lessor: lessor})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.SetLessor(lessor)
 	t.Cleanup(func() {
 		_ = store.Close()
 		_ = eng.Close()
@@ -306,7 +305,7 @@ func testCompactedBatchReplay(t *testing.T, name string, seeds uint64, commands,
 					for _, strategy := range []string{RecoveryNaive, RecoveryDescending} {
 						m := newMember(t)
 						m.apply(t, rng, entries[:k])
-						recovering, err := New(m.store, nil, nil)
+						recovering, err := New(Config{Store: m.store})
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -321,8 +320,10 @@ func testCompactedBatchReplay(t *testing.T, name string, seeds uint64, commands,
 						if k == lm.floor && strategy == RecoveryDescending && tm.Applied > tm.Records {
 							t.Fatalf("descending applied %d of %d records", tm.Applied, tm.Records)
 						}
-						recovering.SetLessor(m.applier.lessor)
 						if err := m.applier.lessor.Load(m.store); err != nil {
+							t.Fatal(err)
+						}
+						if recovering, err = New(Config{Store: m.store, Lessor: m.applier.lessor}); err != nil {
 							t.Fatal(err)
 						}
 						(&member{store: m.store, applier: recovering}).apply(t, rng, entries[recovering.AppliedIndex():])
@@ -432,15 +433,17 @@ func TestCompactedBatchAfterPhysicalCompaction(t *testing.T) {
 			m := newMember(t)
 			m.apply(t, rand.New(rand.NewPCG(2, 2)), entries[:tc.prefixLive])
 			if b != nil {
-				recovering, err := New(m.store, nil, nil)
+				recovering, err := New(Config{Store: m.store})
 				if err != nil {
 					t.Fatal(err)
 				}
 				if _, err := recovering.ReplayCompactedBatches([]*raftlog.CompactedBatch{b}, RecoveryNaive, m.store.CompactRev(), 0); err != nil {
 					t.Fatal(err)
 				}
+				if recovering, err = New(Config{Store: m.store, Lessor: lease.New(lease.Config{})}); err != nil {
+					t.Fatal(err)
+				}
 				m = &member{store: m.store, applier: recovering}
-				recovering.SetLessor(lease.New(lease.Config{}))
 			}
 			// Raft redelivers the entries after the applied index.
 			m.apply(t, rand.New(rand.NewPCG(3, 3)), entries[m.store.AppliedIndex():])

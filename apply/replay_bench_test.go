@@ -71,7 +71,7 @@ func BenchmarkReplayCompactedBatches(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				a, err := New(store, nil, nil)
+				a, err := New(Config{Store: store})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -105,6 +105,26 @@ type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
+// Raft is what the lessor needs to know of raft and the state machine.
+type Raft interface {
+	// IsLeader reports whether this member is the raft leader.
+	IsLeader() bool
+	// LastIndex and AppliedIndex report the last index of the raft log and
+	// the applied index. A new leader is promoted only once it has applied
+	// its log as it was when it noticed its leadership (a leader's log
+	// holds every committed entry), so that deadlines count from the
+	// checkpoints and grants the log holds, not from what the engine had
+	// before replay.
+	LastIndex() uint64
+	AppliedIndex() uint64
+}
+
+// Proposer replicates a request through raft and waits until it is
+// applied; Submit returns the request's error, if any (propose.Proposer).
+type Proposer interface {
+	Submit(ctx context.Context, req *pb.InternalRaftRequest) error
+}
+
 // Config configures a Lessor.
 type Config struct {
 	// MinTTL is the smallest TTL a lease gets, in seconds: a grant asking
@@ -118,18 +138,12 @@ type Config struct {
 	CheckpointInterval time.Duration
 	// Tick is how often Run looks for expired leases; 0 means 250 ms.
 	Tick time.Duration
-	// IsLeader reports whether this member is the raft leader.
-	IsLeader func() bool
-	// LastIndex and AppliedIndex report the last index of the raft log and
-	// the applier's applied index. A new leader is promoted only once it
-	// has applied its log as it was when it noticed its leadership (a
-	// leader's log holds every committed entry), so that deadlines count
-	// from the checkpoints and grants the log holds, not from what the
-	// engine had before replay. nil: promote at once.
-	LastIndex, AppliedIndex func() uint64
-	// Propose replicates a request through raft and waits until it is
-	// applied; it returns the request's error, if any.
-	Propose func(ctx context.Context, req *pb.InternalRaftRequest) error
+	// Raft tells leadership and progress; nil: never leader (the lessor
+	// only applies, as in recovery and tests).
+	Raft Raft
+	// Proposer replicates the lessor's revocations and checkpoints; nil:
+	// none are proposed.
+	Proposer Proposer
 	// Clock; nil means the real clock.
 	Clock Clock
 	// Logger; nil means zap.NewNop().
@@ -324,11 +338,11 @@ func (l *Lessor) Renew(ctx context.Context, id int64) (ttl int64, err error) {
 	}
 	clear := le.remaining > 0
 	l.mu.Unlock()
-	if clear && l.cfg.Propose != nil {
+	if clear && l.cfg.Proposer != nil {
 		req := &pb.InternalRaftRequest{LeaseCheckpoint: &pb.LeaseCheckpointRequest{
 			Checkpoints: []*pb.LeaseCheckpoint{{ID: id, Remaining_TTL: 0}},
 		}}
-		if err := l.cfg.Propose(ctx, req); err != nil {
+		if err := l.cfg.Proposer.Submit(ctx, req); err != nil {
 			return 0, fmt.Errorf("renew lease %x: clear its checkpoint: %w", id, err)
 		}
 	}
@@ -512,7 +526,7 @@ func (l *Lessor) Run(ctx context.Context) {
 // expired leases and due checkpoints, each on its own goroutine counted
 // in wg so that a slow proposal does not hold up the next tick.
 func (l *Lessor) step(ctx context.Context, wg *sync.WaitGroup) {
-	leader := l.cfg.IsLeader != nil && l.cfg.IsLeader()
+	leader := l.cfg.Raft != nil && l.cfg.Raft.IsLeader()
 	switch primary := l.Primary(); {
 	case leader && !primary:
 		if !l.caughtUp() {
@@ -528,7 +542,7 @@ func (l *Lessor) step(ctx context.Context, wg *sync.WaitGroup) {
 		l.promoteAt = 0
 		return
 	}
-	if l.cfg.Propose == nil {
+	if l.cfg.Proposer == nil {
 		return
 	}
 	now := l.clock.Now()
@@ -538,7 +552,7 @@ func (l *Lessor) step(ctx context.Context, wg *sync.WaitGroup) {
 			defer wg.Done()
 			pctx, cancel := context.WithTimeout(ctx, revokeRetry)
 			defer cancel()
-			err := l.cfg.Propose(pctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
+			err := l.cfg.Proposer.Submit(pctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: id}})
 			if err != nil && !errors.Is(err, ErrLeaseNotFound) && ctx.Err() == nil {
 				l.lg.Warn("revoke of expired lease failed; will retry", zap.Int64("lease", id), zap.Error(err))
 			}
@@ -550,7 +564,7 @@ func (l *Lessor) step(ctx context.Context, wg *sync.WaitGroup) {
 			defer wg.Done()
 			pctx, cancel := context.WithTimeout(ctx, revokeRetry)
 			defer cancel()
-			err := l.cfg.Propose(pctx, &pb.InternalRaftRequest{LeaseCheckpoint: &pb.LeaseCheckpointRequest{Checkpoints: batch}})
+			err := l.cfg.Proposer.Submit(pctx, &pb.InternalRaftRequest{LeaseCheckpoint: &pb.LeaseCheckpointRequest{Checkpoints: batch}})
 			if err != nil && ctx.Err() == nil {
 				l.lg.Warn("lease checkpoint failed", zap.Int("leases", len(batch)), zap.Error(err))
 			}
@@ -561,13 +575,10 @@ func (l *Lessor) step(ctx context.Context, wg *sync.WaitGroup) {
 // caughtUp reports whether a leader has applied its log as it was when it
 // first looked, so that its lessor may be promoted.
 func (l *Lessor) caughtUp() bool {
-	if l.cfg.LastIndex == nil || l.cfg.AppliedIndex == nil {
-		return true
-	}
 	if l.promoteAt == 0 {
-		l.promoteAt = max(l.cfg.LastIndex(), 1)
+		l.promoteAt = max(l.cfg.Raft.LastIndex(), 1)
 	}
-	if l.cfg.AppliedIndex() < l.promoteAt {
+	if l.cfg.Raft.AppliedIndex() < l.promoteAt {
 		return false
 	}
 	l.promoteAt = 0

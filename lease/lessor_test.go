@@ -43,7 +43,35 @@ type env struct {
 	index  uint64
 	leader bool
 	cfg    Config
+	// progress, if set, gives the raft log's last index and the applied
+	// index; unset, the lessor always sees its log applied.
+	progress func() (last, applied uint64)
 }
+
+// IsLeader implements Raft.
+func (v *env) IsLeader() bool { return v.leader }
+
+// LastIndex implements Raft.
+func (v *env) LastIndex() uint64 {
+	if v.progress == nil {
+		return 0
+	}
+	last, _ := v.progress()
+	return last
+}
+
+// AppliedIndex implements Raft.
+func (v *env) AppliedIndex() uint64 {
+	if v.progress == nil {
+		return 1
+	}
+	_, applied := v.progress()
+	return applied
+}
+
+// Submit implements Proposer: the request applies at once, as in a
+// one-member raft.
+func (v *env) Submit(_ context.Context, req *pb.InternalRaftRequest) error { return v.apply(req) }
 
 func newEnv(t *testing.T, cfg Config) *env {
 	t.Helper()
@@ -60,8 +88,8 @@ func (v *env) open() {
 	}
 	cfg := v.cfg
 	cfg.Clock = v.clock
-	cfg.IsLeader = func() bool { return v.leader }
-	cfg.Propose = func(_ context.Context, req *pb.InternalRaftRequest) error { return v.apply(req) }
+	cfg.Raft = v
+	cfg.Proposer = v
 	l := New(cfg)
 	s, err := mvcc.Open(e, mvcc.Options{LeaseExists: l.Exists})
 	if err != nil {
@@ -355,10 +383,9 @@ func TestLoadWhilePrimary(t *testing.T) {
 // applied its log, so a checkpoint replayed after a restart still counts.
 func TestPromoteWaitsForReplay(t *testing.T) {
 	var last, applied uint64 = 10, 7
-	v := newEnv(t, Config{
-		LastIndex:    func() uint64 { return last },
-		AppliedIndex: func() uint64 { return applied },
-	})
+	v := &env{t: t, fs: vfs.NewMem(), clock: &fakeClock{now: time.Unix(1_000_000, 0)}, leader: true,
+		progress: func() (uint64, uint64) { return last, applied }}
+	v.open()
 	if err := v.grant(1, 100); err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func (m *Member) authorizeConcurrency(ctx context.Context, req any) error {
 	if m.authStore == nil || !m.authStore.Enabled() {
 		return nil
 	}
-	ai := server.AuthInfoFromContext(ctx)
+	ai := auth.FromContext(ctx)
 	var err error
 	switch r := req.(type) {
 	case *pb.RangeRequest:

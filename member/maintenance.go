@@ -502,3 +502,11 @@ func (r restoreFilter) Add(key, value []byte) error {
 	}
 	return r.w.Add(key, value)
 }
+
+// quotaAdmission admits proposals under the space quota (checkQuota).
+type quotaAdmission struct{ m *Member }
+
+// Admit implements propose.Admission.
+func (q quotaAdmission) Admit(ctx context.Context, r *pb.InternalRaftRequest) error {
+	return q.m.checkQuota(ctx, r)
+}

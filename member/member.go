@@ -35,6 +35,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -45,7 +46,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/membershippb"
 	"go.etcd.io/raft/v3"
-	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -58,6 +58,7 @@ import (
 	"github.com/strata-kv/strata/lease"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/node"
+	"github.com/strata-kv/strata/propose"
 	"github.com/strata-kv/strata/raftlog"
 	"github.com/strata-kv/strata/server"
 	"github.com/strata-kv/strata/watch"
@@ -150,7 +151,9 @@ type Member struct {
 
 	memberID  uint64
 	clusterID uint64
-	reqSeq    atomic.Uint64
+	// proposer proposes requests for the server, the lessor and the
+	// auto-compactor, and waits for their results.
+	proposer *propose.Proposer
 
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -260,11 +263,15 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	m.startup.logOpen = time.Since(openStart)
 	m.store.Start()
-	m.applier, err = apply.New(m.store, nil, cfg.Logger.Named("apply"))
+	// Recovery replays compacted batches before raft starts, with an
+	// applier that has nothing attached: no lessor (replay writes lease
+	// records itself), no node, no waiting client. The applier that runs
+	// is built once the node and the lessor exist, and reads the state
+	// recovery left.
+	m.applier, err = apply.New(apply.Config{Store: m.store, Logger: cfg.Logger.Named("apply")})
 	if err != nil {
-		return nil, fmt.Errorf("open applier: %w", err)
+		return nil, fmt.Errorf("open applier for recovery: %w", err)
 	}
-
 	if err := m.recoverCompactedBatches(); err != nil {
 		return nil, err
 	}
@@ -296,61 +303,57 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("start raft node: %w", err)
 	}
-	m.applier.SetProgress(m.node)
+	waiters := apply.NewWaiters()
+	m.proposer = propose.New(propose.Config{
+		MemberID:  m.memberID,
+		Raft:      m.node,
+		LastIndex: m.log.LastIndex,
+		Applied:   m.store,
+		Waiters:   waiters,
+		Admission: quotaAdmission{m},
+		Metrics:   m.web.metrics,
+		Stopped:   m.done,
+	})
 	snaps := newSnapshotter(m)
 	// etcd's minimum lease TTL: a lease outlives an election.
 	minTTL := time.Duration(3*max(electionTicks, 2)/2) * tick
 	m.lessor = lease.New(lease.Config{
 		MinTTL:          int64(math.Ceil(minTTL.Seconds())),
 		ElectionTimeout: cfg.ElectionTimeout,
-		IsLeader:        func() bool { return m.node.Leader() == m.memberID },
-		LastIndex: func() uint64 {
-			last, _ := m.log.LastIndex()
-			return last
-		},
-		AppliedIndex: m.applier.AppliedIndex,
-		Propose: func(ctx context.Context, req *pb.InternalRaftRequest) error {
-			res, err := m.Propose(ctx, req)
-			if err != nil {
-				return err
-			}
-			return res.Err
-		},
-		Logger: cfg.Logger.Named("lease"),
+		Raft:            m.proposer,
+		Proposer:        m.proposer,
+		Logger:          cfg.Logger.Named("lease"),
 	})
 	if err := m.lessor.Load(m.store); err != nil {
 		return nil, err
 	}
-	m.applier.SetLessor(m.lessor)
-	m.applier.SetInstaller(func(snap *raftpb.Snapshot) error {
-		if err := snaps.install(snap); err != nil {
-			return err
-		}
-		if err := m.lessor.Load(m.store); err != nil {
-			return err
-		}
-		return m.authStore.Load(m.engine)
-	})
-	m.applier.SetMembersChanged(m.membersChanged)
 	m.watchHub = watch.New(m.store, watch.Options{
 		ProgressInterval: cfg.WatchProgressNotifyInterval, Logger: cfg.Logger.Named("watch"),
 	})
-	m.applier.SetOnCommit(m.watchHub.Notify)
+	if m.authStore, err = m.openAuth(); err != nil {
+		return nil, err
+	}
+	m.applier, err = apply.New(apply.Config{
+		Store:     m.store,
+		Waiters:   waiters,
+		Lessor:    m.lessor,
+		Auth:      m.authStore,
+		Installer: snaps,
+		Notifier:  m.watchHub,
+		Logger:    cfg.Logger.Named("apply"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open applier: %w", err)
+	}
 
 	if period > 0 || revisions > 0 {
 		m.compactor, err = mvcc.NewAutoCompactor(mvcc.AutoCompactOptions{
 			Mode:      cfg.AutoCompactionMode,
 			Period:    period,
 			Retention: revisions,
-			Rev:       m.store.Rev,
-			Compact: func(ctx context.Context, rev int64) error {
-				res, err := m.Propose(ctx, &pb.InternalRaftRequest{Compaction: &pb.CompactionRequest{Revision: rev}})
-				if err != nil {
-					return err
-				}
-				return res.Err
-			},
-			Logger: cfg.Logger.Named("autocompact"),
+			Store:     m.store,
+			Proposer:  m.proposer,
+			Logger:    cfg.Logger.Named("autocompact"),
 		})
 		if err != nil {
 			return nil, err
@@ -411,6 +414,11 @@ func Start(cfg Config) (_ *Member, err error) {
 		if err := m.applier.Run(ctx, m.node.Committed()); err != nil {
 			m.fail(fmt.Errorf("applier: %w", err))
 		}
+	}()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.dispatchOutcomes(ctx)
 	}()
 	m.serveClients(ctx, limits)
 	for _, l := range m.peerListeners {
@@ -613,7 +621,7 @@ func (m *Member) publishAttributes(ctx context.Context) {
 			return
 		}
 		current := m.self()
-		if current != nil && current.Name == m.cfg.Name && equalStrings(current.ClientURLs, m.cfg.AdvertiseClientURLs) {
+		if current != nil && current.Name == m.cfg.Name && slices.Equal(current.ClientURLs, m.cfg.AdvertiseClientURLs) {
 			return
 		}
 		req := &pb.InternalRaftRequest{ClusterMemberAttrSet: &membershippb.ClusterMemberAttrSetRequest{
@@ -643,57 +651,26 @@ func (m *Member) self() *pb.Member {
 	return nil
 }
 
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
+// dispatchOutcomes acts on what the applier did, in order: the node learns
+// the applied index (it truncates the log and triggers flushes from it),
+// the transport the membership.
+func (m *Member) dispatchOutcomes(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case o := <-m.applier.Outcomes():
+			if o.Members != nil {
+				m.membersChanged(o.Members)
+			}
+			m.node.Applied(o.Applied)
 		}
 	}
-	return true
 }
 
 // Propose implements server.Backend.
-func (m *Member) Propose(ctx context.Context, req *pb.InternalRaftRequest) (_ apply.Result, err error) {
-	proposed := m.web.metrics.ProposalStarted()
-	defer func() { proposed(err) }()
-	if err := m.checkQuota(ctx, req); err != nil {
-		return apply.Result{}, err
-	}
-	id := m.nextRequestID()
-	req.Header = requestHeader(ctx, id)
-	data, err := proto.Marshal(req)
-	if err != nil {
-		return apply.Result{}, fmt.Errorf("encode request: %w", err)
-	}
-	resc := m.applier.Register(id)
-	if err := m.node.Propose(ctx, data); err != nil {
-		m.applier.Cancel(id)
-		return apply.Result{}, err
-	}
-	select {
-	case res := <-resc:
-		return res, nil
-	case <-ctx.Done():
-		m.applier.Cancel(id)
-		return apply.Result{}, ctx.Err()
-	case <-m.done:
-		return apply.Result{}, node.ErrStopped
-	}
-}
-
-// nextRequestID returns IDs unique across members and restarts: the top 16
-// bits of the member ID, then the start-up time in milliseconds shifted
-// left, incremented per request (etcd's idutil scheme).
-func (m *Member) nextRequestID() uint64 {
-	if m.reqSeq.Load() == 0 {
-		prefix := (m.memberID & 0xffff) << 48
-		start := (uint64(time.Now().UnixMilli()) & (1<<40 - 1)) << 8
-		m.reqSeq.CompareAndSwap(0, prefix|start)
-	}
-	return m.reqSeq.Add(1)
+func (m *Member) Propose(ctx context.Context, req *pb.InternalRaftRequest) (apply.Result, error) {
+	return m.proposer.Propose(ctx, req)
 }
 
 // ReadBarrier implements server.Backend.

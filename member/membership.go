@@ -210,8 +210,7 @@ func (ms membership) forwardPromote(ctx context.Context, leader, id uint64) ([]*
 
 // change proposes one membership change and waits for it to be applied.
 func (ms membership) change(ctx context.Context, typ raftpb.ConfChangeType, id uint64, rec *pb.Member) ([]*pb.Member, error) {
-	reqID := ms.m.nextRequestID()
-	cc := &raftpb.ConfChange{Id: proto.Uint64(reqID), Type: typ.Enum(), NodeId: proto.Uint64(id)}
+	cc := &raftpb.ConfChange{Type: typ.Enum(), NodeId: proto.Uint64(id)}
 	if rec != nil {
 		raw, err := proto.Marshal(rec)
 		if err != nil {
@@ -221,9 +220,8 @@ func (ms membership) change(ctx context.Context, typ raftpb.ConfChangeType, id u
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second+2*ms.m.cfg.ElectionTimeout)
 	defer cancel()
-	resc := ms.m.applier.Register(reqID)
-	if err := ms.m.node.ProposeConfChange(ctx, cc); err != nil {
-		ms.m.applier.Cancel(reqID)
+	resc, forget, err := ms.m.proposer.ProposeConfChange(ctx, cc)
+	if err != nil {
 		return nil, err
 	}
 	// A member removing itself may never apply its removal: the leader
@@ -239,11 +237,11 @@ func (ms membership) change(ctx context.Context, typ raftpb.ConfChangeType, id u
 			return nil, res.Err
 		}
 	case members := <-removedc:
-		ms.m.applier.Cancel(reqID)
+		forget()
 		ms.m.logger.Info("membership changed", zap.Stringer("type", typ), zap.String("member", fmt.Sprintf("%x", id)))
 		return members, nil
 	case <-ctx.Done():
-		ms.m.applier.Cancel(reqID)
+		forget()
 		return nil, ctx.Err()
 	}
 	ms.m.logger.Info("membership changed", zap.Stringer("type", typ), zap.String("member", fmt.Sprintf("%x", id)))

@@ -319,10 +319,10 @@ func (s *snapshotter) discardLocked(index uint64, st stagedSnapshot) {
 	}
 }
 
-// install replaces the state machine with the staged snapshot for snap,
+// Install implements apply.Installer: it replaces the state machine with the staged snapshot for snap,
 // or brings it there with a staged incremental one. It runs on the
 // applier goroutine.
-func (s *snapshotter) install(snap *raftpb.Snapshot) error {
+func (s *snapshotter) Install(snap *raftpb.Snapshot) error {
 	index := snap.GetMetadata().GetIndex()
 	s.mu.Lock()
 	st, ok := s.staged[index]

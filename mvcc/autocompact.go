@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.uber.org/zap"
 )
 
@@ -32,6 +33,12 @@ type realClock struct{}
 func (realClock) Now() time.Time                         { return time.Now() }
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
+// Proposer replicates a request through raft and waits until it is
+// applied; Submit returns the request's error, if any (propose.Proposer).
+type Proposer interface {
+	Submit(ctx context.Context, req *pb.InternalRaftRequest) error
+}
+
 // AutoCompactOptions configure an AutoCompactor.
 type AutoCompactOptions struct {
 	// Mode is AutoCompactPeriodic or AutoCompactRevision.
@@ -40,11 +47,12 @@ type AutoCompactOptions struct {
 	Period time.Duration
 	// Retention (revision mode) keeps this many revisions.
 	Retention int64
-	// Rev returns the current revision.
-	Rev func() int64
-	// Compact proposes a compaction at rev and waits for it to apply. An
-	// error that errors.Is ErrCompacted counts as success, as in etcd.
-	Compact func(ctx context.Context, rev int64) error
+	// Store is the store whose revisions are compacted (a *Store).
+	Store interface{ Rev() int64 }
+	// Proposer replicates the compaction request and waits for it to
+	// apply. An error that errors.Is ErrCompacted counts as success, as in
+	// etcd.
+	Proposer Proposer
 	// Clock; nil means the real clock.
 	Clock Clock
 	// Logger; nil means zap.NewNop().
@@ -107,8 +115,8 @@ type AutoCompactor struct {
 
 // NewAutoCompactor checks the options; it starts nothing.
 func NewAutoCompactor(o AutoCompactOptions) (*AutoCompactor, error) {
-	if o.Rev == nil || o.Compact == nil {
-		return nil, errors.New("auto compactor: Rev and Compact are required")
+	if o.Store == nil || o.Proposer == nil {
+		return nil, errors.New("auto compactor: Store and Proposer are required")
 	}
 	switch o.Mode {
 	case AutoCompactPeriodic:
@@ -179,7 +187,7 @@ func (a *AutoCompactor) wait(d time.Duration) (run bool) {
 }
 
 func (a *AutoCompactor) compact(rev int64) bool {
-	err := a.opts.Compact(a.ctx, rev)
+	err := a.opts.Proposer.Submit(a.ctx, &pb.InternalRaftRequest{Compaction: &pb.CompactionRequest{Revision: rev}})
 	if err == nil || errors.Is(err, ErrCompacted) {
 		a.lg.Info("auto compaction done", zap.String("mode", a.opts.Mode), zap.Int64("revision", rev))
 		return true
@@ -234,7 +242,7 @@ func (a *AutoCompactor) runPeriodic() {
 	defer close(a.done)
 	p := newPeriodic(a.opts.Period, a.opts.Clock.Now())
 	for {
-		p.record(a.opts.Rev())
+		p.record(a.opts.Store.Rev())
 		if !a.wait(p.retry) {
 			return
 		}
@@ -261,7 +269,7 @@ func (a *AutoCompactor) runRevision() {
 		if a.isPaused() {
 			continue
 		}
-		rev := a.opts.Rev() - a.opts.Retention
+		rev := a.opts.Store.Rev() - a.opts.Retention
 		if rev <= 0 || rev == prev {
 			continue
 		}

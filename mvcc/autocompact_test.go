@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
 // fakeClock fires After channels only when the test advances it.
@@ -64,8 +66,9 @@ func (c *fakeClock) advance(t *testing.T, d time.Duration) {
 	c.waiters = kept
 }
 
-// recorder is a Rev/Compact pair: Rev counts up by one per call (as etcd's
-// compactor tests do) and Compact reports each request on a channel.
+// recorder is the compactor's store and proposer: Rev counts up by one per
+// call (as etcd's compactor tests do) and Submit reports each compaction
+// request's revision on a channel.
 type recorder struct {
 	mu   sync.Mutex
 	rev  int64
@@ -80,11 +83,11 @@ func (r *recorder) Rev() int64 {
 	return r.rev
 }
 
-func (r *recorder) Compact(_ context.Context, rev int64) error {
+func (r *recorder) Submit(_ context.Context, req *pb.InternalRaftRequest) error {
 	r.mu.Lock()
 	fail := r.fail
 	r.mu.Unlock()
-	r.reqs <- rev
+	r.reqs <- req.Compaction.Revision
 	if fail {
 		return errors.New("injected failure")
 	}
@@ -115,7 +118,7 @@ func startAuto(t *testing.T, o AutoCompactOptions) (*AutoCompactor, *fakeClock, 
 	t.Helper()
 	c := newFakeClock()
 	r := &recorder{reqs: make(chan int64, 100)}
-	o.Clock, o.Rev, o.Compact = c, r.Rev, r.Compact
+	o.Clock, o.Store, o.Proposer = c, r, r
 	a, err := NewAutoCompactor(o)
 	if err != nil {
 		t.Fatal(err)

@@ -151,6 +151,11 @@ func (s *Store) Range(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	return v.executeRange(r)
 }
 
+// Reader reads the engine the store writes, for the state kept beside
+// MVCC's in the same engine batches (the auth store's records); it must
+// not be used to read MVCC's own keys, whose layout is this package's.
+func (s *Store) Reader() engine.Reader { return s.e }
+
 // Meta returns the value SetMeta stored under name, or nil if none.
 func (s *Store) Meta(name string) ([]byte, error) {
 	b, err := s.e.Get([]byte(prefixUser + name))

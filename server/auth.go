@@ -41,16 +41,6 @@ func NewAuth(b Backend, s *auth.Store, limits Limits, clientCertAuth bool) *Auth
 	return &Auth{kv: NewKV(b, limits), b: b, s: s, clientCertAuth: clientCertAuth}
 }
 
-type authInfoKey struct{}
-
-// AuthInfoFromContext returns the caller the interceptors established, or
-// nil when auth is off or the caller is anonymous. Writes copy it into
-// their raft header.
-func AuthInfoFromContext(ctx context.Context) *auth.Info {
-	ai, _ := ctx.Value(authInfoKey{}).(*auth.Info)
-	return ai
-}
-
 // ServerOptions returns the interceptors to install on the client gRPC
 // server.
 func (a *Auth) ServerOptions() []grpc.ServerOption {
@@ -106,7 +96,7 @@ func (a *Auth) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 	if err != nil {
 		return nil, authError(err)
 	}
-	ctx = context.WithValue(ctx, authInfoKey{}, ai)
+	ctx = auth.NewContext(ctx, ai)
 	if err := a.checkUnary(info.FullMethod, req, ai); err != nil {
 		return nil, authError(err)
 	}
@@ -226,7 +216,7 @@ func (a *Auth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 			return authError(err)
 		}
 	}
-	return handler(srv, &authStream{ServerStream: ss, a: a, ai: ai, ctx: context.WithValue(ss.Context(), authInfoKey{}, ai)})
+	return handler(srv, &authStream{ServerStream: ss, a: a, ai: ai, ctx: auth.NewContext(ss.Context(), ai)})
 }
 
 // authStream checks each watch a stream creates: read access to its range.
