@@ -3,7 +3,6 @@ package member
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -19,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/strata-kv/strata/datadir"
 	"github.com/strata-kv/strata/engine"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 	"github.com/strata-kv/strata/mvcc"
@@ -418,8 +418,7 @@ func Restore(cfg RestoreConfig) (RestoreResult, error) {
 
 // restoreInto builds the restored data directory in cfg.DataDir.
 func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
-	urls, ok := cfg.InitialCluster[cfg.Name]
-	if !ok {
+	if _, ok := cfg.InitialCluster[cfg.Name]; !ok {
 		return RestoreResult{}, fmt.Errorf("--initial-cluster has no member named %q (--name)", cfg.Name)
 	}
 	f, err := os.Open(cfg.Backup)
@@ -432,8 +431,8 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 		return RestoreResult{}, fmt.Errorf("stat backup: %w", err)
 	}
 	fs := cfg.FS
-	engineDir := filepath.Join(cfg.DataDir, "engine")
-	if err := mkdirAllSynced(fs, engineDir); err != nil {
+	engineDir := datadir.Engine(cfg.DataDir)
+	if err := datadir.MkdirAllSynced(fs, engineDir); err != nil {
 		return RestoreResult{}, fmt.Errorf("create data dir: %w", err)
 	}
 	eng, err := pebbleengine.Open(engineDir, pebbleengine.Options{FS: fs, Logger: cfg.Logger.Named("engine")})
@@ -461,16 +460,11 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 	if err := eng.Flush(); err != nil {
 		return RestoreResult{}, fmt.Errorf("flush restored engine: %w", err)
 	}
-	memberIDs := map[string]uint64{}
-	for name, u := range cfg.InitialCluster {
-		memberIDs[name] = computeMemberID(u, cfg.InitialClusterToken)
-	}
-	id := identity{Name: cfg.Name, MemberID: computeMemberID(urls, cfg.InitialClusterToken), ClusterID: computeClusterID(memberIDs)}
-	raw, err := json.Marshal(id)
+	id, err := datadir.BootstrapID(cfg.Name, cfg.InitialCluster, cfg.InitialClusterToken)
 	if err != nil {
 		return RestoreResult{}, err
 	}
-	if err := writeFileAtomic(fs, filepath.Join(cfg.DataDir, "identity"), raw); err != nil {
+	if err := datadir.WriteID(fs, cfg.DataDir, id); err != nil {
 		return RestoreResult{}, err
 	}
 	return RestoreResult{MemberID: id.MemberID, ClusterID: id.ClusterID, AppliedIndex: applied, Records: records}, nil

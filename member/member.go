@@ -1,17 +1,9 @@
 // Package member wires one strata member together: it opens the data
-// directory (locked against a second process), the engine, the MVCC store,
-// the raft log, the raft node, the applier, the lessor and the watch hub,
-// serves etcd's gRPC API (and HTTP) on the client URLs and the raft
-// transport on the peer URLs. cmd/strata turns flags into a Config and calls Start; the
-// end-to-end tests do the same through the binary.
-//
-// # Data directory
-//
-//	<data-dir>/LOCK       flock held while the member runs
-//	<data-dir>/identity   member and cluster IDs, written once (rule 7)
-//	<data-dir>/engine/    the Pebble engine (no WAL of its own)
-//	<data-dir>/log/       the raft log, unless --log-dir names other places
-//	<data-dir>/snap/      raft snapshots received and not yet installed
+// directory (package datadir; locked against a second process), the engine,
+// the MVCC store, the raft log, the raft node, the applier, the lessor and
+// the watch hub, serves etcd's gRPC API (and HTTP) on the client URLs and
+// the raft transport on the peer URLs. cmd/strata turns flags into a Config
+// and calls Start; the end-to-end tests do the same through the binary.
 //
 // # Goroutines
 //
@@ -24,20 +16,14 @@ package member
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +40,7 @@ import (
 
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/auth"
+	"github.com/strata-kv/strata/datadir"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 	"github.com/strata-kv/strata/lease"
 	"github.com/strata-kv/strata/mvcc"
@@ -186,16 +173,6 @@ type peerTransport interface {
 	Stop()
 }
 
-// identity is what a data directory remembers about whom it belongs to.
-type identity struct {
-	Name      string `json:"name"`
-	MemberID  uint64 `json:"member_id"`
-	ClusterID uint64 `json:"cluster_id"`
-	// Joined is set for a member added to a running cluster: it starts
-	// with an empty log instead of bootstrapping one.
-	Joined bool `json:"joined,omitempty"`
-}
-
 // Start opens the data directory, recovers, and serves clients.
 func Start(cfg Config) (_ *Member, err error) {
 	if cfg.Logger == nil {
@@ -205,7 +182,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		cfg.FS = vfs.Default
 	}
 	if len(cfg.LogDirs) == 0 {
-		cfg.LogDirs = []string{filepath.Join(cfg.DataDir, "log")}
+		cfg.LogDirs = []string{datadir.Log(cfg.DataDir)}
 	}
 	period, revisions, err := mvcc.ParseRetention(cfg.AutoCompactionMode, cfg.AutoCompactionRetention)
 	if err != nil {
@@ -223,12 +200,12 @@ func Start(cfg Config) (_ *Member, err error) {
 	// The directories must survive a power cut as surely as the files in
 	// them: a data directory whose entry in its parent was never synced
 	// comes back empty, and the member would bootstrap a new cluster.
-	for _, dir := range append([]string{cfg.DataDir, filepath.Join(cfg.DataDir, "engine")}, cfg.LogDirs...) {
-		if err := mkdirAllSynced(cfg.FS, dir); err != nil {
+	for _, dir := range append([]string{cfg.DataDir, datadir.Engine(cfg.DataDir)}, cfg.LogDirs...) {
+		if err := datadir.MkdirAllSynced(cfg.FS, dir); err != nil {
 			return nil, fmt.Errorf("cannot access data directory: %w", err)
 		}
 	}
-	lock, err := cfg.FS.Lock(filepath.Join(cfg.DataDir, "LOCK"))
+	lock, err := cfg.FS.Lock(datadir.Lock(cfg.DataDir))
 	if err != nil {
 		return nil, fmt.Errorf("data directory %s is in use by another process (lock: %w)", cfg.DataDir, err)
 	}
@@ -242,7 +219,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.web = m.newClientHTTP()
 	joined := id.Joined
 
-	m.engine, err = pebbleengine.Open(filepath.Join(cfg.DataDir, "engine"), pebbleengine.Options{
+	m.engine, err = pebbleengine.Open(datadir.Engine(cfg.DataDir), pebbleengine.Options{
 		FS: cfg.FS, EnableWAL: cfg.EngineWAL, Logger: cfg.Logger.Named("engine"),
 	})
 	if err != nil {
@@ -466,130 +443,24 @@ func hostPort(rawURL string) (string, error) {
 
 // loadIdentity reads the data directory's identity, or creates it from the
 // configuration: on restart the data directory wins, as in etcd.
-func (m *Member) loadIdentity() (identity, error) {
-	fs := m.cfg.FS
-	path := filepath.Join(m.cfg.DataDir, "identity")
-	if f, err := fs.Open(path); err == nil {
-		defer f.Close()
-		var id identity
-		if err := json.NewDecoder(f).Decode(&id); err != nil {
-			return identity{}, fmt.Errorf("read %s: %w", path, err)
-		}
-		return id, nil
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return identity{}, fmt.Errorf("open %s: %w", path, err)
+func (m *Member) loadIdentity() (datadir.ID, error) {
+	if id, ok, err := datadir.ReadID(m.cfg.FS, m.cfg.DataDir); err != nil || ok {
+		return id, err
 	}
-	var id identity
+	var id datadir.ID
+	var err error
 	if m.cfg.InitialClusterState == "existing" {
-		var err error
-		if id, err = m.discoverCluster(); err != nil {
-			return identity{}, err
-		}
+		id, err = m.discoverCluster()
 	} else {
-		memberIDs := map[string]uint64{}
-		for name, urls := range m.cfg.InitialCluster {
-			memberIDs[name] = computeMemberID(urls, m.cfg.InitialClusterToken)
-		}
-		self, ok := memberIDs[m.cfg.Name]
-		if !ok {
-			return identity{}, fmt.Errorf("--initial-cluster has no member named %q (--name)", m.cfg.Name)
-		}
-		id = identity{Name: m.cfg.Name, MemberID: self, ClusterID: computeClusterID(memberIDs)}
+		id, err = datadir.BootstrapID(m.cfg.Name, m.cfg.InitialCluster, m.cfg.InitialClusterToken)
 	}
-	raw, err := json.Marshal(id)
 	if err != nil {
-		return identity{}, err
+		return datadir.ID{}, err
 	}
-	if err := writeFileAtomic(fs, path, raw); err != nil {
-		return identity{}, err
+	if err := datadir.WriteID(m.cfg.FS, m.cfg.DataDir, id); err != nil {
+		return datadir.ID{}, err
 	}
 	return id, nil
-}
-
-// mkdirAllSynced creates dir and its missing parents, syncing each parent
-// after creating a child in it (DESIGN.md rule 7 for directories).
-func mkdirAllSynced(fs vfs.FS, dir string) error {
-	dir = filepath.Clean(dir)
-	if _, err := fs.Stat(dir); err == nil {
-		return nil
-	}
-	parent := filepath.Dir(dir)
-	if parent != dir {
-		if err := mkdirAllSynced(fs, parent); err != nil {
-			return err
-		}
-	}
-	if err := fs.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	d, err := fs.OpenDir(parent)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", parent, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", parent, err)
-	}
-	return nil
-}
-
-// writeFileAtomic writes a file under a temporary name, syncs it, renames
-// it into place and syncs the directory (DESIGN.md rule 7).
-func writeFileAtomic(fs vfs.FS, path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", tmp, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := fs.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s: %w", tmp, err)
-	}
-	dir, err := fs.OpenDir(filepath.Dir(path))
-	if err != nil {
-		return fmt.Errorf("open dir of %s: %w", path, err)
-	}
-	defer dir.Close()
-	if err := dir.Sync(); err != nil {
-		return fmt.Errorf("sync dir of %s: %w", path, err)
-	}
-	return nil
-}
-
-// computeMemberID derives a member's ID from its peer URLs and the cluster
-// token, as etcd does, so that the same flags give the same IDs.
-func computeMemberID(peerURLs []string, token string) uint64 {
-	urls := append([]string(nil), peerURLs...)
-	sort.Strings(urls)
-	b := []byte(strings.Join(urls, ""))
-	b = append(b, []byte(token)...)
-	sum := sha1.Sum(b)
-	return binary.BigEndian.Uint64(sum[:8])
-}
-
-// computeClusterID derives the cluster ID from its members' IDs.
-func computeClusterID(memberIDs map[string]uint64) uint64 {
-	ids := make([]uint64, 0, len(memberIDs))
-	for _, id := range memberIDs {
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	b := make([]byte, 8*len(ids))
-	for i, id := range ids {
-		binary.BigEndian.PutUint64(b[8*i:], id)
-	}
-	sum := sha1.Sum(b)
-	return binary.BigEndian.Uint64(sum[:8])
 }
 
 // bootstrapPeers returns the raft peers of a new cluster, each carrying its
@@ -597,7 +468,7 @@ func computeClusterID(memberIDs map[string]uint64) uint64 {
 func (m *Member) bootstrapPeers() ([]raft.Peer, error) {
 	var peers []raft.Peer
 	for _, urls := range m.cfg.InitialCluster {
-		id := computeMemberID(urls, m.cfg.InitialClusterToken)
+		id := datadir.MemberID(urls, m.cfg.InitialClusterToken)
 		// Every member writes these entries itself, so they must be
 		// byte-identical everywhere: only what --initial-cluster says.
 		// Names and client URLs are published by each member once it runs.

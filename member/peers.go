@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/strata-kv/strata/datadir"
 	"github.com/strata-kv/strata/snapshot"
 	"github.com/strata-kv/strata/transport"
 )
@@ -112,7 +113,7 @@ func (m *Member) membersChanged(members []*pb.Member) {
 // discoverCluster asks the peers named in --initial-cluster for the
 // cluster this member was added to, and finds this member in it by its
 // peer URLs, as etcd does for --initial-cluster-state=existing.
-func (m *Member) discoverCluster() (identity, error) {
+func (m *Member) discoverCluster() (datadir.ID, error) {
 	var lastErr error
 	for name, urls := range m.cfg.InitialCluster {
 		if name == m.cfg.Name {
@@ -121,7 +122,7 @@ func (m *Member) discoverCluster() (identity, error) {
 		for _, u := range urls {
 			addr, err := hostPort(u)
 			if err != nil {
-				return identity{}, err
+				return datadir.ID{}, err
 			}
 			resp, err := memberList(addr, m.dialCreds(u, m.cfg.TLS.Peer))
 			if err != nil {
@@ -135,15 +136,15 @@ func (m *Member) discoverCluster() (identity, error) {
 				// Until the leader's log or snapshot arrives, these are
 				// the peers this member can answer.
 				m.discovered = resp.Members
-				return identity{Name: m.cfg.Name, MemberID: mem.ID, ClusterID: resp.Header.GetClusterId(), Joined: true}, nil
+				return datadir.ID{Name: m.cfg.Name, MemberID: mem.ID, ClusterID: resp.Header.GetClusterId(), Joined: true}, nil
 			}
-			return identity{}, fmt.Errorf("no member with peer URLs %v in the cluster of %s: add it first (etcdctl member add)", m.cfg.AdvertisePeerURLs, u)
+			return datadir.ID{}, fmt.Errorf("no member with peer URLs %v in the cluster of %s: add it first (etcdctl member add)", m.cfg.AdvertisePeerURLs, u)
 		}
 	}
 	if lastErr == nil {
 		lastErr = errors.New("--initial-cluster names no other member")
 	}
-	return identity{}, fmt.Errorf("cannot reach the cluster to join: %w", lastErr)
+	return datadir.ID{}, fmt.Errorf("cannot reach the cluster to join: %w", lastErr)
 }
 
 func memberList(addr string, creds credentials.TransportCredentials) (*pb.MemberListResponse, error) {
@@ -193,7 +194,7 @@ func newSnapshotter(m *Member) *snapshotter {
 	return s
 }
 
-func (s *snapshotter) dir() string { return filepath.Join(s.m.cfg.DataDir, "snap") }
+func (s *snapshotter) dir() string { return datadir.Snap(s.m.cfg.DataDir) }
 
 // Open implements transport.Snapshotter: an incremental stream if one can
 // and should be sent (incremental.go), else every key of an engine view.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/apply"
+	"github.com/strata-kv/strata/datadir"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/raftlog"
@@ -228,7 +229,7 @@ func TestRestorePowerCut(t *testing.T) {
 	backup := saveBackupAndStop(t, src, t.TempDir())
 
 	fs := vfs.NewCrashableMem()
-	if err := mkdirAllSynced(fs, "/restore"); err != nil {
+	if err := datadir.MkdirAllSynced(fs, "/restore"); err != nil {
 		t.Fatal(err)
 	}
 	cfg := RestoreConfig{Backup: backup, Name: "rp", DataDir: "/restore/data", FS: fs,

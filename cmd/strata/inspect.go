@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/strata-kv/strata/datadir"
 	"github.com/strata-kv/strata/raftlog"
 )
 
@@ -36,7 +37,7 @@ func runInspect(args []string) int {
 			fmt.Fprintln(os.Stderr, "strata inspect log: --data-dir or --log-dir is required")
 			return 2
 		}
-		logDirs = stringList{filepath.Join(*dataDir, "log")}
+		logDirs = stringList{datadir.Log(*dataDir)}
 	}
 	if *entries {
 		if len(logDirs) != 1 {
