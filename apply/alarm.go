@@ -3,6 +3,7 @@ package apply
 import (
 	"fmt"
 	"sort"
+	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -22,14 +23,26 @@ import (
 // metaAlarms holds the raised alarms as a marshalled AlarmResponse.
 const metaAlarms = "cluster/alarms"
 
-// Alarms returns the raised alarms, ordered by member ID then alarm type.
+// Alarms is the list of raised alarms as the applier last published it. It
+// is its own type, shared by the applier (which writes it) and the
+// proposer's quota check (which reads it), because the proposer exists
+// before the applier. Safe for concurrent use.
+type Alarms struct {
+	list atomic.Pointer[[]*pb.AlarmMember]
+}
+
+// List returns the raised alarms, ordered by member ID then alarm type.
 // The slice is shared: do not modify it.
-func (a *Applier) Alarms() []*pb.AlarmMember {
-	if p := a.alarms.Load(); p != nil {
+func (l *Alarms) List() []*pb.AlarmMember {
+	if p := l.list.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
+
+// Alarms returns the raised alarms, ordered by member ID then alarm type.
+// The slice is shared: do not modify it.
+func (a *Applier) Alarms() []*pb.AlarmMember { return a.alarms.List() }
 
 // loadAlarms reads the alarm list back from the store.
 func (a *Applier) loadAlarms() error {
@@ -45,7 +58,7 @@ func (a *Applier) loadAlarms() error {
 		}
 		list = resp.Alarms
 	}
-	a.alarms.Store(&list)
+	a.alarms.list.Store(&list)
 	return nil
 }
 
@@ -101,7 +114,7 @@ func (a *Applier) applyAlarm(w *mvcc.WriteBatch, r *pb.AlarmRequest) (Result, er
 	if err := w.SetMeta(metaAlarms, raw); err != nil {
 		return Result{}, err
 	}
-	a.alarms.Store(&next)
+	a.alarms.list.Store(&next)
 	return Result{Response: resp}, nil
 }
 

@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3/raftpb"
@@ -67,11 +68,17 @@ type Result struct {
 	Compacted <-chan struct{}
 }
 
-// Installer replaces the store's content with the data staged for a raft
-// snapshot (a full engine view to ingest, or an incremental catch-up it
-// applies through InstallCatchUp). It runs on the applier goroutine.
+// Installer stages the data of raft snapshots and installs it (package
+// snapshot's Snapshotter). Both methods run on the applier goroutine.
 type Installer interface {
-	Install(snap *raftpb.Snapshot) error
+	// Install makes the store hold the state of snap: it replaces the
+	// store's content with a staged full snapshot and returns nil, or
+	// returns the catch-up of a staged incremental one, which the applier
+	// applies (InstallCatchUp).
+	Install(snap *raftpb.Snapshot) (*CatchUp, error)
+	// Durable makes the state an applied catch-up reached at index
+	// durable, before the node restarts the log after the snapshot.
+	Durable(index uint64) error
 }
 
 // Notifier is told, on the applier goroutine, after every engine commit and
@@ -96,6 +103,9 @@ type Config struct {
 	// users' writes checked against it (auth.go); nil refuses auth
 	// requests as unsupported.
 	Auth *auth.Store
+	// Alarms is where the applier publishes the raised alarms; nil gives
+	// it a list of its own.
+	Alarms *Alarms
 	// Installer installs raft snapshots; nil fails an install.
 	Installer Installer
 	// Notifier, if not nil, is told after every commit and install.
@@ -134,7 +144,7 @@ type Applier struct {
 	}
 	members   atomic.Pointer[[]*pb.Member]
 	confState atomic.Pointer[raftpb.ConfState]
-	alarms    atomic.Pointer[[]*pb.AlarmMember] // see alarm.go
+	alarms    *Alarms // cfg.Alarms, or the applier's own; see alarm.go
 
 	outcomes chan Outcome
 }
@@ -148,7 +158,10 @@ func New(cfg Config) (*Applier, error) {
 	if cfg.Waiters == nil {
 		cfg.Waiters = NewWaiters()
 	}
-	a := &Applier{cfg: cfg, store: cfg.Store, lessor: cfg.Lessor, logger: cfg.Logger, outcomes: make(chan Outcome, 1)}
+	if cfg.Alarms == nil {
+		cfg.Alarms = &Alarms{}
+	}
+	a := &Applier{cfg: cfg, store: cfg.Store, lessor: cfg.Lessor, alarms: cfg.Alarms, logger: cfg.Logger, outcomes: make(chan Outcome, 1)}
 	if cfg.Auth != nil {
 		a.auth = &authApplier{s: cfg.Auth}
 	}
@@ -337,8 +350,22 @@ func (a *Applier) install(snap *raftpb.Snapshot) error {
 	if a.cfg.Installer == nil {
 		return fmt.Errorf("no snapshot installer")
 	}
-	if err := a.cfg.Installer.Install(snap); err != nil {
+	catchUp, err := a.cfg.Installer.Install(snap)
+	if err != nil {
 		return err
+	}
+	if catchUp != nil {
+		from, start := a.applied.Load(), time.Now()
+		st, err := a.InstallCatchUp(*catchUp)
+		if err != nil {
+			return err
+		}
+		if err := a.cfg.Installer.Durable(catchUp.End); err != nil {
+			return err
+		}
+		a.logger.Info("installed incremental snapshot", zap.Uint64("index", snap.GetMetadata().GetIndex()),
+			zap.Uint64("from", from), zap.Uint64("to", catchUp.End), zap.Int("own-entries", st.OwnEntries),
+			zap.Int("records", st.Records), zap.Int("entries", st.Entries), zap.Duration("took", time.Since(start)))
 	}
 	if err := a.load(); err != nil {
 		return err

@@ -19,7 +19,8 @@ import (
 // installerFunc is an Installer that calls itself.
 type installerFunc func(*raftpb.Snapshot) error
 
-func (f installerFunc) Install(snap *raftpb.Snapshot) error { return f(snap) }
+func (f installerFunc) Install(snap *raftpb.Snapshot) (*CatchUp, error) { return nil, f(snap) }
+func (f installerFunc) Durable(uint64) error                            { return nil }
 
 func openStore(t *testing.T, fs vfs.FS) (*pebbleengine.Engine, *mvcc.Store) {
 	t.Helper()

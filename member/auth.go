@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-kv/strata/auth"
 	"github.com/strata-kv/strata/server"
+	"github.com/strata-kv/strata/tlsconfig"
 )
 
 // AuthConfig is etcd's auth flags.
@@ -44,7 +45,7 @@ func (m *Member) openAuth() (*auth.Store, error) {
 // startSecurity prepares the client gRPC server's options (TLS
 // credentials, auth interceptors) and the Auth service.
 func (m *Member) startSecurity(limits server.Limits) ([]grpc.ServerOption, error) {
-	opts, err := serverCreds("--listen-client-urls", m.cfg.ListenClientURLs, m.cfg.TLS.Client)
+	opts, err := tlsconfig.ServerCreds("--listen-client-urls", m.cfg.ListenClientURLs, m.cfg.TLS.Client)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/strata-kv/strata/engine"
 	"github.com/strata-kv/strata/raftlog"
 	"github.com/strata-kv/strata/server"
+	"github.com/strata-kv/strata/tlsconfig"
 )
 
 // clientHTTP is the member's HTTP serving state.
@@ -127,7 +128,7 @@ func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
 	ready := m.awaitReady(ctx)
 	// The peer round-trip metric is /metrics' too; its prober lives with ctx.
 	m.startPeerProber(ctx)
-	secure, _ := urlsTLS("--listen-client-urls", m.cfg.ListenClientURLs)
+	secure, _ := tlsconfig.URLsSecure("--listen-client-urls", m.cfg.ListenClientURLs)
 	var httpTLS *tls.Config
 	dialCreds := insecure.NewCredentials()
 	if secure {

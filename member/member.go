@@ -43,11 +43,14 @@ import (
 	"github.com/strata-kv/strata/datadir"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 	"github.com/strata-kv/strata/lease"
+	"github.com/strata-kv/strata/maintenance"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/node"
 	"github.com/strata-kv/strata/propose"
 	"github.com/strata-kv/strata/raftlog"
 	"github.com/strata-kv/strata/server"
+	"github.com/strata-kv/strata/snapshot"
+	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/watch"
 )
 
@@ -95,11 +98,11 @@ type Config struct {
 	// (0: 10 minutes).
 	WatchProgressNotifyInterval time.Duration
 	// TLS and Auth are etcd's security flags (member/tls.go, member/auth.go).
-	TLS  TLSConfig
+	TLS  tlsconfig.Config
 	Auth AuthConfig
 	// InitialCorruptCheck and CorruptCheckTime are etcd's corruption
 	// checks (--experimental-initial-corrupt-check, --corrupt-check-time;
-	// 0: no periodic check); see maintenance.go.
+	// 0: no periodic check); see package maintenance.
 	InitialCorruptCheck bool
 	CorruptCheckTime    time.Duration
 	// LogCompaction configures log compaction and recovery (logcompact.go).
@@ -151,8 +154,9 @@ type Member struct {
 
 	// watchHub serves the Watch service from the store's revision index.
 	watchHub *watch.Hub
-	// maint is the Maintenance service's state (maintenance.go).
-	maint maintenanceState
+	// maintainer serves backups, Hash, Defragment, alarms and the
+	// corruption check.
+	maintainer *maintenance.Maintainer
 	// authStore holds users, roles and tokens; authService serves them.
 	authStore   *auth.Store
 	authService *server.Auth
@@ -280,18 +284,23 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("start raft node: %w", err)
 	}
-	waiters := apply.NewWaiters()
+	waiters, alarms := apply.NewWaiters(), &apply.Alarms{}
 	m.proposer = propose.New(propose.Config{
 		MemberID:  m.memberID,
 		Raft:      m.node,
 		LastIndex: m.log.LastIndex,
 		Applied:   m.store,
 		Waiters:   waiters,
-		Admission: quotaAdmission{m},
-		Metrics:   m.web.metrics,
-		Stopped:   m.done,
+		Quota: &propose.Quota{
+			Bytes: cfg.QuotaBackendBytes, DiskSize: m.engine.DiskSize, Alarms: alarms, Logger: cfg.Logger.Named("quota"),
+		},
+		Metrics: m.web.metrics,
+		Stopped: m.done,
 	})
-	snaps := newSnapshotter(m)
+	snaps := snapshot.NewSnapshotter(snapshot.Config{
+		Dir: datadir.Snap(cfg.DataDir), FS: cfg.FS, Engine: m.engine, Store: m.store, Log: m.log, Raft: m.node,
+		LeaseMinTTL: m.leaseMinTTL(), Registry: m.web.metrics.Registry(), Logger: cfg.Logger.Named("snapshot"),
+	})
 	// etcd's minimum lease TTL: a lease outlives an election.
 	minTTL := time.Duration(3*max(electionTicks, 2)/2) * tick
 	m.lessor = lease.New(lease.Config{
@@ -313,6 +322,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.applier, err = apply.New(apply.Config{
 		Store:     m.store,
 		Waiters:   waiters,
+		Alarms:    alarms,
 		Lessor:    m.lessor,
 		Auth:      m.authStore,
 		Installer: snaps,
@@ -350,7 +360,14 @@ func Start(cfg Config) (_ *Member, err error) {
 	pb.RegisterLeaseServer(m.grpc, m.leases)
 	pb.RegisterWatchServer(m.grpc, server.NewWatch(m, m.watchHub, limits))
 	m.registerConcurrency(limits)
-	pb.RegisterMaintenanceServer(m.grpc, server.NewMaintenance(m, cfg.QuotaBackendBytes))
+	m.maintainer = maintenance.New(maintenance.Config{
+		MemberID: m.memberID, ClusterID: m.clusterID,
+		Engine: m.engine, Store: m.store, State: m.applier, Raft: m, Proposer: m.proposer,
+		PeerTLS:             cfg.TLS.Peer,
+		InitialCorruptCheck: cfg.InitialCorruptCheck, CorruptCheckTime: cfg.CorruptCheckTime,
+		Logger: cfg.Logger.Named("maintenance"),
+	})
+	pb.RegisterMaintenanceServer(m.grpc, server.NewMaintenance(m, m.maintainer, cfg.QuotaBackendBytes))
 	cluster := server.NewCluster(m, membership{m})
 	pb.RegisterClusterServer(m.grpc, cluster)
 	hs := health.NewServer()
@@ -360,7 +377,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err := m.startPeerServer(cluster, snaps); err != nil {
 		return nil, err
 	}
-	m.registerPeerMaintenance()
+	m.maintainer.RegisterPeer(m.peerGRPC)
 	for _, u := range cfg.ListenClientURLs {
 		addr, err := hostPort(u)
 		if err != nil {
@@ -413,7 +430,11 @@ func Start(cfg Config) (_ *Member, err error) {
 	if m.compactor != nil {
 		m.compactor.Run()
 	}
-	m.startMaintenance(ctx)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.maintainer.Run(ctx)
+	}()
 	m.startLogCompaction(ctx)
 	m.wg.Add(1)
 	go func() {
@@ -633,6 +654,9 @@ func (m *Member) Stop() error {
 	}
 	m.cancel()
 	m.wg.Wait()
+	if m.maintainer != nil {
+		m.maintainer.Wait()
+	}
 	if m.transport != nil {
 		m.transport.Stop()
 	}

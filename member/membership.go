@@ -196,7 +196,7 @@ func (ms membership) forwardPromote(ctx context.Context, leader, id uint64) ([]*
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(ms.m.dialCreds(lm.ClientURLs[0], ms.m.cfg.TLS.Client)))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(ms.m.cfg.TLS.Client.DialCreds(lm.ClientURLs[0], ms.m.logger)))
 	if err != nil {
 		return nil, fmt.Errorf("dial leader %x: %w", leader, err)
 	}

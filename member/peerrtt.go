@@ -112,7 +112,7 @@ func (p *peerProber) conn(id uint64, rawURL string) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(p.m.dialCreds(rawURL, p.m.cfg.TLS.Peer)))
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(p.m.cfg.TLS.Peer.DialCreds(rawURL, p.m.logger)))
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/datadir"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/maintenance"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/raftlog"
 )
@@ -48,7 +49,7 @@ func TestRestoreDropsIndexRevisionRows(t *testing.T) {
 	dir := t.TempDir()
 	backup := saveBackupAndStop(t, src, dir)
 	data := filepath.Join(dir, "restored")
-	if _, err := Restore(RestoreConfig{Backup: backup, Name: name, DataDir: data,
+	if _, err := maintenance.Restore(maintenance.RestoreConfig{Backup: backup, Name: name, DataDir: data,
 		InitialCluster:      map[string][]string{name: {"http://127.0.0.1:2380"}},
 		InitialClusterToken: name + "-test"}); err != nil {
 		t.Fatal(err)
@@ -173,9 +174,9 @@ func TestRestoreFailureLeavesNoDataDir(t *testing.T) {
 	if err := os.WriteFile(cut, raw[:len(raw)/2], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := RestoreConfig{Backup: cut, Name: "rf", DataDir: filepath.Join(dir, "restored"),
+	cfg := maintenance.RestoreConfig{Backup: cut, Name: "rf", DataDir: filepath.Join(dir, "restored"),
 		InitialCluster: map[string][]string{"rf": {"http://127.0.0.1:2380"}}, InitialClusterToken: "rf-restored"}
-	if _, err := Restore(cfg); err == nil {
+	if _, err := maintenance.Restore(cfg); err == nil {
 		t.Fatal("restore of a backup cut in half succeeded")
 	}
 	if _, err := os.Stat(cfg.DataDir); !os.IsNotExist(err) {
@@ -183,7 +184,7 @@ func TestRestoreFailureLeavesNoDataDir(t *testing.T) {
 	}
 	// A second restore, of the whole backup, succeeds.
 	cfg.Backup = full
-	if _, err := Restore(cfg); err != nil {
+	if _, err := maintenance.Restore(cfg); err != nil {
 		t.Fatalf("restore after a failed one: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(cfg.DataDir, "identity")); err != nil {
@@ -200,7 +201,7 @@ func saveBackupAndStop(t *testing.T, src *Member, dir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := src.WriteBackup(context.Background(), f); err != nil {
+	if _, err := src.maintainer.WriteBackup(context.Background(), f); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Close(); err != nil {
@@ -232,11 +233,11 @@ func TestRestorePowerCut(t *testing.T) {
 	if err := datadir.MkdirAllSynced(fs, "/restore"); err != nil {
 		t.Fatal(err)
 	}
-	cfg := RestoreConfig{Backup: backup, Name: "rp", DataDir: "/restore/data", FS: fs,
+	cfg := maintenance.RestoreConfig{Backup: backup, Name: "rp", DataDir: "/restore/data", FS: fs,
 		InitialCluster: map[string][]string{"rp": {"http://127.0.0.1:2380"}}, InitialClusterToken: "rp-restored"}
 	done := make(chan error, 1)
 	go func() {
-		_, err := Restore(cfg)
+		_, err := maintenance.Restore(cfg)
 		done <- err
 	}()
 	var clones []*vfs.MemFS

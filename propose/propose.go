@@ -3,9 +3,9 @@
 // checkpoints) and the auto-compactor change state. A proposal gets a
 // request ID unique across members and restarts, carries its caller in the
 // raft header (so that the applier checks a user's write against the
-// permissions it has when the write applies), passes admission (the space
-// quota), is registered with the applier's waiters, proposed to the node,
-// and answered when the applier applies its entry.
+// permissions it has when the write applies), passes the space quota
+// (quota.go), is registered with the applier's waiters, proposed to the
+// node, and answered when the applier applies its entry.
 //
 // The path is one way: server, lessor or auto-compactor -> propose -> node;
 // the answer comes back on the waiter's channel, not through a call.
@@ -36,12 +36,6 @@ type Raft interface {
 	Leader() uint64
 }
 
-// Admission refuses a request before it is proposed (the space quota,
-// maintenance.Quota); nil admits everything.
-type Admission interface {
-	Admit(ctx context.Context, req *pb.InternalRaftRequest) error
-}
-
 // Metrics counts proposals (server.Metrics); nil counts nothing.
 type Metrics interface {
 	// ProposalStarted counts a proposal and returns the function that
@@ -59,9 +53,11 @@ type Config struct {
 	LastIndex func() (uint64, error)
 	Applied   interface{ AppliedIndex() uint64 }
 	// Waiters is where the applier answers.
-	Waiters   *apply.Waiters
-	Admission Admission
-	Metrics   Metrics
+	Waiters *apply.Waiters
+	// Quota, if not nil, refuses requests that would grow the store
+	// beyond it (quota.go).
+	Quota   *Quota
+	Metrics Metrics
 	// Stopped is closed when the member stops: waiting proposals return
 	// node.ErrStopped.
 	Stopped <-chan struct{}
@@ -73,6 +69,7 @@ type Proposer struct {
 	cfg Config
 	// lastID is the last request ID handed out; 0 until the first.
 	lastID atomic.Uint64
+	quota  quotaState
 }
 
 // New returns a proposer over cfg.
@@ -81,16 +78,14 @@ func New(cfg Config) *Proposer { return &Proposer{cfg: cfg} }
 // Propose replicates req through raft and returns its applied result. The
 // result's Err is the state machine's answer (a compacted revision, a
 // missing lease); the returned error says the request did not get one
-// (refused by admission, not proposed, ctx ended, member stopped).
+// (refused by the quota, not proposed, ctx ended, member stopped).
 func (p *Proposer) Propose(ctx context.Context, req *pb.InternalRaftRequest) (_ apply.Result, err error) {
 	if p.cfg.Metrics != nil {
 		done := p.cfg.Metrics.ProposalStarted()
 		defer func() { done(err) }()
 	}
-	if p.cfg.Admission != nil {
-		if err := p.cfg.Admission.Admit(ctx, req); err != nil {
-			return apply.Result{}, err
-		}
+	if err := p.admit(ctx, req); err != nil {
+		return apply.Result{}, err
 	}
 	id := p.nextRequestID()
 	req.Header = &pb.RequestHeader{ID: id}

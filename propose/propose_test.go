@@ -10,6 +10,9 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.uber.org/zap"
+
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/auth"
 	"github.com/strata-kv/strata/node"
@@ -40,29 +43,37 @@ func (f *fakeRaft) Propose(_ context.Context, data []byte) error {
 }
 
 func (f *fakeRaft) ProposeConfChange(context.Context, raftpb.ConfChangeI) error { return f.err }
-func (f *fakeRaft) Leader() uint64                                            { return 1 }
+func (f *fakeRaft) Leader() uint64                                              { return 1 }
 
-type refuseAll struct{ err error }
+// alarms is an applier's alarm list.
+type alarms []*pb.AlarmMember
 
-func (r refuseAll) Admit(context.Context, *pb.InternalRaftRequest) error { return r.err }
+func (a alarms) List() []*pb.AlarmMember { return a }
 
 func TestPropose(t *testing.T) {
-	errQuota := errors.New("quota")
 	errRaft := errors.New("no leader")
 	errApplied := errors.New("lease not found")
 	for _, tc := range []struct {
-		name      string
-		admission Admission
-		raftErr   error
-		answer    func(*pb.InternalRaftRequest) apply.Result
-		ctx       func() (context.Context, context.CancelFunc)
-		wantErr   error // from Propose
-		wantRes   error // the result's Err
-		proposed  int
+		name     string
+		quota    *Quota
+		raftErr  error
+		answer   func(*pb.InternalRaftRequest) apply.Result
+		ctx      func() (context.Context, context.CancelFunc)
+		wantErr  error // from Propose
+		wantRes  error // the result's Err
+		proposed int
 	}{
 		{name: "answered", answer: func(*pb.InternalRaftRequest) apply.Result { return apply.Result{} }, proposed: 1},
 		{name: "refused by the state machine", answer: func(*pb.InternalRaftRequest) apply.Result { return apply.Result{Err: errApplied} }, wantRes: errApplied, proposed: 1},
-		{name: "refused by admission", admission: refuseAll{errQuota}, wantErr: errQuota},
+		// Over the quota: refused with etcd's error, and the NOSPACE alarm
+		// is proposed (the one proposal that reaches raft).
+		{name: "over the quota", quota: &Quota{Bytes: 100, DiskSize: func() int64 { return 90 }, Alarms: alarms{}, Logger: zap.NewNop()},
+			answer: func(*pb.InternalRaftRequest) apply.Result { return apply.Result{} }, wantErr: rpctypes.ErrGRPCNoSpace, proposed: 1},
+		// The alarm raised already: refused without proposing it again.
+		{name: "over the quota, alarm raised", quota: &Quota{Bytes: 100, DiskSize: func() int64 { return 90 },
+			Alarms: alarms{{MemberID: 0xabcd, Alarm: pb.AlarmType_NOSPACE}}, Logger: zap.NewNop()}, wantErr: rpctypes.ErrGRPCNoSpace},
+		{name: "under the quota", quota: &Quota{Bytes: 1000, DiskSize: func() int64 { return 90 }, Alarms: alarms{}, Logger: zap.NewNop()},
+			answer: func(*pb.InternalRaftRequest) apply.Result { return apply.Result{} }, proposed: 1},
 		{name: "not taken by raft", raftErr: errRaft, wantErr: errRaft},
 		{name: "caller gives up", ctx: func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), 10*time.Millisecond)
@@ -71,7 +82,7 @@ func TestPropose(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			waiters := apply.NewWaiters()
 			raft := &fakeRaft{waiters: waiters, answer: tc.answer, err: tc.raftErr}
-			p := New(Config{MemberID: 0xabcd, Raft: raft, Waiters: waiters, Admission: tc.admission, Stopped: make(chan struct{})})
+			p := New(Config{MemberID: 0xabcd, Raft: raft, Waiters: waiters, Quota: tc.quota, Stopped: make(chan struct{})})
 			ctx, cancel := context.Background(), context.CancelFunc(func() {})
 			if tc.ctx != nil {
 				ctx, cancel = tc.ctx()
@@ -87,8 +98,10 @@ func TestPropose(t *testing.T) {
 			if len(raft.proposed) != tc.proposed {
 				t.Fatalf("%d proposals reached raft, want %d", len(raft.proposed), tc.proposed)
 			}
-			if err := p.Submit(ctx, &pb.InternalRaftRequest{}); tc.wantRes != nil && !errors.Is(err, tc.wantRes) {
-				t.Fatalf("Submit returned %v, want the state machine's %v", err, tc.wantRes)
+			if tc.wantRes != nil {
+				if err := p.Submit(ctx, &pb.InternalRaftRequest{}); !errors.Is(err, tc.wantRes) {
+					t.Fatalf("Submit returned %v, want the state machine's %v", err, tc.wantRes)
+				}
 			}
 		})
 	}

@@ -20,16 +20,18 @@ var EtcdVersion = version.Version
 
 // Maintenance implements etcd's Maintenance service. Status, HashKV and
 // MoveLeader need only the Backend; Snapshot, Hash, Defragment and alarms
-// need a MaintenanceBackend (the member), and answer codes.Unimplemented
-// without one. Downgrade is refused: strata has one storage version.
+// need a MaintenanceBackend (package maintenance), and answer
+// codes.Unimplemented without one. Downgrade is refused: strata has one
+// storage version.
 type Maintenance struct {
 	pb.UnimplementedMaintenanceServer
 	b     Backend
+	mb    MaintenanceBackend // nil: Snapshot, Hash, Defragment and alarms unimplemented
 	quota int64
 }
 
-// MaintenanceBackend is what the member provides beyond Backend for the
-// Maintenance service.
+// MaintenanceBackend is what the Maintenance service needs beyond Backend
+// (maintenance.Maintainer).
 type MaintenanceBackend interface {
 	// WriteBackup streams a backup of a consistent view of the store to w
 	// (snapshot.WriteBackup's format) and returns the bytes written.
@@ -45,10 +47,11 @@ type MaintenanceBackend interface {
 	ProposeAlarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error)
 }
 
-// NewMaintenance returns the Maintenance service over b. quota is
+// NewMaintenance returns the Maintenance service over b and mb (nil: the
+// services it provides answer codes.Unimplemented). quota is
 // --quota-backend-bytes (0: no quota), reported by Status.
-func NewMaintenance(b Backend, quota int64) *Maintenance {
-	return &Maintenance{b: b, quota: quota}
+func NewMaintenance(b Backend, mb MaintenanceBackend, quota int64) *Maintenance {
+	return &Maintenance{b: b, mb: mb, quota: quota}
 }
 
 // Status reports the member's raft and storage state, as `etcdctl endpoint
@@ -72,7 +75,7 @@ func (m *Maintenance) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.Stat
 	if resp.Leader == 0 {
 		resp.Errors = append(resp.Errors, "etcdserver: no leader")
 	}
-	if mb, ok := m.b.(MaintenanceBackend); ok {
+	if mb := m.mb; mb != nil {
 		for _, a := range mb.Alarms() {
 			resp.Errors = append(resp.Errors, fmt.Sprintf("memberID:%d alarm:%s", a.MemberID, a.Alarm))
 		}
@@ -95,7 +98,7 @@ var StorageVersion = func() string {
 // type asked (NONE: all); ACTIVATE and DEACTIVATE go through raft, so every
 // member applies them, and answer the alarms they changed, as etcd does.
 func (m *Maintenance) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	mb, ok := m.b.(MaintenanceBackend)
+	mb, ok := m.mb, m.mb != nil
 	resp := &pb.AlarmResponse{}
 	switch {
 	case r.Action == pb.AlarmRequest_GET:
@@ -122,7 +125,7 @@ func (m *Maintenance) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmR
 // Hash over its whole backend). Its value depends on strata's engine
 // layout and on physical compaction; compare members with HashKV.
 func (m *Maintenance) Hash(ctx context.Context, r *pb.HashRequest) (*pb.HashResponse, error) {
-	mb, ok := m.b.(MaintenanceBackend)
+	mb, ok := m.mb, m.mb != nil
 	if !ok {
 		return m.UnimplementedMaintenanceServer.Hash(ctx, r)
 	}
@@ -138,7 +141,7 @@ func (m *Maintenance) Hash(ctx context.Context, r *pb.HashRequest) (*pb.HashResp
 // Defragment asks the engine to rewrite its files and returns at once: a
 // compaction runs in the background and blocks neither reads nor writes.
 func (m *Maintenance) Defragment(ctx context.Context, r *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
-	mb, ok := m.b.(MaintenanceBackend)
+	mb, ok := m.mb, m.mb != nil
 	if !ok {
 		return m.UnimplementedMaintenanceServer.Defragment(ctx, r)
 	}
@@ -159,7 +162,7 @@ const snapshotChunk = 32 << 10
 // (snapshot/FORMAT.md). RemainingBytes is not known in advance and is 0;
 // the first message carries the version, as etcd 3.6's does.
 func (m *Maintenance) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_SnapshotServer) error {
-	mb, ok := m.b.(MaintenanceBackend)
+	mb, ok := m.mb, m.mb != nil
 	if !ok {
 		return m.UnimplementedMaintenanceServer.Snapshot(r, srv)
 	}

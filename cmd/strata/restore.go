@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-kv/strata/maintenance"
 	"github.com/strata-kv/strata/member"
 )
 
@@ -53,7 +54,7 @@ func runRestore(args []string) int {
 		fmt.Fprintf(os.Stderr, "strata restore: --initial-advertise-peer-urls %v differ from --initial-cluster's %v for %q\n", urls, members[*name], *name)
 		return 2
 	}
-	res, err := member.Restore(member.RestoreConfig{
+	res, err := maintenance.Restore(maintenance.RestoreConfig{
 		Backup:              fs.Arg(0),
 		Name:                *name,
 		DataDir:             *dataDir,

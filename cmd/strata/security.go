@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/strata-kv/strata/member"
+	"github.com/strata-kv/strata/tlsconfig"
 )
 
 // securityFlags are etcd's TLS and auth flags.
@@ -33,9 +34,9 @@ func (s *securityFlags) register(fs *flag.FlagSet) {
 }
 
 func (s *securityFlags) apply(cfg *member.Config) {
-	cfg.TLS = member.TLSConfig{
-		Client: member.TLSInfo{CertFile: s.certFile, KeyFile: s.keyFile, TrustedCAFile: s.trustedCAFile, ClientCertAuth: s.clientCertAuth},
-		Peer:   member.TLSInfo{CertFile: s.peerCertFile, KeyFile: s.peerKeyFile, TrustedCAFile: s.peerTrustedCAFile, ClientCertAuth: s.peerClientCertAuth},
+	cfg.TLS = tlsconfig.Config{
+		Client: tlsconfig.Info{CertFile: s.certFile, KeyFile: s.keyFile, TrustedCAFile: s.trustedCAFile, ClientCertAuth: s.clientCertAuth},
+		Peer:   tlsconfig.Info{CertFile: s.peerCertFile, KeyFile: s.peerKeyFile, TrustedCAFile: s.peerTrustedCAFile, ClientCertAuth: s.peerClientCertAuth},
 	}
 	cfg.Auth = member.AuthConfig{
 		Token:      s.authToken,

@@ -1,4 +1,4 @@
-package member
+package snapshot
 
 import (
 	"bytes"
@@ -15,7 +15,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/raftlog"
-	"github.com/strata-kv/strata/snapshot"
 )
 
 // spans are batch files 11..20 (term 2), 21..30 (term 3), 31..40 (term 3),
@@ -140,7 +139,7 @@ func TestCheckCatchUp(t *testing.T) {
 
 // TestIncrementalBytes: the size the leader weighs is the stream's size.
 func TestIncrementalBytes(t *testing.T) {
-	var batches []snapshot.BatchSource
+	var batches []BatchSource
 	var raw [][]byte
 	var total int64
 	for _, r := range [][2]uint64{{11, 20}, {21, 30}} {
@@ -156,14 +155,14 @@ func TestIncrementalBytes(t *testing.T) {
 		total += int64(len(enc))
 	}
 	for _, enc := range raw {
-		batches = append(batches, snapshot.BatchSource{Size: int64(len(enc)), R: bytes.NewReader(enc)})
+		batches = append(batches, BatchSource{Size: int64(len(enc)), R: bytes.NewReader(enc)})
 	}
 	var entries []*raftpb.Entry
 	for i := uint64(31); i <= 33; i++ {
 		entries = append(entries, &raftpb.Entry{Index: proto.Uint64(i), Term: proto.Uint64(2), Data: bytes.Repeat([]byte{1}, int(i))})
 	}
 	var buf bytes.Buffer
-	n, err := snapshot.WriteIncremental(&buf, snapshot.IncrementalHeader{Index: 33, Term: 2, Base: 12, End: 33}, batches, entries)
+	n, err := WriteIncremental(&buf, IncrementalHeader{Index: 33, Term: 2, Base: 12, End: 33}, batches, entries)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,9 +176,8 @@ func TestIncrementalBytes(t *testing.T) {
 // failure reported while a transfer is still in flight (the transport
 // refusing a second one) changes nothing; the counters follow.
 func TestReportedFallsBack(t *testing.T) {
-	s := newSnapshotter(&Member{logger: zap.NewNop()})
 	reg := prometheus.NewRegistry()
-	s.metrics = newSnapshotMetrics(reg, zap.NewNop())
+	s := NewSnapshotter(Config{Registry: reg, Logger: zap.NewNop()})
 	open := func(id uint64, kind string, n int64) *outgoing {
 		out := &outgoing{kind: kind, index: 100}
 		out.bytes.Store(n)
@@ -193,7 +191,7 @@ func TestReportedFallsBack(t *testing.T) {
 		defer s.send.mu.Unlock()
 		return s.send.forceFull[id]
 	}
-	out := open(2, snapshot.KindIncremental, 500)
+	out := open(2, KindIncremental, 500)
 	s.reported(2, raft.SnapshotFailure) // still in flight: a refusal of another transfer
 	if forced(2) {
 		t.Fatal("a report during the transfer forced a full snapshot")
@@ -203,12 +201,12 @@ func TestReportedFallsBack(t *testing.T) {
 	if !forced(2) || forced(3) {
 		t.Fatalf("after a failed incremental transfer: forced(2) %v forced(3) %v", forced(2), forced(3))
 	}
-	open(2, snapshot.KindFull, 9000).closed.Store(true)
+	open(2, KindFull, 9000).closed.Store(true)
 	s.reported(2, raft.SnapshotFinish)
 	if forced(2) {
 		t.Fatal("still forcing a full snapshot after one completed")
 	}
-	open(3, snapshot.KindIncremental, 700).closed.Store(true)
+	open(3, KindIncremental, 700).closed.Store(true)
 	s.reported(3, raft.SnapshotFinish)
 	s.reported(3, raft.SnapshotFinish) // nothing pending: ignored
 	for _, c := range []struct {
@@ -216,11 +214,11 @@ func TestReportedFallsBack(t *testing.T) {
 		got  float64
 		want float64
 	}{
-		{"incremental sent", counterValue(t, reg, "strata_snapshot_sent_total", snapshot.KindIncremental), 1},
-		{"incremental bytes", counterValue(t, reg, "strata_snapshot_sent_bytes_total", snapshot.KindIncremental), 700},
-		{"incremental failures", counterValue(t, reg, "strata_snapshot_send_failures_total", snapshot.KindIncremental), 1},
-		{"full sent", counterValue(t, reg, "strata_snapshot_sent_total", snapshot.KindFull), 1},
-		{"full bytes", counterValue(t, reg, "strata_snapshot_sent_bytes_total", snapshot.KindFull), 9000},
+		{"incremental sent", counterValue(t, reg, "strata_snapshot_sent_total", KindIncremental), 1},
+		{"incremental bytes", counterValue(t, reg, "strata_snapshot_sent_bytes_total", KindIncremental), 700},
+		{"incremental failures", counterValue(t, reg, "strata_snapshot_send_failures_total", KindIncremental), 1},
+		{"full sent", counterValue(t, reg, "strata_snapshot_sent_total", KindFull), 1},
+		{"full bytes", counterValue(t, reg, "strata_snapshot_sent_bytes_total", KindFull), 9000},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, c.got, c.want)

@@ -1,33 +1,260 @@
-package member
+package snapshot
 
-// Incremental snapshots (docs/log-compaction.md, "Incremental snapshots"):
-// when raft sends a member a snapshot and the leader's compacted batch
-// files cover the member's gap, the leader streams those files and the
-// entries after them instead of its whole engine, if that is smaller. The
-// member checks it can reach the snapshot from its own state, stages the
-// decoded stream, and installs it through the applier (InstallCatchUp);
+// The snapshotter moves raft snapshots between members for the transport,
+// and stages what it receives for the applier to install. The leader
+// streams a consistent export of its engine (a full snapshot), or, when
+// its compacted raft log covers the member's gap and that is smaller, the
+// compacted batch files and the entries after them (an incremental
+// snapshot; docs/log-compaction.md, "Incremental snapshots"). The member
+// checks it can reach the snapshot from its own state, stages the decoded
+// stream, and hands it to the applier when raft installs the snapshot;
 // otherwise it refuses, the transfer fails, and the leader sends a full
 // snapshot to that member next time.
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 
 	"github.com/strata-kv/strata/apply"
+	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/raftlog"
-	"github.com/strata-kv/strata/snapshot"
 	"github.com/strata-kv/strata/transport"
 )
+
+// Raft is what the snapshotter needs of the raft node: the leader's view
+// of a member's progress, to plan an incremental
+type Raft interface {
+	Status(ctx context.Context) (raft.Status, error)
+}
+
+// Config is a snapshotter's collaborators.
+type Config struct {
+	// Dir holds received full snapshots until they are installed.
+	Dir    string
+	FS     vfs.FS
+	Engine *pebbleengine.Engine
+	Store  *mvcc.Store
+	Log    *raftlog.Log
+	Raft   Raft
+	// LeaseMinTTL is the lessor's minimum TTL, for lease grants an
+	// incremental install replays as records.
+	LeaseMinTTL int64
+	// Registry receives the snapshot metrics; nil registers none.
+	Registry *prometheus.Registry
+	Logger   *zap.Logger
+}
+
+// Snapshotter moves raft snapshots for the transport: the leader streams a
+// consistent export of its engine, or the compacted log batches that cover
+// the member's gap when that is smaller (incremental.go); the follower
+// stages the data (a table, or the decoded batches) that the applier
+// installs when raft hands the snapshot over.
+//
+// Concurrency: Open, Receive and reported run on transport goroutines,
+// install on the applier goroutine; the maps are guarded by their mutexes.
+type Snapshotter struct {
+	cfg     Config
+	logger  *zap.Logger
+	metrics *snapshotMetrics
+	send    sendState
+
+	mu     sync.Mutex
+	staged map[uint64]stagedSnapshot // snapshot index -> staged data; guarded by mu
+}
+
+// stagedSnapshot is a received snapshot waiting for raft: a table to
+// ingest (full) or a decoded incremental stream.
+type stagedSnapshot struct {
+	path string
+	inc  *Incremental
+}
+
+// NewSnapshotter returns a snapshotter over cfg.
+func NewSnapshotter(cfg Config) *Snapshotter {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	s := &Snapshotter{cfg: cfg, logger: cfg.Logger, staged: map[uint64]stagedSnapshot{}}
+	s.send.pending = map[uint64]*outgoing{}
+	s.send.forceFull = map[uint64]bool{}
+	s.metrics = newSnapshotMetrics(cfg.Registry, cfg.Logger)
+	return s
+}
+
+func (s *Snapshotter) dir() string { return s.cfg.Dir }
+
+// Open implements transport.Snapshotter: an incremental stream if one can
+// and should be sent (incremental.go), else every key of an engine view.
+func (s *Snapshotter) Open(msg *raftpb.Message) (io.ReadCloser, error) {
+	index := msg.GetSnapshot().GetMetadata().GetIndex()
+	kind := KindIncremental
+	rc, view, reason := s.openIncremental(msg)
+	if rc == nil {
+		kind = KindFull
+		s.logger.Info("sending full snapshot", zap.String("to", fmt.Sprintf("%x", msg.GetTo())),
+			zap.Uint64("index", index), zap.String("reason", reason))
+		var err error
+		if rc, err = s.openFull(index, view); err != nil {
+			return nil, err
+		}
+	}
+	out := &outgoing{kind: kind, index: index}
+	s.send.mu.Lock()
+	s.send.pending[msg.GetTo()] = out
+	s.send.mu.Unlock()
+	return &countingReader{ReadCloser: rc, out: out}, nil
+}
+
+// openFull streams every key of view (or of a new engine view if nil).
+func (s *Snapshotter) openFull(index uint64, view fullView) (io.ReadCloser, error) {
+	if view == nil {
+		v, err := s.cfg.Engine.NewExportView()
+		if err != nil {
+			return nil, err
+		}
+		view = v
+	}
+	if view.AppliedIndex() < index {
+		view.Close()
+		return nil, fmt.Errorf("engine at %d is behind snapshot index %d", view.AppliedIndex(), index)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		err := Write(pw, view.AppliedIndex(), view.ForEach)
+		view.Close()
+		pw.CloseWithError(err)
+	}()
+	return pr, nil
+}
+
+// Receive implements transport.Snapshotter. The first bytes say which
+// stream it is.
+func (s *Snapshotter) Receive(msg *raftpb.Message, r io.Reader) error {
+	br := bufio.NewReaderSize(r, 1<<20)
+	if prefix, _ := br.Peek(len(IncrementalMagic)); Kind(prefix) == KindIncremental {
+		return s.receiveIncremental(msg, br)
+	}
+	return s.receiveFull(msg, br)
+}
+
+// receiveFull writes a full stream into a table to ingest.
+func (s *Snapshotter) receiveFull(msg *raftpb.Message, r io.Reader) error {
+	index := msg.GetSnapshot().GetMetadata().GetIndex()
+	if err := s.cfg.FS.MkdirAll(s.dir(), 0o700); err != nil {
+		return fmt.Errorf("create snapshot dir: %w", err)
+	}
+	path := filepath.Join(s.dir(), fmt.Sprintf("%016x-%016x.sst", msg.GetSnapshot().GetMetadata().GetTerm(), index))
+	w, err := s.cfg.Engine.NewSnapshotWriter(path)
+	if err != nil {
+		return err
+	}
+	cr := &byteCounter{r: r}
+	applied, records, err := Read(cr, w)
+	if err == nil && applied < index {
+		err = fmt.Errorf("snapshot stream holds index %d, below the snapshot's %d", applied, index)
+	}
+	if err != nil {
+		w.Abort()
+		_ = s.cfg.FS.Remove(path)
+		return err
+	}
+	if err := w.Finish(); err != nil {
+		_ = s.cfg.FS.Remove(path)
+		return err
+	}
+	s.stage(index, stagedSnapshot{path: path})
+	s.metrics.received.WithLabelValues(KindFull).Inc()
+	s.metrics.receivedBytes.WithLabelValues(KindFull).Add(float64(cr.n))
+	s.logger.Info("received snapshot", zap.Uint64("index", index), zap.Uint64("engine-index", applied),
+		zap.Uint64("records", records), zap.Int64("bytes", cr.n))
+	return nil
+}
+
+// byteCounter counts the bytes read through it.
+type byteCounter struct {
+	r io.Reader
+	n int64
+}
+
+func (c *byteCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// stage keeps st for the snapshot at index, replacing what was staged for
+// it, and drops what was staged for snapshots the engine has passed (raft
+// ignores a snapshot at or below the commit index, so those are never
+// installed).
+func (s *Snapshotter) stage(index uint64, st stagedSnapshot) {
+	applied := s.cfg.Store.AppliedIndex()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, old := range s.staged {
+		if i == index || i <= applied {
+			s.discardLocked(i, old)
+		}
+	}
+	s.staged[index] = st
+}
+
+// discardLocked forgets a staged snapshot and removes its table.
+// REQUIRES: s.mu held.
+func (s *Snapshotter) discardLocked(index uint64, st stagedSnapshot) {
+	delete(s.staged, index)
+	if st.path != "" {
+		_ = s.cfg.FS.Remove(st.path)
+	}
+}
+
+// Install implements apply.Installer: it replaces the store's content with
+// the staged full snapshot for snap, or returns the catch-up of a staged
+// incremental one for the applier to apply. It runs on the applier
+// goroutine.
+func (s *Snapshotter) Install(snap *raftpb.Snapshot) (*apply.CatchUp, error) {
+	index := snap.GetMetadata().GetIndex()
+	s.mu.Lock()
+	st, ok := s.staged[index]
+	delete(s.staged, index)
+	for i, old := range s.staged {
+		if i < index {
+			s.discardLocked(i, old)
+		}
+	}
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("no staged data for snapshot at index %d", index)
+	}
+	if inc := st.inc; inc != nil {
+		return &apply.CatchUp{
+			Base: inc.Base, OwnEntries: s.cfg.Log.Entries, Batches: inc.Batches, Entries: inc.Entries, End: inc.End,
+			ConfState: snap.GetMetadata().GetConfState(), MinTTL: s.cfg.LeaseMinTTL,
+		}, nil
+	}
+	err := s.cfg.Store.Replace(func() error {
+		_, err := s.cfg.Engine.InstallSnapshot(st.path)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	_ = s.cfg.FS.Remove(st.path)
+	return nil, nil
+}
 
 // maxIncrementalBytes bounds an incremental snapshot stream: the member
 // decodes it into memory and installs it in one engine batch. Above it
@@ -112,7 +339,7 @@ func incrementalBytes(n int, batchBytes int64, entries []*raftpb.Entry) int64 {
 }
 
 // snapshotMetrics count the snapshots this member sends and receives, by
-// kind (snapshot.KindFull, snapshot.KindIncremental).
+// kind (KindFull, KindIncremental).
 type snapshotMetrics struct {
 	sent, sentBytes, sendFailures *prometheus.CounterVec
 	received, receivedBytes       *prometheus.CounterVec
@@ -132,7 +359,7 @@ func newSnapshotMetrics(reg *prometheus.Registry, logger *zap.Logger) *snapshotM
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "strata_snapshot_incremental_refused_total",
 			Help: "Incremental raft snapshots this member refused (it could not reach the snapshot from its own state); the leader then sends a full one."}),
 	}
-	for _, kind := range []string{snapshot.KindFull, snapshot.KindIncremental} {
+	for _, kind := range []string{KindFull, KindIncremental} {
 		for _, v := range []*prometheus.CounterVec{sm.sent, sm.sentBytes, sm.sendFailures, sm.received, sm.receivedBytes} {
 			v.WithLabelValues(kind) // export zeros
 		}
@@ -174,11 +401,19 @@ func (c *countingReader) Close() error {
 	return err
 }
 
+// Reports returns the handler the transport delivers to: h (the node),
+// with each snapshot report told to the snapshotter first, which
+// remembers how each transfer ended (a member whose incremental snapshot
+// failed gets a full one next).
+func (s *Snapshotter) Reports(h transport.Handler) transport.Handler {
+	return snapshotReports{Handler: h, s: s}
+}
+
 // snapshotReports passes the transport's reports on to the node, telling
 // the snapshotter how each transfer ended first.
 type snapshotReports struct {
 	transport.Handler
-	s *snapshotter
+	s *Snapshotter
 }
 
 // ReportSnapshot implements transport.Handler.
@@ -200,7 +435,7 @@ type sendState struct {
 // reported records how the transfer to member id ended. A failure report
 // for a transfer still in flight is the transport refusing a second one
 // meanwhile, and says nothing about the first.
-func (s *snapshotter) reported(id uint64, status raft.SnapshotStatus) {
+func (s *Snapshotter) reported(id uint64, status raft.SnapshotStatus) {
 	s.send.mu.Lock()
 	out := s.send.pending[id]
 	if out == nil || !out.closed.Load() {
@@ -210,13 +445,13 @@ func (s *snapshotter) reported(id uint64, status raft.SnapshotStatus) {
 	delete(s.send.pending, id)
 	ok := status == raft.SnapshotFinish
 	switch {
-	case ok && out.kind == snapshot.KindFull:
+	case ok && out.kind == KindFull:
 		delete(s.send.forceFull, id)
-	case !ok && out.kind == snapshot.KindIncremental:
+	case !ok && out.kind == KindIncremental:
 		s.send.forceFull[id] = true
 	}
 	s.send.mu.Unlock()
-	lg := s.m.logger.With(zap.String("to", fmt.Sprintf("%x", id)), zap.Uint64("index", out.index),
+	lg := s.logger.With(zap.String("to", fmt.Sprintf("%x", id)), zap.Uint64("index", out.index),
 		zap.String("kind", out.kind), zap.Int64("bytes", out.bytes.Load()))
 	if !ok {
 		s.metrics.sendFailures.WithLabelValues(out.kind).Inc()
@@ -231,8 +466,7 @@ func (s *snapshotter) reported(id uint64, status raft.SnapshotStatus) {
 // openIncremental returns the incremental stream for msg, or why it sends
 // a full snapshot instead; view, when not nil, is the engine view opened
 // to weigh the two, for the full snapshot to use.
-func (s *snapshotter) openIncremental(msg *raftpb.Message) (rc io.ReadCloser, view fullView, reason string) {
-	m := s.m
+func (s *Snapshotter) openIncremental(msg *raftpb.Message) (rc io.ReadCloser, view fullView, reason string) {
 	to := msg.GetTo()
 	meta := msg.GetSnapshot().GetMetadata()
 	snapIndex := meta.GetIndex()
@@ -242,11 +476,11 @@ func (s *snapshotter) openIncremental(msg *raftpb.Message) (rc io.ReadCloser, vi
 	if force {
 		return nil, nil, "the last incremental snapshot to this member failed"
 	}
-	if m.log.Stats().BatchFiles == 0 {
+	if s.cfg.Log.Stats().BatchFiles == 0 {
 		return nil, nil, "no compacted batch files"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
-	st, err := m.node.Status(ctx)
+	st, err := s.cfg.Raft.Status(ctx)
 	cancel()
 	if err != nil {
 		return nil, nil, fmt.Sprintf("raft status: %v", err)
@@ -260,7 +494,7 @@ func (s *snapshotter) openIncremental(msg *raftpb.Message) (rc io.ReadCloser, vi
 	if after > 0 {
 		after-- // the batch ending at the base gives its term
 	}
-	logSnap, files, err := m.log.OpenCompactedBatches(after)
+	logSnap, files, err := s.cfg.Log.OpenCompactedBatches(after)
 	if err != nil {
 		return nil, nil, fmt.Sprintf("open compacted batches: %v", err)
 	}
@@ -270,7 +504,7 @@ func (s *snapshotter) openIncremental(msg *raftpb.Message) (rc io.ReadCloser, vi
 			raftlog.CloseBatchFiles(files)
 		}
 	}()
-	logSnapTerm, err := m.log.Term(logSnap)
+	logSnapTerm, err := s.cfg.Log.Term(logSnap)
 	if err != nil {
 		return nil, nil, fmt.Sprintf("term of the log's snapshot point %d: %v", logSnap, err)
 	}
@@ -284,7 +518,7 @@ func (s *snapshotter) openIncremental(msg *raftpb.Message) (rc io.ReadCloser, vi
 	}
 	var entries []*raftpb.Entry
 	if plan.end > logSnap {
-		entries, err = m.log.Entries(logSnap+1, plan.end+1, maxIncrementalBytes)
+		entries, err = s.cfg.Log.Entries(logSnap+1, plan.end+1, maxIncrementalBytes)
 		if err != nil {
 			return nil, nil, fmt.Sprintf("entries %d..%d: %v", logSnap+1, plan.end, err)
 		}
@@ -292,21 +526,21 @@ func (s *snapshotter) openIncremental(msg *raftpb.Message) (rc io.ReadCloser, vi
 			return nil, nil, fmt.Sprintf("entries %d..%d exceed %d bytes", logSnap+1, plan.end, maxIncrementalBytes)
 		}
 	}
-	var sources []snapshot.BatchSource
+	var sources []BatchSource
 	var batchBytes int64
 	for _, i := range plan.send {
-		sources = append(sources, snapshot.BatchSource{Size: files[i].Size, R: files[i].Reader()})
+		sources = append(sources, BatchSource{Size: files[i].Size, R: files[i].Reader()})
 		batchBytes += files[i].Size
 	}
 	size := incrementalBytes(len(sources), batchBytes, entries)
 	if size > maxIncrementalBytes {
 		return nil, nil, fmt.Sprintf("the incremental snapshot would be %d bytes, above %d", size, maxIncrementalBytes)
 	}
-	v, err := m.engine.NewExportView()
+	v, err := s.cfg.Engine.NewExportView()
 	if err != nil {
 		return nil, nil, fmt.Sprintf("engine view: %v", err)
 	}
-	full, err := snapshot.Size(v.ForEach, size)
+	full, err := Size(v.ForEach, size)
 	if err != nil {
 		return nil, v, fmt.Sprintf("size of a full snapshot: %v", err)
 	}
@@ -314,15 +548,15 @@ func (s *snapshotter) openIncremental(msg *raftpb.Message) (rc io.ReadCloser, vi
 		return nil, v, fmt.Sprintf("a full snapshot (%d bytes) is no larger than the incremental one (%d bytes)", full, size)
 	}
 	_ = v.Close()
-	h := snapshot.IncrementalHeader{Index: snapIndex, Term: meta.GetTerm(), Base: plan.base, BaseTerm: plan.baseTerm, End: plan.end}
-	m.logger.Info("sending incremental snapshot", zap.String("to", fmt.Sprintf("%x", to)), zap.Uint64("index", snapIndex),
+	h := IncrementalHeader{Index: snapIndex, Term: meta.GetTerm(), Base: plan.base, BaseTerm: plan.baseTerm, End: plan.end}
+	s.logger.Info("sending incremental snapshot", zap.String("to", fmt.Sprintf("%x", to)), zap.Uint64("index", snapIndex),
 		zap.Uint64("match", match), zap.Uint64("base", plan.base), zap.Uint64("end", plan.end),
 		zap.Int("batches", len(sources)), zap.Int("entries", len(entries)), zap.Int64("bytes", size),
 		zap.String("full-snapshot-bytes", fmt.Sprintf("> %d", size)))
 	keep = true
 	pr2, pw := io.Pipe()
 	go func() {
-		_, err := snapshot.WriteIncremental(pw, h, sources, entries)
+		_, err := WriteIncremental(pw, h, sources, entries)
 		raftlog.CloseBatchFiles(files)
 		pw.CloseWithError(err)
 	}()
@@ -367,10 +601,9 @@ var errRefused = errors.New("incremental snapshot refused")
 
 // receiveIncremental decodes an incremental stream, checks this member
 // can reach its state, and stages it for install.
-func (s *snapshotter) receiveIncremental(msg *raftpb.Message, r io.Reader) error {
-	m := s.m
+func (s *Snapshotter) receiveIncremental(msg *raftpb.Message, r io.Reader) error {
 	meta := msg.GetSnapshot().GetMetadata()
-	inc, err := snapshot.ReadIncremental(r, maxIncrementalBytes)
+	inc, err := ReadIncremental(r, maxIncrementalBytes)
 	if err != nil {
 		return err
 	}
@@ -378,55 +611,41 @@ func (s *snapshotter) receiveIncremental(msg *raftpb.Message, r io.Reader) error
 		return fmt.Errorf("incremental snapshot stream for index %d term %d, the message's is %d term %d",
 			inc.Index, inc.Term, meta.GetIndex(), meta.GetTerm())
 	}
-	applied := m.applier.AppliedIndex()
-	first, err := m.log.FirstIndex()
+	applied := s.cfg.Store.AppliedIndex()
+	first, err := s.cfg.Log.FirstIndex()
 	if err != nil {
 		return err
 	}
-	last, err := m.log.LastIndex()
+	last, err := s.cfg.Log.LastIndex()
 	if err != nil {
 		return err
 	}
-	if err := checkCatchUp(applied, first, last, m.log.Term, inc.Base, inc.BaseTerm); err != nil {
+	if err := checkCatchUp(applied, first, last, s.cfg.Log.Term, inc.Base, inc.BaseTerm); err != nil {
 		s.metrics.refused.Inc()
-		m.logger.Warn("refused incremental snapshot", zap.Uint64("index", inc.Index), zap.Uint64("base", inc.Base), zap.Error(err))
+		s.logger.Warn("refused incremental snapshot", zap.Uint64("index", inc.Index), zap.Uint64("base", inc.Base), zap.Error(err))
 		return fmt.Errorf("%w: %w", errRefused, err)
 	}
 	s.stage(inc.Index, stagedSnapshot{inc: inc})
-	s.metrics.received.WithLabelValues(snapshot.KindIncremental).Inc()
-	s.metrics.receivedBytes.WithLabelValues(snapshot.KindIncremental).Add(float64(inc.Bytes))
-	m.logger.Info("received incremental snapshot", zap.Uint64("index", inc.Index), zap.Uint64("applied", applied),
+	s.metrics.received.WithLabelValues(KindIncremental).Inc()
+	s.metrics.receivedBytes.WithLabelValues(KindIncremental).Add(float64(inc.Bytes))
+	s.logger.Info("received incremental snapshot", zap.Uint64("index", inc.Index), zap.Uint64("applied", applied),
 		zap.Uint64("base", inc.Base), zap.Uint64("end", inc.End), zap.Int("batches", len(inc.Batches)),
 		zap.Int64("batch-bytes", inc.BatchBytes), zap.Int("entries", len(inc.Entries)), zap.Int64("bytes", inc.Bytes))
 	return nil
 }
 
-// installIncremental installs a staged incremental snapshot (on the
-// applier goroutine).
-func (s *snapshotter) installIncremental(snap *raftpb.Snapshot, inc *snapshot.Incremental) error {
-	m := s.m
-	from := m.applier.AppliedIndex()
-	start := time.Now()
-	st, err := m.applier.InstallCatchUp(apply.CatchUp{
-		Base: inc.Base, OwnEntries: m.log.Entries, Batches: inc.Batches, Entries: inc.Entries, End: inc.End,
-		ConfState: snap.GetMetadata().GetConfState(), MinTTL: m.leaseMinTTL(),
-	})
-	if err != nil {
-		return err
+// Durable implements apply.Installer: once the applier applied an
+// incremental install's catch-up, the engine, whose commits are not synced
+// (its WAL is off), must hold the new state durably before the node
+// restarts the log after the snapshot (docs/design.md, durability rule 4),
+// as an ingested full snapshot does. Without this flush a crash lost the
+// install while the log had forgotten the entries before it.
+func (s *Snapshotter) Durable(index uint64) error {
+	if err := s.cfg.Engine.Flush(); err != nil {
+		return fmt.Errorf("flush the engine after an incremental snapshot to %d: %w", index, err)
 	}
-	// The node restarts the log after the snapshot once this returns: the
-	// engine, whose commits are not synced (its WAL is off), must hold the
-	// new state durably first (DESIGN.md rule 4), as an ingested full
-	// snapshot does. Without this flush a crash lost the install while
-	// the log had forgotten the entries before it.
-	if err := m.engine.Flush(); err != nil {
-		return fmt.Errorf("flush the engine after an incremental snapshot to %d: %w", inc.End, err)
+	if d := s.cfg.Engine.DurableIndex(); d < index {
+		return fmt.Errorf("engine durable at %d after flushing an incremental snapshot to %d", d, index)
 	}
-	if d := m.engine.DurableIndex(); d < inc.End {
-		return fmt.Errorf("engine durable at %d after flushing an incremental snapshot to %d", d, inc.End)
-	}
-	m.logger.Info("installed incremental snapshot", zap.Uint64("index", inc.Index), zap.Uint64("from", from),
-		zap.Uint64("to", inc.End), zap.Int("own-entries", st.OwnEntries), zap.Int("records", st.Records),
-		zap.Int("entries", st.Entries), zap.Duration("took", time.Since(start)))
 	return nil
 }

@@ -1,0 +1,168 @@
+package maintenance
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+
+	"github.com/strata-kv/strata/datadir"
+	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/mvcc"
+	"github.com/strata-kv/strata/snapshot"
+)
+
+// RestoreConfig says where a backup goes and which new cluster it starts,
+// in etcdutl snapshot restore's terms.
+type RestoreConfig struct {
+	// Backup is the file `etcdctl snapshot save` wrote.
+	Backup  string
+	Name    string
+	DataDir string
+	// InitialCluster maps member names to peer URLs; with the token it
+	// gives the new member and cluster IDs, as at a cluster's bootstrap.
+	InitialCluster      map[string][]string
+	InitialClusterToken string
+	Logger              *zap.Logger
+	// FS holds the data directory; nil means the real file system (tests
+	// cut its power). The backup is read from the real file system.
+	FS vfs.FS
+}
+
+// RestoreResult describes a restored data directory.
+type RestoreResult struct {
+	MemberID, ClusterID uint64
+	// AppliedIndex is the raft index the backed-up member had applied; the
+	// new cluster's log starts afresh regardless.
+	AppliedIndex uint64
+	Records      uint64
+}
+
+// Restore builds a new data directory from a backup: the engine holds the
+// backup's key-value data, leases and revisions, without the old cluster's
+// membership, conf state, alarms or applied index, and the identity is the
+// new member's. The member started on it with the same --name,
+// --initial-cluster and --initial-cluster-token bootstraps a fresh raft log
+// for the new cluster, as a member of a new cluster does.
+//
+// The directory is built under a temporary name beside it and renamed into
+// place once whole (the parent directory synced), so a failure or a crash
+// leaves no data directory: a member started on a half-built one would
+// bootstrap a cluster on an empty or partial engine. A temporary directory
+// a crashed restore left is removed by the next one.
+func Restore(cfg RestoreConfig) (RestoreResult, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
+	if _, err := cfg.FS.Stat(cfg.DataDir); err == nil {
+		return RestoreResult{}, fmt.Errorf("data-dir %q exists", cfg.DataDir)
+	}
+	final := cfg.DataDir
+	cfg.DataDir = final + ".restoring"
+	if err := cfg.FS.RemoveAll(cfg.DataDir); err != nil {
+		return RestoreResult{}, fmt.Errorf("remove the leftover of an earlier restore: %w", err)
+	}
+	res, err := restoreInto(cfg)
+	if err != nil {
+		_ = cfg.FS.RemoveAll(cfg.DataDir)
+		return RestoreResult{}, err
+	}
+	if err := cfg.FS.Rename(cfg.DataDir, final); err != nil {
+		return RestoreResult{}, fmt.Errorf("move the restored data dir into place: %w", err)
+	}
+	parent, err := cfg.FS.OpenDir(filepath.Dir(final))
+	if err == nil {
+		err = parent.Sync()
+		_ = parent.Close()
+	}
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("sync the directory of the restored data dir: %w", err)
+	}
+	return res, nil
+}
+
+// restoreInto builds the restored data directory in cfg.DataDir.
+func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
+	if _, ok := cfg.InitialCluster[cfg.Name]; !ok {
+		return RestoreResult{}, fmt.Errorf("--initial-cluster has no member named %q (--name)", cfg.Name)
+	}
+	f, err := os.Open(cfg.Backup)
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("open backup: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("stat backup: %w", err)
+	}
+	fs := cfg.FS
+	engineDir := datadir.Engine(cfg.DataDir)
+	if err := datadir.MkdirAllSynced(fs, engineDir); err != nil {
+		return RestoreResult{}, fmt.Errorf("create data dir: %w", err)
+	}
+	eng, err := pebbleengine.Open(engineDir, pebbleengine.Options{FS: fs, Logger: cfg.Logger.Named("engine")})
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("open engine: %w", err)
+	}
+	defer eng.Close()
+	table := filepath.Join(cfg.DataDir, "restore.sst")
+	w, err := eng.NewSnapshotWriter(table)
+	if err != nil {
+		return RestoreResult{}, err
+	}
+	applied, records, err := snapshot.ReadBackup(f, st.Size(), restoreFilter{w})
+	if err != nil {
+		w.Abort()
+		return RestoreResult{}, fmt.Errorf("read backup %s: %w", cfg.Backup, err)
+	}
+	if err := w.Finish(); err != nil {
+		return RestoreResult{}, err
+	}
+	if _, err := eng.InstallSnapshot(table); err != nil {
+		return RestoreResult{}, err
+	}
+	_ = fs.Remove(table)
+	if err := eng.Flush(); err != nil {
+		return RestoreResult{}, fmt.Errorf("flush restored engine: %w", err)
+	}
+	id, err := datadir.BootstrapID(cfg.Name, cfg.InitialCluster, cfg.InitialClusterToken)
+	if err != nil {
+		return RestoreResult{}, err
+	}
+	if err := datadir.WriteID(fs, cfg.DataDir, id); err != nil {
+		return RestoreResult{}, err
+	}
+	return RestoreResult{MemberID: id.MemberID, ClusterID: id.ClusterID, AppliedIndex: applied, Records: records}, nil
+}
+
+// restoreDropped are the keys a restore leaves out: the old cluster's
+// raft and membership state (apply/apply.go, apply/alarm.go). The applied
+// index is kept at zero, so the new log's entries all apply. The old
+// cluster's index -> revision rows (mvcc.IsIndexRevisionKey) are left out
+// too: they describe the old log, and the new one starts from index 1
+// again, where log compaction would take them for its own.
+var restoreDropped = map[string]bool{
+	"muraft/confstate":  true,
+	"mucluster/members": true,
+	"mucluster/alarms":  true,
+}
+
+// restoreFilter passes a backup's records to the table writer, minus the
+// old cluster's state.
+type restoreFilter struct{ w snapshot.Sink }
+
+func (r restoreFilter) Add(key, value []byte) error {
+	if restoreDropped[string(key)] || mvcc.IsIndexRevisionKey(key) {
+		return nil
+	}
+	if string(key) == string(pebbleengine.AppliedIndexKey) {
+		var zero [8]byte
+		return r.w.Add(key, zero[:])
+	}
+	return r.w.Add(key, value)
+}

@@ -1,0 +1,153 @@
+// Package tlsconfig turns etcd's TLS flags (--cert-file, --key-file,
+// --trusted-ca-file, --client-cert-auth and their --peer-* twins) into the
+// TLS configurations strata's listeners serve with and its dialers (peers,
+// the leader's client URL) connect with. TLS 1.2 is the minimum, as in etcd.
+package tlsconfig
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Info is one side's TLS material, in etcd's flag terms: --cert-file,
+// --key-file, --trusted-ca-file, --client-cert-auth (or their --peer-*
+// twins).
+type Info struct {
+	CertFile      string
+	KeyFile       string
+	TrustedCAFile string
+	// ClientCertAuth requires every connecting party to present a
+	// certificate signed by TrustedCAFile; on the client side, the
+	// certificate's common name is then the user when auth is on.
+	ClientCertAuth bool
+}
+
+// Config secures the client and peer URLs. An https:// URL needs the
+// side's certificate and key; an empty Info serves plaintext.
+type Config struct {
+	Client Info
+	Peer   Info
+}
+
+// Empty reports whether no certificate is configured.
+func (t Info) Empty() bool { return t.CertFile == "" && t.KeyFile == "" }
+
+func (t Info) pool() (*x509.CertPool, error) {
+	if t.TrustedCAFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(t.TrustedCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("read trusted CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("trusted CA file %s holds no PEM certificate", t.TrustedCAFile)
+	}
+	return pool, nil
+}
+
+// ServerConfig returns the configuration a listener serves with.
+func (t Info) ServerConfig() (*tls.Config, error) {
+	if t.CertFile == "" || t.KeyFile == "" {
+		return nil, errors.New("TLS needs both a certificate file and a key file")
+	}
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("load key pair %s, %s: %w", t.CertFile, t.KeyFile, err)
+	}
+	pool, err := t.pool()
+	if err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, ClientCAs: pool}
+	if t.ClientCertAuth {
+		if pool == nil {
+			return nil, errors.New("client certificate authentication needs a trusted CA file")
+		}
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// ClientConfig returns the configuration for dialing the other side: the
+// certificate to present (peers authenticate each other with it) and the
+// CA to trust (the system's if none).
+func (t Info) ClientConfig() (*tls.Config, error) {
+	pool, err := t.pool()
+	if err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if !t.Empty() {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load key pair %s, %s: %w", t.CertFile, t.KeyFile, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// URLsSecure reports whether the URLs are https (all of them) or http (all of
+// them): one gRPC server serves them, with or without TLS.
+func URLsSecure(flag string, urls []string) (bool, error) {
+	https, http := 0, 0
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return false, fmt.Errorf("%s: invalid URL %q: %w", flag, raw, err)
+		}
+		switch u.Scheme {
+		case "https", "unixs":
+			https++
+		default:
+			http++
+		}
+	}
+	if https > 0 && http > 0 {
+		return false, fmt.Errorf("%s: mixing http and https URLs is not supported", flag)
+	}
+	return https > 0, nil
+}
+
+// ServerCreds returns the gRPC server option for a side whose listen URLs
+// are urls, or nil for plaintext.
+func ServerCreds(flag string, urls []string, info Info) ([]grpc.ServerOption, error) {
+	secure, err := URLsSecure(flag, urls)
+	if err != nil || !secure {
+		return nil, err
+	}
+	cfg, err := info.ServerConfig()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(cfg))}, nil
+}
+
+// DialCreds returns the credentials for dialing rawURL, a client or peer
+// URL of another member: TLS with t's certificate and CA for https,
+// plaintext otherwise. A TLS configuration that cannot be loaded was
+// already refused at start-up (ServerConfig, peerOptions); should the
+// files change underneath, the dial fails its handshake and says why.
+func (t Info) DialCreds(rawURL string, logger *zap.Logger) credentials.TransportCredentials {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "https" {
+		return insecure.NewCredentials()
+	}
+	cfg, err := t.ClientConfig()
+	if err != nil {
+		logger.Warn("cannot load TLS configuration to dial a member", zap.String("url", rawURL), zap.Error(err))
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return credentials.NewTLS(cfg)
+}
