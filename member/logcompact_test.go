@@ -13,6 +13,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/strata-kv/strata/apply"
+	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/raftlog"
 )
 
@@ -26,7 +27,7 @@ func startCompacting(t *testing.T, fs vfs.FS, strategy string, latest bool, logD
 		// compaction leaves to the engine flush and Compact that this
 		// count triggers; later segments are compacted.
 		cfg.SnapshotCount = 300
-		cfg.LogCompaction = LogCompactionConfig{Enabled: true, Interval: 10 * time.Millisecond,
+		cfg.LogCompaction = logcompact.Config{Enabled: true, Interval: 10 * time.Millisecond,
 			SegmentSize: 16 << 10, RecoveryStrategy: strategy, HistoryLatest: latest, BatchEntries: batch}
 	})
 }

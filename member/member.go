@@ -43,6 +43,7 @@ import (
 	"github.com/strata-kv/strata/datadir"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 	"github.com/strata-kv/strata/lease"
+	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/maintenance"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/node"
@@ -105,8 +106,8 @@ type Config struct {
 	// 0: no periodic check); see package maintenance.
 	InitialCorruptCheck bool
 	CorruptCheckTime    time.Duration
-	// LogCompaction configures log compaction and recovery (logcompact.go).
-	LogCompaction LogCompactionConfig
+	// LogCompaction configures log compaction and recovery.
+	LogCompaction logcompact.Config
 
 	Logger *zap.Logger
 }
@@ -162,9 +163,6 @@ type Member struct {
 	authService *server.Auth
 	// web serves HTTP on the client URLs and holds the metrics (http.go).
 	web *clientHTTP
-	// startup is what start-up measured, logged once the log is replayed
-	// (logcompact.go).
-	startup startupTimes
 }
 
 // peerTransport is what the member needs from the peer transport.
@@ -242,7 +240,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
-	m.startup.logOpen = time.Since(openStart)
+	logOpen := time.Since(openStart)
 	m.store.Start()
 	// Recovery replays compacted batches before raft starts, with an
 	// applier that has nothing attached: no lessor (replay writes lease
@@ -253,7 +251,8 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open applier for recovery: %w", err)
 	}
-	if err := m.recoverCompactedBatches(); err != nil {
+	recovery, err := logcompact.Recover(cfg.LogCompaction, m.log, m.store, m.applier, leaseMinTTL(cfg), cfg.Logger)
+	if err != nil {
 		return nil, err
 	}
 	var peers []raft.Peer
@@ -299,12 +298,10 @@ func Start(cfg Config) (_ *Member, err error) {
 	})
 	snaps := snapshot.NewSnapshotter(snapshot.Config{
 		Dir: datadir.Snap(cfg.DataDir), FS: cfg.FS, Engine: m.engine, Store: m.store, Log: m.log, Raft: m.node,
-		LeaseMinTTL: m.leaseMinTTL(), Registry: m.web.metrics.Registry(), Logger: cfg.Logger.Named("snapshot"),
+		LeaseMinTTL: leaseMinTTL(cfg), Registry: m.web.metrics.Registry(), Logger: cfg.Logger.Named("snapshot"),
 	})
-	// etcd's minimum lease TTL: a lease outlives an election.
-	minTTL := time.Duration(3*max(electionTicks, 2)/2) * tick
 	m.lessor = lease.New(lease.Config{
-		MinTTL:          int64(math.Ceil(minTTL.Seconds())),
+		MinTTL:          leaseMinTTL(cfg),
 		ElectionTimeout: cfg.ElectionTimeout,
 		Raft:            m.proposer,
 		Proposer:        m.proposer,
@@ -435,7 +432,19 @@ func Start(cfg Config) (_ *Member, err error) {
 		defer m.wg.Done()
 		m.maintainer.Run(ctx)
 	}()
-	m.startLogCompaction(ctx)
+	compactor := logcompact.NewCompactor(logcompact.CompactorConfig{
+		Config: cfg.LogCompaction, Log: m.log, Store: m.store, Applied: m.applier,
+		CatchUpEntries: cfg.CatchUpEntries, Logger: cfg.Logger.Named("logcompact"),
+	})
+	m.wg.Add(2)
+	go func() {
+		defer m.wg.Done()
+		recovery.AwaitReplay(ctx, m.log, m.applier, logOpen, cfg.Logger)
+	}()
+	go func() {
+		defer m.wg.Done()
+		compactor.Run(ctx)
+	}()
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -686,4 +695,16 @@ func (m *Member) closeStores() error {
 		errs = append(errs, m.lock.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// leaseMinTTL is etcd's minimum lease TTL, in seconds: a lease outlives
+// an election (1.5 election timeouts, at least two ticks' worth).
+func leaseMinTTL(cfg Config) int64 {
+	tick := cfg.HeartbeatInterval
+	if tick <= 0 {
+		return 0
+	}
+	electionTicks := int(cfg.ElectionTimeout / tick)
+	minTTL := time.Duration(3*max(electionTicks, 2)/2) * tick
+	return int64(math.Ceil(minTTL.Seconds()))
 }

@@ -14,6 +14,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/strata-kv/strata/apply"
+	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/mvcc"
 )
 
@@ -123,7 +124,7 @@ func randomDurabilityConfig(rng *rand.Rand) func(*Config) {
 	return func(cfg *Config) {
 		cfg.SnapshotCount = snapshotCount
 		cfg.CatchUpEntries = 10
-		cfg.LogCompaction = LogCompactionConfig{Enabled: true, BatchEntries: batch, HistoryLatest: latest,
+		cfg.LogCompaction = logcompact.Config{Enabled: true, BatchEntries: batch, HistoryLatest: latest,
 			RecoveryStrategy: strategy, Interval: 10 * time.Millisecond}
 		if autoCompact {
 			cfg.AutoCompactionMode, cfg.AutoCompactionRetention = "revision", "200"

@@ -5,11 +5,12 @@ import (
 	"fmt"
 
 	"github.com/strata-kv/strata/apply"
+	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/member"
 )
 
 // logCompactionFlags are the flags of log compaction and recovery from
-// compacted batches (member.LogCompactionConfig; seed 000).
+// compacted batches (logcompact.Config; seed 000).
 type logCompactionFlags struct {
 	enabled     bool
 	history     string
@@ -39,7 +40,7 @@ func (c *logCompactionFlags) apply(cfg *member.Config) error {
 	if c.strategy != apply.RecoveryNaive && c.strategy != apply.RecoveryDescending {
 		return fmt.Errorf("--recovery-strategy: %q is neither %q nor %q", c.strategy, apply.RecoveryNaive, apply.RecoveryDescending)
 	}
-	cfg.LogCompaction = member.LogCompactionConfig{
+	cfg.LogCompaction = logcompact.Config{
 		Enabled:          c.enabled,
 		HistoryLatest:    c.history == "latest",
 		RecoveryStrategy: c.strategy,
