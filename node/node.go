@@ -13,10 +13,18 @@
 //     goroutine so that applying batch N overlaps with syncing batch N+1;
 //  5. Advance.
 //
-// The node also keeps the log short (DESIGN.md rule 4): once enough entries
-// have been applied it asks the engine to flush, and when the flush reports a
-// durable index D it compacts the log up to D (less a catch-up margin kept
-// for slow followers).
+// The node also keeps the log short (docs/design.md, durability rule 4): once
+// enough entries have been applied it asks the engine to flush, and when the
+// flush reports a durable index D it compacts the log up to D (less a
+// catch-up margin kept for slow followers).
+//
+// # Files
+//
+//	node.go       the types, New, and the Ready loop (the steps above)
+//	propose.go    proposals and the other requests other goroutines send the loop
+//	readindex.go  linearizable reads: batched ReadIndex requests and their answers
+//	truncate.go   the applied index, engine flushes and log truncation (step 4's sequel)
+//	snapshot.go   snapshot install, the pending-snapshot record, restart storage
 //
 // Concurrency: New starts nothing; Run is the node goroutine, the only one
 // that touches the RawNode and writes the log. Propose, ReadIndex, Status and
@@ -25,7 +33,6 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -186,17 +193,6 @@ type confAt struct {
 	cs    *raftpb.ConfState
 }
 
-type proposal struct {
-	data []byte
-	cc   raftpb.ConfChangeI
-	errc chan error
-}
-
-type readResult struct {
-	index uint64
-	err   error
-}
-
 // New creates a node over an opened log. It starts no goroutine.
 func New(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
@@ -298,247 +294,9 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// reconcileSnapshot finishes, at start-up, a snapshot install that a crash
-// or a stop interrupted, and accepts an engine that an install left past
-// the log's end. An install has two steps in two stores (installSnapshot):
-// the state machine takes the snapshot, then the log restarts after it;
-// and the state machine may then be past the log's last index (a full
-// snapshot carries the leader's engine at its applied index X >= the
-// snapshot's index S; an incremental one may end above S) until the log
-// has received the entries up to X. Before the first step the node records
-// the snapshot's metadata in the log (BeginSnapshot); it removes the
-// record once the log's last index has reached the engine's applied index
-// (pendingUntil). With a record left at start-up:
-//
-//  1. if the state machine is at or past the snapshot's index, it took the
-//     snapshot: the log is restarted after it, unless it already was;
-//     otherwise the install did not reach the state machine, and the log
-//     is left as it is;
-//  2. if the state machine is now at or below the log's last index, the
-//     record has served and is removed;
-//  3. otherwise the state machine is past the log's end because of an
-//     install: raft is told that the log's snapshot point was applied,
-//     with the log's ConfState there. It redelivers the log's entries and
-//     learns the rest from the leader; the node applies their membership
-//     changes to raft, and the applier skips what its engine holds, as
-//     after an install at run time. (This member cannot become leader
-//     meanwhile: its log lacks committed entries.) The record stays until
-//     the log reaches the engine's index, which is returned.
-//
-// Without a record, an engine past the log's last index means the log lost
-// synced entries, and New refuses to start.
-func reconcileSnapshot(cfg *Config) (pendingUntil uint64, err error) {
-	p := cfg.Log.PendingSnapshot()
-	if p == nil {
-		return 0, nil
-	}
-	first, err := cfg.Log.FirstIndex()
-	if err != nil {
-		return 0, fmt.Errorf("read first log index: %w", err)
-	}
-	if cfg.Applied >= p.GetIndex() && first-1 < p.GetIndex() {
-		cfg.Logger.Info("restarting the raft log after a snapshot the state machine installed before a crash or stop",
-			zap.Uint64("snapshot-index", p.GetIndex()), zap.Uint64("snapshot-term", p.GetTerm()),
-			zap.Uint64("applied-index", cfg.Applied))
-		if err := cfg.Log.ApplySnapshot(p); err != nil {
-			return 0, fmt.Errorf("restart raft log after pending snapshot %d: %w", p.GetIndex(), err)
-		}
-	}
-	last, err := cfg.Log.LastIndex()
-	if err != nil {
-		return 0, fmt.Errorf("read last log index: %w", err)
-	}
-	if cfg.Applied <= last {
-		if err := cfg.Log.ForgetPendingSnapshot(); err != nil {
-			return 0, fmt.Errorf("drop pending snapshot %d: %w", p.GetIndex(), err)
-		}
-		return 0, nil
-	}
-	if first, err = cfg.Log.FirstIndex(); err != nil {
-		return 0, fmt.Errorf("read first log index: %w", err)
-	}
-	_, cs, err := cfg.Log.InitialState()
-	if err != nil {
-		return 0, fmt.Errorf("read the log's conf state: %w", err)
-	}
-	cfg.Logger.Info("the state machine is past the raft log's end after a snapshot install; raft restarts from the log's snapshot point",
-		zap.Uint64("applied-index", cfg.Applied), zap.Uint64("log-snapshot-index", first-1), zap.Uint64("log-last-index", last))
-	pendingUntil = cfg.Applied
-	cfg.Applied, cfg.ConfState = first-1, cs
-	return pendingUntil, nil
-}
-
-// forgetPendingSnapshot removes the record of the last snapshot install
-// once the log holds every entry up to the state machine's applied index
-// after it (pendingUntil).
-func (n *Node) forgetPendingSnapshot() error {
-	if n.pendingUntil == 0 || n.lastIdx.Load() < n.pendingUntil {
-		return nil
-	}
-	if err := n.cfg.Log.ForgetPendingSnapshot(); err != nil {
-		return fmt.Errorf("drop the record of snapshot install: %w", err)
-	}
-	n.pendingUntil = 0
-	return nil
-}
-
-// raftAppliedIndex is the index raft is told was applied, so that it
-// redelivers the committed entries after it. That is the state machine's
-// applied index, whose conf state (Config.ConfState) tells raft the
-// membership there, except when the state machine holds no conf state
-// although it applied entries beyond the log's snapshot point logSnap:
-// every cluster's log begins with membership entries, so its engine lost
-// the conf state written with them, and raft, told those entries were
-// applied, would neither redeliver them nor find the membership anywhere
-// else (the log's snapshot point predates them). raft would then run with
-// an empty configuration for good: unable to campaign, and deaf to its
-// peers' responses (RawNode.Step drops a response from a member outside
-// its configuration), ReadIndex answers included. raft is instead told
-// that only the log's snapshot point was applied, with the log's conf
-// state there, and redelivers the entries after it; the node applies the
-// membership entries among them to raft as it does for any committed
-// entry, and the applier, which skips what the engine already holds,
-// writes their conf state back.
-func raftAppliedIndex(cfg Config, logSnap uint64) uint64 {
-	if cfg.ConfState != nil || cfg.Applied <= logSnap {
-		return cfg.Applied
-	}
-	cfg.Logger.Warn("the state machine holds no raft conf state at its applied index; raft replays the log from its snapshot point to learn the membership",
-		zap.Uint64("applied-index", cfg.Applied), zap.Uint64("log-snapshot-index", logSnap))
-	return logSnap
-}
-
-// restartStorage adjusts what raft reads at start-up. The HardState's commit
-// index is persisted lazily (a commit-only change is not synced, as in
-// etcd), so after a crash it may trail what the engine applied; entries the
-// engine applied were committed, so commit is raised to the applied index.
-// The conf state is the state machine's, which matches Config.Applied.
-//
-// It also answers Snapshot with the state machine's current applied index
-// rather than the log's compaction point: a follower is sent the engine as
-// it is now, so the snapshot's membership must be today's (a member added
-// after the compaction point must find itself in it, or raft refuses the
-// snapshot). raft calls Snapshot on the node goroutine, which owns node.
-type restartStorage struct {
-	Log
-	applied   uint64
-	confState *raftpb.ConfState
-	node      *Node
-}
-
-func (s *restartStorage) Snapshot() (*raftpb.Snapshot, error) {
-	n := s.node
-	if n == nil || n.applied <= n.compactedTo {
-		return s.Log.Snapshot()
-	}
-	term, err := s.Log.Term(n.applied)
-	if err != nil {
-		return s.Log.Snapshot()
-	}
-	var cs *raftpb.ConfState
-	for _, c := range n.confHistory {
-		if c.index <= n.applied {
-			cs = c.cs
-		}
-	}
-	if cs == nil {
-		cs = n.lastConfState
-	}
-	return &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
-		Index: proto.Uint64(n.applied), Term: proto.Uint64(term), ConfState: cs,
-	}}, nil
-}
-
-func (s *restartStorage) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
-	hs, cs, err := s.Log.InitialState()
-	if err != nil {
-		return nil, nil, err
-	}
-	if hs.GetCommit() < s.applied {
-		hs = proto.CloneOf(hs)
-		hs.Commit = proto.Uint64(s.applied)
-	}
-	if s.confState != nil {
-		cs = s.confState
-	}
-	return hs, cs, nil
-}
-
 // Committed returns the channel of committed entry batches. The applier
 // must drain it and report progress with Applied.
 func (n *Node) Committed() <-chan Committed { return n.committc }
-
-// Applied reports that the state machine has applied (and committed to the
-// engine) every entry up to index.
-func (n *Node) Applied(index uint64) {
-	select {
-	case n.appliedc <- index:
-	case <-n.done:
-	default:
-		// The channel holds reports the node has not read yet; replace
-		// one with this higher report rather than block the applier.
-		select {
-		case <-n.appliedc:
-		default:
-		}
-		select {
-		case n.appliedc <- index:
-		default:
-		}
-	}
-}
-
-// Propose replicates data. It returns once raft accepted the proposal into
-// its log (not once it committed: callers wait for the applier's answer).
-func (n *Node) Propose(ctx context.Context, data []byte) error {
-	return n.propose(ctx, proposal{data: data, errc: make(chan error, 1)})
-}
-
-// ProposeConfChange replicates a membership change. raft refuses a change
-// while another is pending by turning it into an empty entry, so callers
-// wait for the applier's answer with a deadline.
-func (n *Node) ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) error {
-	return n.propose(ctx, proposal{cc: cc, errc: make(chan error, 1)})
-}
-
-func (n *Node) propose(ctx context.Context, p proposal) error {
-	select {
-	case n.propc <- p:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-n.done:
-		return n.err()
-	}
-	select {
-	case err := <-p.errc:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-n.done:
-		return n.err()
-	}
-}
-
-// ReadIndex returns a commit index that a linearizable read must wait to
-// see applied. Concurrent callers share one raft ReadIndex round.
-func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
-	c := make(chan readResult, 1)
-	select {
-	case n.readc <- c:
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-n.done:
-		return 0, n.err()
-	}
-	select {
-	case r := <-c:
-		return r.index, r.err
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-n.done:
-		return 0, n.err()
-	}
-}
 
 // WaitLeader blocks until a leader is known or ctx ends.
 func (n *Node) WaitLeader(ctx context.Context) error {
@@ -683,19 +441,6 @@ func (n *Node) campaignAlone() {
 	_ = n.rn.Campaign()
 }
 
-func (n *Node) handleProposal(p proposal) {
-	var err error
-	if p.cc != nil {
-		err = n.rn.ProposeConfChange(p.cc)
-	} else {
-		err = n.rn.Propose(p.data)
-	}
-	if errors.Is(err, raft.ErrProposalDropped) && n.leader.Load() == 0 {
-		err = ErrNoLeader
-	}
-	p.errc <- err
-}
-
 func (n *Node) handleReady(ctx context.Context) error {
 	rd := n.rn.Ready()
 	if rd.SoftState != nil {
@@ -822,120 +567,6 @@ func (n *Node) handleReady(ctx context.Context) error {
 	return nil
 }
 
-// installSnapshot has the applier make the state machine hold a snapshot
-// from the leader (after every entry handed over before it), then restarts
-// the log after it. The order is the durability
-// argument: once the log forgets the entries before the snapshot, the
-// engine must already hold their effect.
-func (n *Node) installSnapshot(ctx context.Context, snap *raftpb.Snapshot) error {
-	meta := snap.GetMetadata()
-	// Recorded before the state machine takes it, so that start-up can
-	// finish an install a crash interrupts (reconcileSnapshot).
-	if err := n.cfg.Log.BeginSnapshot(meta); err != nil {
-		return fmt.Errorf("record snapshot %d before installing it: %w", meta.GetIndex(), err)
-	}
-	done := make(chan error, 1)
-	if err := n.handOff(ctx, Committed{Snapshot: snap, Installed: done}); err != nil {
-		return err
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("install snapshot at index %d: %w", meta.GetIndex(), err)
-		}
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if err := n.cfg.Log.ApplySnapshot(meta); err != nil {
-		return fmt.Errorf("restart raft log after snapshot %d: %w", meta.GetIndex(), err)
-	}
-	n.applied = max(n.applied, meta.GetIndex())
-	n.compactedTo = meta.GetIndex()
-	n.firstIdx.Store(meta.GetIndex() + 1)
-	n.lastIdx.Store(meta.GetIndex())
-	n.confHistory = []confAt{{index: meta.GetIndex(), cs: meta.GetConfState()}}
-	n.lastConfState = meta.GetConfState()
-	// The install ended with the engine durable at its new applied index,
-	// which may be past the snapshot's: the record stays until the log
-	// reaches it (pendingUntil).
-	n.pendingUntil = meta.GetIndex()
-	if n.cfg.Engine != nil {
-		n.pendingUntil = max(n.pendingUntil, n.cfg.Engine.DurableIndex())
-	}
-	n.logger.Info("installed snapshot", zap.Uint64("index", meta.GetIndex()), zap.Uint64("term", meta.GetTerm()))
-	return n.forgetPendingSnapshot()
-}
-
-// step feeds a message from a peer to raft.
-func (n *Node) step(m *raftpb.Message) {
-	if err := n.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
-		n.logger.Debug("step message", zap.Stringer("type", m.GetType()), zap.Uint64("from", m.GetFrom()), zap.Error(err))
-	}
-}
-
-// Process hands a message received from a peer to the node goroutine. It
-// implements the transport's Handler.
-func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
-	select {
-	case n.recvc <- m:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-n.done:
-		return n.err()
-	}
-}
-
-// control runs f on the node goroutine, without waiting for it.
-func (n *Node) control(f func(*raft.RawNode)) {
-	select {
-	case n.ctrlc <- f:
-	case <-n.done:
-	}
-}
-
-// ReportUnreachable tells raft a peer could not be reached, so that it
-// stops pipelining to it.
-func (n *Node) ReportUnreachable(id uint64) {
-	n.control(func(rn *raft.RawNode) { rn.ReportUnreachable(id) })
-}
-
-// ReportSnapshot tells raft how sending a snapshot to a peer ended.
-func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
-	n.control(func(rn *raft.RawNode) { rn.ReportSnapshot(id, status) })
-}
-
-// TransferLeadership asks the leader to hand leadership to transferee and
-// waits until a leader other than this member is known, or ctx ends.
-func (n *Node) TransferLeadership(ctx context.Context, transferee uint64) error {
-	n.control(func(rn *raft.RawNode) { rn.TransferLeader(transferee) })
-	for n.leader.Load() != transferee {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-n.done:
-			return n.err()
-		case <-time.After(n.cfg.TickInterval):
-		}
-	}
-	return nil
-}
-
-// Status returns raft's status, with each follower's progress when this
-// member leads. It waits for the node goroutine.
-func (n *Node) Status(ctx context.Context) (raft.Status, error) {
-	c := make(chan raft.Status, 1)
-	n.control(func(rn *raft.RawNode) { c <- rn.Status() })
-	select {
-	case st := <-c:
-		return st, nil
-	case <-ctx.Done():
-		return raft.Status{}, ctx.Err()
-	case <-n.done:
-		return raft.Status{}, n.err()
-	}
-}
-
 // persistCommit writes the latest HardState if its commit index is newer
 // than the one in the log: at most one small synced write per tick, and
 // none while appends carry the HardState anyway.
@@ -971,128 +602,9 @@ func (n *Node) handOff(ctx context.Context, c Committed) error {
 	}
 }
 
-// issueReadIndex starts a ReadIndex round for the pending readers unless
-// one is already in flight; readers that arrive meanwhile wait for the next
-// round, so a round costs one heartbeat however many reads it serves.
-func (n *Node) issueReadIndex() {
-	if len(n.readInFlight) > 0 || len(n.readPending) == 0 {
-		return
-	}
-	n.readSeq++
-	var rctx [8]byte
-	binary.BigEndian.PutUint64(rctx[:], n.readSeq)
-	n.readInFlight[n.readSeq] = n.readPending
-	n.readIssuedAt[n.readSeq] = n.ticks
-	n.readPending = nil
-	n.rn.ReadIndex(rctx[:])
-}
-
-func (n *Node) answerReads(rs raft.ReadState) {
-	if len(rs.RequestCtx) != 8 {
-		return
-	}
-	seq := binary.BigEndian.Uint64(rs.RequestCtx)
-	for _, c := range n.readInFlight[seq] {
-		c <- readResult{index: rs.Index}
-	}
-	delete(n.readInFlight, seq)
-	delete(n.readIssuedAt, seq)
-	n.issueReadIndex()
-}
-
-// retryStaleReads reissues a ReadIndex round that raft dropped (a leader
-// change loses them silently) after an election timeout.
-func (n *Node) retryStaleReads() {
-	for seq, at := range n.readIssuedAt {
-		if n.ticks-at < n.cfg.ElectionTicks {
-			continue
-		}
-		n.readPending = append(n.readInFlight[seq], n.readPending...)
-		delete(n.readInFlight, seq)
-		delete(n.readIssuedAt, seq)
-	}
-	n.issueReadIndex()
-}
-
-func (n *Node) handleApplied(idx uint64) {
-	if idx > n.applied {
-		n.applied = idx
-	}
-	if n.flushing || n.cfg.Engine == nil || n.applied-n.compactedTo < n.cfg.SnapshotCount+n.cfg.CatchUpEntries {
-		return
-	}
-	n.flushing = true
-	n.flushes.Add(1)
-	go func() {
-		defer n.flushes.Done()
-		// Flushing may take a while; it runs off the node goroutine and
-		// reports the durable index it reached.
-		if err := n.cfg.Engine.Flush(); err != nil {
-			n.logger.Error("engine flush failed; log not compacted", zap.Error(err))
-			select {
-			case n.flushc <- 0:
-			case <-n.done:
-			}
-			return
-		}
-		select {
-		case n.flushc <- n.cfg.Engine.DurableIndex():
-		case <-n.done:
-		}
-	}()
-}
-
-// compactLog drops log entries that the engine holds durably, keeping
-// CatchUpEntries below the durable index for followers.
-func (n *Node) compactLog(durable uint64) error {
-	if durable <= n.cfg.CatchUpEntries {
-		return nil
-	}
-	to := durable - n.cfg.CatchUpEntries
-	// The engine may be ahead of the log's last index after a snapshot
-	// install (a full snapshot carries the leader's engine past the
-	// snapshot's index): never compact past what the log holds.
-	to = min(to, n.lastIdx.Load())
-	if to <= n.compactedTo {
-		return nil
-	}
-	cs := n.confStateAt(to)
-	if cs == nil {
-		return nil
-	}
-	if err := n.cfg.Log.Compact(to, cs); errors.Is(err, raft.ErrCompacted) {
-		// Log compaction into batch files already moved the log's
-		// snapshot point past to (raftlog/compactlog.go).
-		n.compactedTo = to
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("compact raft log to %d: %w", to, err)
-	}
-	n.compactedTo = to
-	n.firstIdx.Store(to + 1)
-	n.logger.Debug("compacted raft log", zap.Uint64("to", to), zap.Uint64("durable", durable))
-	return nil
-}
-
-// confStateAt returns the membership in force at index, and forgets the
-// history before it that no later compaction will need.
-func (n *Node) confStateAt(index uint64) *raftpb.ConfState {
-	var cs *raftpb.ConfState
-	keep := 0
-	for i, c := range n.confHistory {
-		if c.index <= index {
-			cs, keep = c.cs, i
-		}
-	}
-	n.confHistory = n.confHistory[keep:]
-	if cs == nil {
-		return n.lastConfState
-	}
-	return cs
-}
-
 // raftLogger adapts zap to raft's Logger.
 type raftLogger struct{ *zap.SugaredLogger }
 
-func (l *raftLogger) Warning(v ...interface{})                 { l.Warn(v...) }
+func (l *raftLogger) Warning(v ...interface{}) { l.Warn(v...) }
+
 func (l *raftLogger) Warningf(format string, v ...interface{}) { l.Warnf(format, v...) }
