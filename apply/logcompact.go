@@ -18,8 +18,8 @@ import (
 	"github.com/strata-kv/strata/raftlog"
 )
 
-// Log compaction, the applier's half (DESIGN.md, "The log" and "History
-// horizon"; raftlog/FORMAT.md, "Compacted batch files").
+// Log compaction, the applier's half (docs/design.md, "The log format" and
+// "The history horizon"; raftlog/FORMAT.md, "Compacted batch files").
 //
 // BuildCompactedBatch turns a run of applied entries into a compacted
 // batch. Key writes (Put, DeleteRange, Txn) are not kept: what they did is

@@ -14,8 +14,8 @@ import (
 	"github.com/strata-kv/strata/engine"
 )
 
-// What log compaction needs from the store (DESIGN.md, "The log" and
-// "History horizon").
+// What log compaction needs from the store (docs/design.md, "The log
+// format" and "The history horizon").
 //
 // Log compaction rewrites a run of applied raft entries as one record per
 // key version that recovery must rebuild. Those versions are already in the

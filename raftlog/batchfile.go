@@ -14,7 +14,7 @@ import (
 )
 
 // A compacted batch file stands for the committed, applied entries
-// [FirstIndex, LastIndex] of the log (DESIGN.md, "The log"; FORMAT.md,
+// [FirstIndex, LastIndex] of the log (docs/design.md, "The log format"; FORMAT.md,
 // "Compacted batch files"). Instead of the entries it holds, per key, the
 // versions that recovery must rebuild -- each an idempotent "set the key to
 // this state at this revision" or a deletion -- and, verbatim, the entries
@@ -388,8 +388,8 @@ func DecodeCompactedBatch(p []byte) (*CompactedBatch, error) {
 	return b, nil
 }
 
-// WriteCompactedBatch writes b durably as file name in dir (DESIGN.md
-// rule 7: temporary name, fsync, rename, directory fsync). The caller
+// WriteCompactedBatch writes b durably as file name in dir (docs/design.md,
+// durability rule 7: temporary name, fsync, rename, directory fsync). The caller
 // chooses the name (batchFileName) so that it sorts where the segment it
 // replaces did.
 func WriteCompactedBatch(fs vfs.FS, dir, name string, b *CompactedBatch) error {

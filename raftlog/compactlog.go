@@ -13,7 +13,7 @@ import (
 	"github.com/strata-kv/strata/internal/failpoint"
 )
 
-// Log compaction (DESIGN.md, "The log"; FORMAT.md, "Compacted batch
+// Log compaction (docs/design.md, "The log format"; FORMAT.md, "Compacted batch
 // files"): a run of committed and applied entries right after the
 // snapshot point is rewritten as a compacted batch file, and the snapshot
 // point moves past it. The run is either the oldest segment

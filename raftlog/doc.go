@@ -1,5 +1,5 @@
 // Package raftlog is strata's raft log and its only write-ahead log: the
-// engine runs without a WAL of its own (DESIGN.md, durability rules 1-7).
+// engine runs without a WAL of its own (docs/design.md, durability rules 1-7).
 //
 // # What it stores
 //
@@ -40,9 +40,12 @@
 // # Concurrency
 //
 // Reads (the raft.Storage methods, Stats) are safe from any goroutine and
-// never wait for the disk. Writes come from one goroutine. No lock is held
-// across a write or sync; a write becomes visible to readers only once it
-// is durable.
+// never wait for the disk. Append, Compact, ApplySnapshot and the
+// pending-snapshot records come from one goroutine (the node's); log
+// compaction (CompactOldestSegment, CompactNextBatch) runs on another,
+// concurrently with them (see "Log compaction"). No lock is held across a
+// write or sync; a write becomes visible to readers only once it is
+// durable.
 //
 // # Several directories
 //

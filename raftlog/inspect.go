@@ -21,7 +21,7 @@ type SegmentInfo struct {
 	// FileBytes is the file's length: for a segment, its preallocated size
 	// (or more, if one write outgrew it).
 	FileBytes int64
-	// Compacted is true for a compacted batch file (DESIGN.md, "The log";
+	// Compacted is true for a compacted batch file (docs/design.md, "The log format";
 	// FORMAT.md, "Compacted batch files"). Records is then the number of
 	// records it holds: key states, deletions and kept entries.
 	Compacted bool

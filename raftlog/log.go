@@ -618,7 +618,7 @@ func (l *Log) writeAndSync(ln *lane, buf []byte) error {
 }
 
 // Compact records that every entry <= index is held elsewhere (durably in
-// the engine, DESIGN.md rule 4) and that raft's snapshot point is (index,
+// the engine, docs/design.md, durability rule 4) and that raft's snapshot point is (index,
 // term of index, cs; a nil cs keeps the current ConfState). It writes and
 // syncs a state frame, then deletes the oldest segments while every entry
 // in them is <= index.

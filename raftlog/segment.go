@@ -138,7 +138,7 @@ func newSalt() uint64 {
 	}
 }
 
-// createSegment writes a new segment durably (DESIGN.md rule 7): header and
+// createSegment writes a new segment durably (docs/design.md, durability rule 7): header and
 // first frames (built by first, given the new salt) at the start of a file
 // zero-filled to size, so that later fdatasyncs need not touch metadata;
 // the file synced, renamed to the segment name, and the directory synced.

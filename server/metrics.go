@@ -43,7 +43,7 @@ type MetricsSource struct {
 	// LogIndexes returns the log's first and last index.
 	LogIndexes func() (first, last uint64)
 	// EngineApplied and EngineDurable are the engine's applied index and
-	// durable index D (DESIGN.md rule 3).
+	// durable index D (docs/design.md, durability rule 3).
 	EngineApplied func() uint64
 	EngineDurable func() uint64
 }
