@@ -26,6 +26,7 @@ import (
 	"github.com/strata-kv/strata/raftlog"
 	"github.com/strata-kv/strata/server"
 	"github.com/strata-kv/strata/tlsconfig"
+	"github.com/strata-kv/strata/transport"
 )
 
 // clientHTTP is the member's HTTP serving state.
@@ -127,7 +128,18 @@ func (m *Member) serveClients(ctx context.Context, limits server.Limits) {
 	w := m.web
 	ready := m.awaitReady(ctx)
 	// The peer round-trip metric is /metrics' too; its prober lives with ctx.
-	m.startPeerProber(ctx)
+	if prober, err := transport.NewProber(transport.ProberConfig{
+		LocalID: m.memberID, Members: m.applier, TLS: m.cfg.TLS.Peer,
+		Registry: w.metrics.Registry(), Logger: m.logger.Named("probe"),
+	}); err != nil {
+		m.logger.Warn("peer round-trip times not measured", zap.Error(err))
+	} else {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			prober.Run(ctx)
+		}()
+	}
 	secure, _ := tlsconfig.URLsSecure("--listen-client-urls", m.cfg.ListenClientURLs)
 	var httpTLS *tls.Config
 	dialCreds := insecure.NewCredentials()

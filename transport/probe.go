@@ -1,4 +1,4 @@
-package member
+package transport
 
 // Peer round-trip times for etcd_network_peer_round_trip_time_seconds.
 // etcd's rafthttp probes each peer's /raft/probing every few seconds; strata
@@ -8,6 +8,8 @@ package member
 
 import (
 	"context"
+	"fmt"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -15,6 +17,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+
+	"github.com/strata-kv/strata/tlsconfig"
 )
 
 // peerProbeInterval is how often each peer is probed: etcd's prober
@@ -25,11 +29,26 @@ const peerProbeInterval = 4 * time.Second
 // records no sample, as in etcd.
 const peerProbeTimeout = 2 * time.Second
 
-// peerProber keeps one connection per peer and times a probe on each.
+// ProberConfig is a prober's collaborators.
+type ProberConfig struct {
+	// LocalID is this member's ID: it probes every other member.
+	LocalID uint64
+	// Members lists the cluster's members (the applier's).
+	Members interface{ Members() []*pb.Member }
+	// TLS dials the peers' URLs.
+	TLS tlsconfig.Info
+	// Registry receives the round-trip histogram.
+	Registry *prometheus.Registry
+	Logger   *zap.Logger
+}
+
+// Prober times a probe of each peer every peerProbeInterval, for
+// etcd_network_peer_round_trip_time_seconds. It keeps one connection per
+// peer.
 //
-// Concurrency: used only by the goroutine that runs probePeers.
-type peerProber struct {
-	m     *Member
+// Concurrency: Run is its only goroutine.
+type Prober struct {
+	cfg   ProberConfig
 	rtt   *prometheus.HistogramVec
 	conns map[uint64]probeConn
 }
@@ -39,46 +58,47 @@ type probeConn struct {
 	conn *grpc.ClientConn
 }
 
-// startPeerProber registers the round-trip histogram and starts the probing
-// goroutine, which ends with ctx (Stop cancels it and waits on m.wg).
-func (m *Member) startPeerProber(ctx context.Context) {
+// NewProber registers the round-trip histogram; Run probes.
+func NewProber(cfg ProberConfig) (*Prober, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
 	rtt := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "etcd_network_peer_round_trip_time_seconds",
 		Help:    "Round-Trip-Time histogram between peers (strata: a serializable MemberList on the peer URL).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 	}, []string{"To"})
-	if err := m.web.metrics.Registry().Register(rtt); err != nil {
-		m.logger.Warn("peer round-trip metric not registered", zap.Error(err))
-		return
+	if err := cfg.Registry.Register(rtt); err != nil {
+		return nil, fmt.Errorf("register the peer round-trip histogram: %w", err)
 	}
-	p := &peerProber{m: m, rtt: rtt, conns: map[uint64]probeConn{}}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		defer p.closeAll()
-		t := time.NewTicker(peerProbeInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				p.probeAll(ctx)
-			}
-		}
-	}()
+	return &Prober{cfg: cfg, rtt: rtt, conns: map[uint64]probeConn{}}, nil
 }
 
-func (p *peerProber) probeAll(ctx context.Context) {
+// Run probes the peers until ctx ends, then closes its connections.
+func (p *Prober) Run(ctx context.Context) {
+	defer p.closeAll()
+	t := time.NewTicker(peerProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.probeAll(ctx)
+		}
+	}
+}
+
+func (p *Prober) probeAll(ctx context.Context) {
 	seen := map[uint64]bool{}
-	for _, mem := range p.m.applier.Members() {
-		if mem.ID == p.m.memberID || len(mem.PeerURLs) == 0 {
+	for _, mem := range p.cfg.Members.Members() {
+		if mem.ID == p.cfg.LocalID || len(mem.PeerURLs) == 0 {
 			continue
 		}
 		seen[mem.ID] = true
 		c, err := p.conn(mem.ID, mem.PeerURLs[0])
 		if err != nil {
-			p.m.logger.Debug("cannot dial peer to probe it", zap.String("peer", strconv.FormatUint(mem.ID, 16)), zap.Error(err))
+			p.cfg.Logger.Debug("cannot dial peer to probe it", zap.String("peer", strconv.FormatUint(mem.ID, 16)), zap.Error(err))
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, peerProbeTimeout)
@@ -100,7 +120,7 @@ func (p *peerProber) probeAll(ctx context.Context) {
 }
 
 // conn returns the connection to a peer, redialled when its URL changed.
-func (p *peerProber) conn(id uint64, rawURL string) (*grpc.ClientConn, error) {
+func (p *Prober) conn(id uint64, rawURL string) (*grpc.ClientConn, error) {
 	if c, ok := p.conns[id]; ok {
 		if c.url == rawURL {
 			return c.conn, nil
@@ -108,11 +128,12 @@ func (p *peerProber) conn(id uint64, rawURL string) (*grpc.ClientConn, error) {
 		_ = c.conn.Close()
 		delete(p.conns, id)
 	}
-	addr, err := hostPort(rawURL)
-	if err != nil {
-		return nil, err
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("invalid peer URL %q: want scheme://host:port", rawURL)
 	}
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(p.m.cfg.TLS.Peer.DialCreds(rawURL, p.m.logger)))
+	addr := u.Host
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(p.cfg.TLS.DialCreds(rawURL, p.cfg.Logger)))
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +141,7 @@ func (p *peerProber) conn(id uint64, rawURL string) (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
-func (p *peerProber) closeAll() {
+func (p *Prober) closeAll() {
 	for _, c := range p.conns {
 		_ = c.conn.Close()
 	}
