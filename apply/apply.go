@@ -4,9 +4,9 @@
 // batch, commits that batch to the engine together with the index of the last
 // entry (docs/design.md, durability rule 2: the applied index in the same
 // batch as the data), and only then answers the clients that wait on those
-// entries (Waiters) and reports the outcome (the applied index, a changed
-// membership) on Outcomes, which the member's one loop hands to the node and
-// the transport.
+// entries (Waiters), tells the node the applied index (Progress), and
+// reports the outcome (a changed membership) on Outcomes, which the
+// member's one loop hands to the transport.
 //
 // There is no "consistent index" kept on the side and no per-entry decision
 // about whether an entry was already applied: raft redelivers exactly the
@@ -88,8 +88,19 @@ type Notifier interface {
 	Notify()
 }
 
+// Progress receives the applied index after each engine commit and
+// snapshot install (the node, which flushes the engine and truncates the
+// log from it). Applied must not block.
+type Progress interface {
+	Applied(index uint64)
+}
+
 // Config is everything an applier works with, given once at construction.
 type Config struct {
+	// Progress, if not nil, is told the applied index after every commit
+	// and install, on the applier goroutine, as soon as the engine holds
+	// it.
+	Progress Progress
 	// Store is the state machine the applier writes; its content says
 	// where the applier starts (applied index, conf state, membership).
 	Store *mvcc.Store
@@ -203,8 +214,8 @@ func (a *Applier) load() error {
 // Outcomes delivers what the commits and installs did. Outcomes not yet
 // taken are merged into one (the newest applied index, the newest member
 // list), so the applier never waits for the member's loop and the loop
-// always acts on the newest state: the node needs only the newest applied
-// index, the transport only the newest membership.
+// always acts on the newest state: the transport needs only the newest
+// membership.
 func (a *Applier) Outcomes() <-chan Outcome { return a.outcomes }
 
 // report publishes o, merged with an outcome still waiting to be taken.
@@ -339,6 +350,9 @@ func (a *Applier) installSnapshot(c node.Committed) error {
 	}
 	c.Installed <- err
 	if err == nil {
+		if a.cfg.Progress != nil {
+			a.cfg.Progress.Applied(a.applied.Load())
+		}
 		a.report(Outcome{Applied: a.applied.Load(), Members: a.Members(), Installed: true})
 	}
 	return err
@@ -514,6 +528,9 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 	// After the answers: a member that applied its own removal stops on
 	// this outcome, and the client that asked for the removal must have
 	// its answer first.
+	if a.cfg.Progress != nil {
+		a.cfg.Progress.Applied(last)
+	}
 	o := Outcome{Applied: last}
 	if membersChanged {
 		o.Members = members

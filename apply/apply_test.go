@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,11 @@ import (
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/node"
 )
+
+// progress records the applied index the applier reports.
+type progress struct{ last atomic.Uint64 }
+
+func (p *progress) Applied(index uint64) { p.last.Store(index) }
 
 // installerFunc is an Installer that calls itself.
 type installerFunc func(*raftpb.Snapshot) error
@@ -68,7 +74,8 @@ func put(id uint64, k, v string) *pb.InternalRaftRequest {
 func TestApplyAnswersWaitersAndPersistsState(t *testing.T) {
 	fs := vfs.NewMem()
 	eng, store := openStore(t, fs)
-	a, err := New(Config{Store: store})
+	prog := &progress{}
+	a, err := New(Config{Store: store, Progress: prog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +145,12 @@ func TestApplyAnswersWaitersAndPersistsState(t *testing.T) {
 	}
 	if string(resp.Kvs[0].Value) != "2" || resp.Kvs[0].ModRevision != 3 {
 		t.Fatalf("a = %q at %d, want 2 at 3", resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+	}
+	// Progress is reported right after the waiters are released.
+	for deadline := time.Now().Add(5 * time.Second); prog.last.Load() != 6; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("progress reported %d, want 6", prog.last.Load())
+		}
 	}
 	// Each commit's outcome is reported after its waiters are released:
 	// the applied index, and the member list where it changed (the first

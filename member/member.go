@@ -318,6 +318,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	m.applier, err = apply.New(apply.Config{
 		Store:     m.store,
+		Progress:  m.node,
 		Waiters:   waiters,
 		Alarms:    alarms,
 		Lessor:    m.lessor,
@@ -552,9 +553,10 @@ func (m *Member) self() *pb.Member {
 	return nil
 }
 
-// dispatchOutcomes acts on what the applier did, in order: the node learns
-// the applied index (it truncates the log and triggers flushes from it),
-// the transport the membership.
+// dispatchOutcomes acts on what the applier did, in order: the transport
+// learns the membership, and a member that finds itself removed stops.
+// (The node learns the applied index from the applier itself, its
+// Progress, without waiting for this loop.)
 func (m *Member) dispatchOutcomes(ctx context.Context) {
 	for {
 		select {
@@ -564,7 +566,6 @@ func (m *Member) dispatchOutcomes(ctx context.Context) {
 			if o.Members != nil {
 				m.membersChanged(o.Members)
 			}
-			m.node.Applied(o.Applied)
 		}
 	}
 }
