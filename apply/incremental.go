@@ -78,8 +78,9 @@ const ownEntriesChunk = 16 << 20
 // it ends at its last index's state, so the store ends at the leader's
 // state at c.End.
 //
-// It runs on the applier goroutine, from the installer (Config.Installer);
-// the applier reloads the lessor and the auth store afterwards.
+// It runs on the applier goroutine, when the installer (Config.Installer)
+// returns an incremental snapshot's catch-up; the applier then has the
+// installer make it durable and reloads the lessor and the auth store.
 func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 	var st CatchUpStats
 	applied := a.applied.Load()
