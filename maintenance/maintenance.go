@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +27,7 @@ import (
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/snapshot"
 	"github.com/strata-kv/strata/tlsconfig"
+	"github.com/strata-kv/strata/transport"
 )
 
 // State is what the maintainer reads of the replicated cluster state (the
@@ -242,7 +242,7 @@ func (m *Maintainer) corruptCheck(ctx context.Context, initial bool) {
 // peerHashKV asks a peer's peer-port Maintenance service for its HashKV at
 // rev.
 func (m *Maintainer) peerHashKV(ctx context.Context, peerURL string, rev int64) (*pb.HashKVResponse, error) {
-	addr, err := hostPort(peerURL)
+	addr, err := transport.HostPort(peerURL)
 	if err != nil {
 		return nil, err
 	}
@@ -308,13 +308,4 @@ func (m *Maintainer) Run(ctx context.Context) {
 			m.corruptCheck(ctx, false)
 		}
 	}
-}
-
-// hostPort is the host:port of a peer URL.
-func hostPort(rawURL string) (string, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("invalid URL %q: want scheme://host:port", rawURL)
-	}
-	return u.Host, nil
 }

@@ -290,7 +290,7 @@ func waitReady(ctx context.Context, ready <-chan struct{}) bool {
 // Start they stay open until the process exits, as Start's failures end it.
 func (m *Member) listenMetrics() error {
 	for _, u := range m.cfg.ListenMetricsURLs {
-		addr, err := hostPort(u)
+		addr, err := transport.HostPort(u)
 		if err != nil {
 			return fmt.Errorf("--listen-metrics-urls: %w", err)
 		}

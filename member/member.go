@@ -21,7 +21,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"net/url"
 	"slices"
 	"sort"
 	"sync"
@@ -52,6 +51,7 @@ import (
 	"github.com/strata-kv/strata/server"
 	"github.com/strata-kv/strata/snapshot"
 	"github.com/strata-kv/strata/tlsconfig"
+	"github.com/strata-kv/strata/transport"
 	"github.com/strata-kv/strata/watch"
 )
 
@@ -377,7 +377,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	m.maintainer.RegisterPeer(m.peerGRPC)
 	for _, u := range cfg.ListenClientURLs {
-		addr, err := hostPort(u)
+		addr, err := transport.HostPort(u)
 		if err != nil {
 			return nil, err
 		}
@@ -459,17 +459,6 @@ func Start(cfg Config) (_ *Member, err error) {
 		zap.Int64("revision", m.store.Rev()),
 		zap.Strings("client-urls", cfg.ListenClientURLs))
 	return m, nil
-}
-
-func hostPort(rawURL string) (string, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("invalid URL %q: want scheme://host:port", rawURL)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return "", fmt.Errorf("URL %q: want http or https", rawURL)
-	}
-	return u.Host, nil
 }
 
 // loadIdentity reads the data directory's identity, or creates it from the

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/server"
+	"github.com/strata-kv/strata/transport"
 )
 
 // maxLearners is etcd's limit on learners in a cluster.
@@ -192,7 +193,7 @@ func (ms membership) forwardPromote(ctx context.Context, leader, id uint64) ([]*
 	if lm == nil || len(lm.ClientURLs) == 0 {
 		return nil, server.ErrNotLeader
 	}
-	addr, err := hostPort(lm.ClientURLs[0])
+	addr, err := transport.HostPort(lm.ClientURLs[0])
 	if err != nil {
 		return nil, err
 	}

@@ -48,7 +48,7 @@ func (m *Member) startPeerServer(cluster pb.ClusterServer, snaps *snapshot.Snaps
 	t.Register(m.peerGRPC)
 	pb.RegisterClusterServer(m.peerGRPC, cluster)
 	for _, u := range m.cfg.ListenPeerURLs {
-		addr, err := hostPort(u)
+		addr, err := transport.HostPort(u)
 		if err != nil {
 			return err
 		}
@@ -114,7 +114,7 @@ func (m *Member) discoverCluster() (datadir.ID, error) {
 			continue
 		}
 		for _, u := range urls {
-			addr, err := hostPort(u)
+			addr, err := transport.HostPort(u)
 			if err != nil {
 				return datadir.ID{}, err
 			}
@@ -215,7 +215,7 @@ func (m *Member) peerMemberList() ([]*pb.Member, bool) {
 		if mem.ID == m.memberID || len(mem.PeerURLs) == 0 {
 			continue
 		}
-		addr, err := hostPort(mem.PeerURLs[0])
+		addr, err := transport.HostPort(mem.PeerURLs[0])
 		if err != nil {
 			continue
 		}

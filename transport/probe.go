@@ -128,11 +128,10 @@ func (p *Prober) conn(id uint64, rawURL string) (*grpc.ClientConn, error) {
 		_ = c.conn.Close()
 		delete(p.conns, id)
 	}
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("invalid peer URL %q: want scheme://host:port", rawURL)
+	addr, err := HostPort(rawURL)
+	if err != nil {
+		return nil, err
 	}
-	addr := u.Host
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(p.cfg.TLS.DialCreds(rawURL, p.cfg.Logger)))
 	if err != nil {
 		return nil, err
@@ -145,4 +144,17 @@ func (p *Prober) closeAll() {
 	for _, c := range p.conns {
 		_ = c.conn.Close()
 	}
+}
+
+// HostPort is the host:port of a member's URL (a peer or client URL:
+// http or https).
+func HostPort(rawURL string) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("invalid URL %q: want scheme://host:port", rawURL)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("URL %q: want http or https", rawURL)
+	}
+	return u.Host, nil
 }
