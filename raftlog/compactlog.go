@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -303,7 +304,7 @@ func (l *Log) loadBatchFiles() error {
 				bytes: st.Size(), records: len(b.Records)})
 		}
 	}
-	slices.SortFunc(l.w.batches, func(a, b batchFileInfo) int { return int64cmp(a.first, b.first) })
+	slices.SortFunc(l.w.batches, func(a, b batchFileInfo) int { return cmp.Compare(a.first, b.first) })
 	// A batch ending above the snapshot point is the leftover of a log
 	// compaction that crashed before its state frame was durable: its
 	// entries above the snapshot point are all still in the segments
@@ -332,16 +333,6 @@ func (l *Log) loadBatchFiles() error {
 	}
 	l.publishBatchStats()
 	return nil
-}
-
-func int64cmp(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // dropBatchFiles deletes the compacted batch files whose entries are all

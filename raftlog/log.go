@@ -274,21 +274,33 @@ func (l *Log) recover() error {
 	}
 	m.first = m.snapIndex + 1
 	seg := ln.segs[len(ln.segs)-1]
+	if err := l.resumeLane(ln, seg, last, m.last()); err != nil {
+		return err
+	}
+	l.nextSeq.Store(seg.hdr.seq + 1)
+	return nil
+}
+
+// resumeLane makes seg, the last segment of ln as recovery scanned it
+// (last), the one appends continue in, after its last good frame. A torn
+// tail (bytes after that frame that are no frame) is zeroed first, so
+// that the frames appended next are never followed by stale bytes that a
+// later recovery would misread. lastGood is the log's last index, for the
+// warning.
+func (l *Log) resumeLane(ln *lane, seg *segment, last scanResult, lastGood uint64) error {
 	if last.dirtyEnd > last.end {
 		l.logger.Warn("raftlog: truncating torn tail of last segment",
 			zap.String("file", seg.path(l.fs)),
 			zap.Int64("offset", last.end),
 			zap.Int64("garbage_end", last.dirtyEnd),
-			zap.Uint64("last_good_index", m.last()),
+			zap.Uint64("last_good_index", lastGood),
 			zap.String("reason", last.tornReason))
-		// Zero the garbage so that the frames appended next are never
-		// followed by stale bytes that a later recovery would misread.
 		if err := zeroRange(seg.f, last.end, last.dirtyEnd); err != nil {
-			return fmt.Errorf("truncate torn tail of %s at offset %d: %w", seg.name, last.end, err)
+			return fmt.Errorf("truncate torn tail of %s at offset %d: %w", seg.path(l.fs), last.end, err)
 		}
 	}
 	ln.active, ln.off, ln.opened = seg, last.end, last.firstFrames
-	l.nextSeq.Store(seg.hdr.seq + 1)
+	seg.end = last.end
 	return nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"go.etcd.io/raft/v3/raftpb"
-	"go.uber.org/zap"
 )
 
 // A log with several directories (lanes) writes every frame as a stripe
@@ -279,20 +278,9 @@ func (l *Log) recoverStriped() error {
 			}
 			continue
 		}
-		seg, last := ln.segs[len(ln.segs)-1], lasts[li]
-		if last.dirtyEnd > last.end {
-			l.logger.Warn("raftlog: truncating torn tail of last segment",
-				zap.String("file", seg.path(l.fs)),
-				zap.Int64("offset", last.end),
-				zap.Int64("garbage_end", last.dirtyEnd),
-				zap.Uint64("last_good_index", m.last()),
-				zap.String("reason", last.tornReason))
-			if err := zeroRange(seg.f, last.end, last.dirtyEnd); err != nil {
-				return fmt.Errorf("truncate torn tail of %s at offset %d: %w", seg.path(l.fs), last.end, err)
-			}
+		if err := l.resumeLane(ln, ln.segs[len(ln.segs)-1], lasts[li], m.last()); err != nil {
+			return err
 		}
-		ln.active, ln.off, ln.opened = seg, last.end, last.firstFrames
-		seg.end = last.end
 	}
 	return nil
 }
