@@ -4,90 +4,60 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 )
 
-// sampleBatch stands for entries 10..19: puts superseded within the batch
-// are gone (by versions at or below revision 38), a deletion and a conf
-// change are kept.
+// sampleBatch stands for entries 10..19 with a payload the log does not
+// read.
 func sampleBatch() *CompactedBatch {
-	cc := &raftpb.Entry{Index: proto.Uint64(12), Term: proto.Uint64(3),
-		Type: raftpb.EntryType_EntryConfChange.Enum(), Data: []byte("conf change")}
-	return &CompactedBatch{
-		FirstIndex: 10, LastIndex: 19, LastTerm: 3, Revision: 42, CompactRevision: 38,
-		Records: []BatchRecord{
-			{Kind: RecordPut, Index: 11, Main: 35, Sub: 1, Key: []byte("a"), Value: []byte("value a"),
-				CreateRevision: 20, Version: 4, Lease: 7},
-			{Kind: RecordEntry, Index: 12, Entry: cc},
-			{Kind: RecordDelete, Index: 15, Main: 38, Key: []byte("b")},
-			{Kind: RecordPut, Index: 19, Main: 42, Key: []byte("c\x00d"), Value: nil, CreateRevision: 42, Version: 1},
-		},
-	}
+	return &CompactedBatch{FirstIndex: 10, LastIndex: 19, LastTerm: 3, Records: 4, PayloadFormat: 3,
+		Payload: []byte("four records, in a format of the writer's")}
 }
 
 func sameBatch(t *testing.T, got, want *CompactedBatch) {
 	t.Helper()
 	if got.FirstIndex != want.FirstIndex || got.LastIndex != want.LastIndex || got.LastTerm != want.LastTerm ||
-		got.Revision != want.Revision || got.CompactRevision != want.CompactRevision || len(got.Records) != len(want.Records) {
+		got.Records != want.Records || got.PayloadFormat != want.PayloadFormat || !bytes.Equal(got.Payload, want.Payload) {
 		t.Fatalf("batch %+v, want %+v", got, want)
 	}
-	for i := range want.Records {
-		g, w := got.Records[i], want.Records[i]
-		ge, we := g.Entry, w.Entry
-		g.Entry, w.Entry = nil, nil
-		if len(g.Value) == 0 {
-			g.Value = nil
+}
+
+// checkDamageDetected: every single-byte change and every truncation of
+// a batch file's bytes is ErrCorrupt.
+func checkDamageDetected(t *testing.T, data []byte) {
+	t.Helper()
+	for i := range data {
+		bad := bytes.Clone(data)
+		bad[i] ^= 0x40
+		if _, err := DecodeCompactedBatch(bad); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("byte %d flipped: %v, want ErrCorrupt", i, err)
 		}
-		if len(w.Value) == 0 {
-			w.Value = nil
-		}
-		if !reflect.DeepEqual(g, w) {
-			t.Fatalf("record %d: %+v, want %+v", i, g, w)
-		}
-		if (ge == nil) != (we == nil) || (we != nil && sameEntries([]*raftpb.Entry{ge}, []*raftpb.Entry{we}) != nil) {
-			t.Fatalf("record %d: entry %v, want %v", i, ge, we)
+	}
+	for n := range len(data) {
+		if _, err := DecodeCompactedBatch(data[:n]); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("truncated to %d: %v, want ErrCorrupt", n, err)
 		}
 	}
 }
 
-// sampleBatchV1 is sampleBatch as read from a version 1 file, which does
-// not record the compact revision.
-func sampleBatchV1() *CompactedBatch {
-	b := sampleBatch()
-	b.CompactRevision = UnknownCompactRevision
-	return b
-}
-
-// TestCompactedBatchRoundTrip: a batch survives its encoding, in version 2
-// (the compact revision recorded, or none dropped) and in version 1 (a
-// batch read from a version 1 file); every damage is ErrCorrupt.
+// TestCompactedBatchRoundTrip: a batch survives its encoding, its payload
+// untouched; every damage is ErrCorrupt.
 func TestCompactedBatchRoundTrip(t *testing.T) {
-	noneDropped := sampleBatch()
-	noneDropped.CompactRevision = 0
-	for _, tc := range []struct {
-		name    string
-		batch   *CompactedBatch
-		version uint32
-	}{
-		{name: "version 2", batch: sampleBatch(), version: 2},
-		{name: "version 2, nothing dropped", batch: noneDropped, version: 2},
-		{name: "version 1", batch: sampleBatchV1(), version: 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			want := tc.batch
+	empty := sampleBatch()
+	empty.Payload, empty.Records = nil, 0
+	for name, want := range map[string]*CompactedBatch{"payload": sampleBatch(), "empty payload": empty} {
+		t.Run(name, func(t *testing.T) {
 			data, err := EncodeCompactedBatch(want)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if v := binary.LittleEndian.Uint32(data[8:12]); v != tc.version {
-				t.Fatalf("written as version %d, want %d", v, tc.version)
+			if v := binary.LittleEndian.Uint32(data[8:12]); v != batchFileVersion {
+				t.Fatalf("written as version %d, want %d", v, batchFileVersion)
 			}
 			got, err := DecodeCompactedBatch(data)
 			if err != nil {
@@ -97,68 +67,27 @@ func TestCompactedBatchRoundTrip(t *testing.T) {
 			if got.Commands() != 10 {
 				t.Fatalf("Commands = %d, want 10", got.Commands())
 			}
-			// Every single-byte change is detected.
-			for i := range data {
-				bad := bytes.Clone(data)
-				bad[i] ^= 0x40
-				if _, err := DecodeCompactedBatch(bad); !errors.Is(err, ErrCorrupt) {
-					t.Fatalf("byte %d flipped: %v, want ErrCorrupt", i, err)
-				}
-			}
-			// So is every truncation.
-			for n := range len(data) {
-				if _, err := DecodeCompactedBatch(data[:n]); !errors.Is(err, ErrCorrupt) {
-					t.Fatalf("truncated to %d: %v, want ErrCorrupt", n, err)
-				}
-			}
-		})
-	}
-}
-
-// TestCompactedBatchSmallestRecords round-trips batches made only of the
-// smallest records: the decoder's bound on the record count must admit
-// them (a kept entry with no data is 28 bytes, less than a deletion).
-func TestCompactedBatchSmallestRecords(t *testing.T) {
-	empty := func(i uint64) *raftpb.Entry {
-		return &raftpb.Entry{Index: proto.Uint64(i), Term: proto.Uint64(1), Type: raftpb.EntryType_EntryNormal.Enum()}
-	}
-	for _, c := range []struct {
-		name    string
-		records []BatchRecord
-	}{
-		{name: "one empty entry", records: []BatchRecord{{Kind: RecordEntry, Index: 5, Entry: empty(5)}}},
-		{name: "empty entries", records: []BatchRecord{
-			{Kind: RecordEntry, Index: 5, Entry: empty(5)}, {Kind: RecordEntry, Index: 6, Entry: empty(6)},
-			{Kind: RecordEntry, Index: 7, Entry: empty(7)}}},
-		{name: "deletion", records: []BatchRecord{{Kind: RecordDelete, Index: 5, Main: 3, Key: []byte("k")}}},
-		{name: "put of an empty value", records: []BatchRecord{{Kind: RecordPut, Index: 6, Main: 3, Key: []byte("k"), CreateRevision: 3, Version: 1}}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			want := &CompactedBatch{FirstIndex: 5, LastIndex: 7, LastTerm: 1, Revision: 3, Records: c.records}
-			data, err := EncodeCompactedBatch(want)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := DecodeCompactedBatch(data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sameBatch(t, got, want)
+			checkDamageDetected(t, data)
 		})
 	}
 }
 
 func TestEncodeCompactedBatchRejects(t *testing.T) {
+	v1, err := os.ReadFile(filepath.Join("testdata", "cbatch-v1", batchFileName(3, 10)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, mutate := range map[string]func(b *CompactedBatch){
-		"empty range":         func(b *CompactedBatch) { b.LastIndex = b.FirstIndex - 1 },
-		"record out of range": func(b *CompactedBatch) { b.Records[0].Index = 30 },
-		"records out of order": func(b *CompactedBatch) {
-			b.Records[0].Index, b.Records[2].Index = 15, 11
+		"empty range":          func(b *CompactedBatch) { b.LastIndex = b.FirstIndex - 1 },
+		"first index 0":        func(b *CompactedBatch) { b.FirstIndex = 0 },
+		"payload format 0":     func(b *CompactedBatch) { b.PayloadFormat = 0 },
+		"format 1, not a file": func(b *CompactedBatch) { b.PayloadFormat = 1 },
+		"format 2, a version 1 file": func(b *CompactedBatch) {
+			b.PayloadFormat, b.Payload = 2, v1
 		},
-		"unknown kind":                    func(b *CompactedBatch) { b.Records[0].Kind = 9 },
-		"entry index wrong":               func(b *CompactedBatch) { b.Records[1].Index = 13 },
-		"compact revision above revision": func(b *CompactedBatch) { b.CompactRevision = 43 },
-		"negative compact revision":       func(b *CompactedBatch) { b.CompactRevision = -2 },
+		"format 1, a version 1 file of other indexes": func(b *CompactedBatch) {
+			b.PayloadFormat, b.Payload, b.LastIndex = 1, v1, 20
+		},
 	} {
 		b := sampleBatch()
 		mutate(b)
@@ -202,43 +131,59 @@ func TestCompactedBatchFile(t *testing.T) {
 }
 
 // TestGoldenCompactedBatch pins the versions of the compacted batch file:
-// version 2 (written today) and version 1 (written by older releases;
-// still read, its compact revision unknown). The encoder must still
-// produce the stored bytes, and the decoder read them.
+// version 3 (written today: an opaque payload), and versions 1 and 2
+// (written by older releases, whose layouts held the payload's fields in
+// the header): these still read, as a batch of payload format 1 or 2
+// whose payload is the whole file, and encode as that file again.
 func TestGoldenCompactedBatch(t *testing.T) {
-	for _, tc := range []struct {
-		dir   string
-		batch *CompactedBatch
-	}{
-		{dir: "cbatch-v1", batch: sampleBatchV1()},
-		{dir: "cbatch-v2", batch: sampleBatch()},
-	} {
-		t.Run(tc.dir, func(t *testing.T) {
-			path := filepath.Join("testdata", tc.dir, batchFileName(3, 10))
-			want, err := EncodeCompactedBatch(tc.batch)
+	path := func(dir string) string { return filepath.Join("testdata", dir, batchFileName(3, 10)) }
+	t.Run("cbatch-v3", func(t *testing.T) {
+		want, err := EncodeCompactedBatch(sampleBatch())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *update {
+			if err := os.MkdirAll(filepath.Dir(path("cbatch-v3")), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path("cbatch-v3"), want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := os.ReadFile(path("cbatch-v3"))
+		if err != nil {
+			t.Fatalf("%v (run with -update to create)", err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatal("the encoder no longer writes version 3 byte for byte")
+		}
+		b, err := DecodeCompactedBatch(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameBatch(t, b, sampleBatch())
+	})
+	for _, version := range []uint32{1, 2} {
+		dir := fmt.Sprintf("cbatch-v%d", version)
+		t.Run(dir, func(t *testing.T) {
+			data, err := os.ReadFile(path(dir))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if *update {
-				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, want, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			got, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("the encoder no longer writes %s byte for byte", tc.dir)
-			}
-			b, err := DecodeCompactedBatch(got)
+			b, err := DecodeCompactedBatch(data)
 			if err != nil {
 				t.Fatal(err)
 			}
-			sameBatch(t, b, tc.batch)
+			sameBatch(t, b, &CompactedBatch{FirstIndex: 10, LastIndex: 19, LastTerm: 3, Records: 4,
+				PayloadFormat: version, Payload: data})
+			again, err := EncodeCompactedBatch(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(again, data) {
+				t.Fatalf("a version %d batch no longer encodes as its file", version)
+			}
+			checkDamageDetected(t, data)
 		})
 	}
 }
@@ -249,8 +194,11 @@ func FuzzDecodeCompactedBatch(f *testing.F) {
 	data, _ := EncodeCompactedBatch(sampleBatch())
 	f.Add(data)
 	f.Add(data[:batchFileHeaderSize])
-	v1, _ := EncodeCompactedBatch(sampleBatchV1())
-	f.Add(v1)
+	for _, dir := range []string{"cbatch-v1", "cbatch-v2"} {
+		if old, err := os.ReadFile(filepath.Join("testdata", dir, batchFileName(3, 10))); err == nil {
+			f.Add(old)
+		}
+	}
 	f.Fuzz(func(t *testing.T, p []byte) {
 		b, err := DecodeCompactedBatch(p)
 		if err != nil {

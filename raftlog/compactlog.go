@@ -22,7 +22,8 @@ import (
 // --log-compaction-batch).
 //
 // The log does not know what entries mean: the caller's BatchBuilder turns
-// entries into records (apply.BuildCompactedBatch). Both run on the
+// entries into a payload (logcompact's builder), which the log stores
+// without reading it. Both run on the
 // caller's background goroutine, concurrently with Append:
 //
 //  1. Under wmu: pick the run: the oldest live segment if it is sealed and
@@ -239,7 +240,7 @@ func (l *Log) compactRange(first, last, snap uint64, dir, name string, build Bat
 		return false, nil
 	}
 	l.w.batches = append(l.w.batches, batchFileInfo{dir: dir, name: name, first: first, last: last,
-		bytes: size, records: len(b.Records)})
+		bytes: size, records: int(b.Records)})
 	l.publishBatchStats()
 	if err := l.compactLocked(last, nil); err != nil {
 		return false, err
@@ -247,7 +248,7 @@ func (l *Log) compactRange(first, last, snap uint64, dir, name string, build Bat
 	l.stats.batchesWritten.Add(1)
 	l.logger.Debug("raftlog: entries rewritten as a compacted batch",
 		zap.String("batch", name), zap.Uint64("first", first), zap.Uint64("last", last),
-		zap.Int("commands", len(entries)), zap.Int("records", len(b.Records)))
+		zap.Int("commands", len(entries)), zap.Uint64("records", b.Records))
 	return true, nil
 }
 
@@ -301,7 +302,7 @@ func (l *Log) loadBatchFiles() error {
 				return fmt.Errorf("stat %s: %w", path, err)
 			}
 			l.w.batches = append(l.w.batches, batchFileInfo{dir: ln.dir, name: name, first: b.FirstIndex, last: b.LastIndex,
-				bytes: st.Size(), records: len(b.Records)})
+				bytes: st.Size(), records: int(b.Records)})
 		}
 	}
 	slices.SortFunc(l.w.batches, func(a, b batchFileInfo) int { return cmp.Compare(a.first, b.first) })

@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -10,17 +11,48 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 )
 
-// keepAll is a BatchBuilder that keeps every entry verbatim, so a test can
-// check that nothing was lost.
+// keepAll is a BatchBuilder that keeps every entry verbatim in the
+// payload (payloadEntries reads them back), so a test can check that
+// nothing was lost. The log never reads a payload; this one is the tests'.
 func keepAll(entries []*raftpb.Entry) (*CompactedBatch, error) {
 	b := &CompactedBatch{FirstIndex: entries[0].GetIndex(), LastIndex: entries[len(entries)-1].GetIndex(),
-		LastTerm: entries[len(entries)-1].GetTerm()}
+		LastTerm: entries[len(entries)-1].GetTerm(), Records: uint64(len(entries)), PayloadFormat: testPayloadFormat}
 	for _, e := range entries {
-		b.Records = append(b.Records, BatchRecord{Kind: RecordEntry, Index: e.GetIndex(), Entry: e})
+		data, err := proto.Marshal(e)
+		if err != nil {
+			return nil, err
+		}
+		b.Payload = binary.LittleEndian.AppendUint32(b.Payload, uint32(len(data)))
+		b.Payload = append(b.Payload, data...)
 	}
 	return b, nil
+}
+
+// testPayloadFormat is the payload format of keepAll's batches.
+const testPayloadFormat = 99
+
+// payloadEntries is the inverse of keepAll.
+func payloadEntries(t *testing.T, b *CompactedBatch) []*raftpb.Entry {
+	t.Helper()
+	if b.PayloadFormat != testPayloadFormat {
+		t.Fatalf("batch %d..%d of payload format %d", b.FirstIndex, b.LastIndex, b.PayloadFormat)
+	}
+	var out []*raftpb.Entry
+	for p := b.Payload; len(p) > 0; {
+		n := int(binary.LittleEndian.Uint32(p))
+		e := &raftpb.Entry{}
+		if err := proto.Unmarshal(p[4:4+n], e); err != nil {
+			t.Fatal(err)
+		}
+		out, p = append(out, e), p[4+n:]
+	}
+	if uint64(len(out)) != b.Records {
+		t.Fatalf("batch %d..%d holds %d entries, says %d", b.FirstIndex, b.LastIndex, len(out), b.Records)
+	}
+	return out
 }
 
 // covered returns every entry the log holds, from its batch files and its
@@ -33,11 +65,11 @@ func covered(t *testing.T, l *Log) []*raftpb.Entry {
 	}
 	var out []*raftpb.Entry
 	for _, b := range batches {
-		for _, r := range b.Records {
-			if n := uint64(len(out)); r.Index <= n {
-				out = out[:r.Index-1] // a batch and a later one may overlap after a crash
+		for _, e := range payloadEntries(t, b) {
+			if n := uint64(len(out)); e.GetIndex() <= n {
+				out = out[:e.GetIndex()-1] // a batch and a later one may overlap after a crash
 			}
-			out = append(out, r.Entry)
+			out = append(out, e)
 		}
 	}
 	first, _ := l.FirstIndex()

@@ -61,14 +61,16 @@
 //
 // CompactOldestSegment, called from a background goroutine concurrently
 // with Append, rewrites the oldest segment, once all its entries are
-// applied, as a compacted batch file (batchfile.go): per key the state to
-// set, plus the entries that cannot be merged. CompactNextBatch does the
-// same for the next n applied entries after the snapshot point, whatever
-// segments hold them (--log-compaction-batch). The caller's BatchBuilder
-// decides the records; the log writes the file durably, moves the snapshot
-// point past it and drops the segments wholly below it. Recovery replays CompactedBatches on
-// the engine before raft starts (compactlog.go; FORMAT.md, "Compacted batch
-// files").
+// applied, as a compacted batch file (batchfile.go). CompactNextBatch does
+// the same for the next n applied entries after the snapshot point,
+// whatever segments hold them (--log-compaction-batch). What stands for
+// the entries is an opaque payload that the caller's BatchBuilder encodes
+// (package logcompact: per key the state to set, plus the entries that
+// cannot be merged); the log keeps its index range and last term, writes
+// the file durably, moves the snapshot point past it and drops the
+// segments wholly below it. Before raft starts, the caller reads
+// CompactedBatches and replays their payloads on the engine
+// (compactlog.go; FORMAT.md, "Compacted batch files").
 //
 // # Failure
 //

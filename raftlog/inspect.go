@@ -23,7 +23,7 @@ type SegmentInfo struct {
 	FileBytes int64
 	// Compacted is true for a compacted batch file (docs/design.md, "The log format";
 	// FORMAT.md, "Compacted batch files"). Records is then the number of
-	// records it holds: key states, deletions and kept entries.
+	// records its writer says its payload holds.
 	Compacted bool
 	// Commands is how many entries this file stands for (== entries
 	// unless compacted).
@@ -123,7 +123,7 @@ func inspectBatchFile(fs vfs.FS, dir, name string) (SegmentInfo, error) {
 		return info, fmt.Errorf("stat %s: %w", name, err)
 	}
 	info.FirstIndex, info.LastIndex = b.FirstIndex, b.LastIndex
-	info.Records, info.Bytes, info.Commands = len(b.Records), st.Size(), b.Commands()
+	info.Records, info.Bytes, info.Commands = int(b.Records), st.Size(), b.Commands()
 	info.FileBytes, info.LiveBytes, info.LiveCommands = st.Size(), st.Size(), b.Commands()
 	return info, nil
 }

@@ -257,10 +257,7 @@ func testModel(t *testing.T, seed uint64, dirs []string, stripe int) {
 						t.Fatalf("op %d: log compaction: %v", i, err)
 					}
 					if ok && built != nil {
-						var got []*raftpb.Entry
-						for _, r := range built.Records {
-							got = append(got, r.Entry)
-						}
+						got := payloadEntries(t, built)
 						lo, hi := built.FirstIndex-m.snapIndex-1, built.LastIndex-m.snapIndex
 						if built.FirstIndex != m.snapIndex+1 || hi > uint64(len(m.entries)) {
 							t.Fatalf("op %d: batch %d..%d, model snapshot %d last %d", i, built.FirstIndex, built.LastIndex, m.snapIndex, m.last())
