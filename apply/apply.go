@@ -21,7 +21,7 @@
 //
 // Concurrency: Run is the applier goroutine, the only one that applies
 // entries. Others commit to the store too: start-up recovery
-// (ReplayCompactedBatches, before Run starts), MVCC's physical compaction
+// (ReplayRun, before Run starts), MVCC's physical compaction
 // (removing revisions a compaction entry made unreachable, in the
 // background), and the log compactor, which writes only the store's index
 // -> revision bookkeeping (mvcc.ForgetIndexRevisions); none of them changes
@@ -108,7 +108,7 @@ type Config struct {
 	// nil gives the applier a registry of its own (recovery, tests).
 	Waiters *Waiters
 	// Lessor applies lease requests; nil refuses them (and recovery
-	// replays kept lease entries as records, see logcompact.go).
+	// replays kept lease entries as records, see replay.go).
 	Lessor *lease.Lessor
 	// Auth holds users and roles: auth requests are applied to it and
 	// users' writes checked against it (auth.go); nil refuses auth
@@ -447,7 +447,7 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 				revBefore := w.Rev()
 				res, changed, err := a.applyRequest(w, &req, &members)
 				if err == nil {
-					err = w.RecordIndex(e.GetIndex(), revBefore) // for log compaction (logcompact.go)
+					err = w.RecordIndex(e.GetIndex(), revBefore) // for log compaction (logcompact.Build)
 				}
 				if err != nil {
 					w.Abort()

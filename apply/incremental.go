@@ -8,8 +8,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/mvcc"
-	"github.com/strata-kv/strata/raftlog"
 )
 
 // Incremental snapshots, the installing member's half
@@ -29,7 +29,7 @@ type CatchUp struct {
 	OwnEntries func(lo, hi, maxSize uint64) ([]*raftpb.Entry, error)
 	// Batches are the leader's compacted batches, consecutive, the first
 	// covering Base+1.
-	Batches []*raftlog.CompactedBatch
+	Batches []*logcompact.Batch
 	// Entries follow the last batch (or Base) consecutively and end at
 	// End.
 	Entries []*raftpb.Entry
@@ -198,9 +198,9 @@ func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 			}
 			var err error
 			switch r.Kind {
-			case raftlog.RecordPut, raftlog.RecordDelete:
+			case logcompact.RecordPut, logcompact.RecordDelete:
 				err = w.SetKeyState(keyChangeOf(r))
-			case raftlog.RecordEntry:
+			case logcompact.RecordEntry:
 				var changed bool
 				changed, err = a.replayKeptLive(w, r.Entry, &members, c.MinTTL)
 				membersChanged = membersChanged || changed
@@ -214,7 +214,7 @@ func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 		// missing below its compact revision, as after recovery (a
 		// version 1 batch, from an older leader, does not record it: its
 		// revision, which is safe whatever horizon it was built with).
-		if err := w.RaiseCompactRev(compactRevAfter(b, math.MaxInt64)); err != nil {
+		if err := w.RaiseCompactRev(b.CompactRevisionAfter(math.MaxInt64)); err != nil {
 			return fail(fmt.Errorf("compacted batch %d..%d: %w", b.FirstIndex, b.LastIndex, err))
 		}
 		// The revision at the batch's end, for RevisionAtIndex (the

@@ -10,7 +10,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/strata-kv/strata/raftlog"
+	"github.com/strata-kv/strata/logcompact"
 )
 
 // ownLog serves entries [lo, hi) of entries (index i at entries[i-1]) up
@@ -29,12 +29,12 @@ func ownLog(entries []*raftpb.Entry, last uint64) func(lo, hi, maxSize uint64) (
 
 // cutBatches builds the leader's compacted batches for entries[:p] in
 // random sizes, through their file format.
-func cutBatches(t *testing.T, rng *rand.Rand, m *member, entries []*raftpb.Entry, p int, horizon int64) []*raftlog.CompactedBatch {
+func cutBatches(t *testing.T, rng *rand.Rand, m *member, entries []*raftpb.Entry, p int, horizon int64) []*logcompact.Batch {
 	t.Helper()
-	var out []*raftlog.CompactedBatch
+	var out []*logcompact.Batch
 	for lo := 0; lo < p; {
 		hi := min(p, lo+1+rng.IntN(30))
-		b, err := BuildCompactedBatch(m.store, entries[lo:hi], horizon)
+		b, err := logcompact.Build(m.store, entries[lo:hi], horizon)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +77,7 @@ func TestInstallCatchUp(t *testing.T) {
 					// A base at a batch boundary, or inside a batch.
 					b := uint64(lm.floor + rng.IntN(p-lm.floor+1))
 					a := uint64(rng.IntN(e)) // any applied index below E
-					var send []*raftlog.CompactedBatch
+					var send []*logcompact.Batch
 					for _, x := range batches {
 						if x.LastIndex > b {
 							send = append(send, x)
@@ -135,13 +135,13 @@ func TestInstallCatchUpRevokedLease(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	leader := newMember(t)
 	leader.apply(t, rng, entries)
-	batch, err := BuildCompactedBatch(leader.store, entries[1:3], leader.store.CompactRev())
+	batch, err := logcompact.Build(leader.store, entries[1:3], leader.store.CompactRev())
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := newMember(t)
 	m.apply(t, rng, entries[:1])
-	if _, err := m.applier.InstallCatchUp(CatchUp{Base: 1, Batches: []*raftlog.CompactedBatch{batch}, Entries: entries[3:], End: 5}); err != nil {
+	if _, err := m.applier.InstallCatchUp(CatchUp{Base: 1, Batches: []*logcompact.Batch{batch}, Entries: entries[3:], End: 5}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := stateOf(t, m.store, true), stateOf(t, leader.store, true); got != want {

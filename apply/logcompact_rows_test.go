@@ -8,9 +8,11 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/strata-kv/strata/logcompact"
 )
 
-// TestBuildCompactedBatchRefusesNonMonotoneRows: BuildCompactedBatch
+// TestBuildCompactedBatchRefusesNonMonotoneRows: logcompact.Build
 // takes the revisions a run of indexes wrote from the store's index ->
 // revision rows; rows that do not describe the log (a row of another
 // log, such as an old cluster's kept by a restore before it dropped them,
@@ -69,13 +71,13 @@ func TestBuildCompactedBatchRefusesNonMonotoneRows(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			b, err := BuildCompactedBatch(m.store, entries[tc.lo-1:tc.hi], -1)
+			b, err := logcompact.Build(m.store, entries[tc.lo-1:tc.hi], -1)
 			switch {
-			case tc.refusing && !errors.Is(err, ErrNotCompactable):
+			case tc.refusing && !errors.Is(err, logcompact.ErrNotCompactable):
 				if err == nil {
-					t.Fatalf("built a batch of %d records, want ErrNotCompactable", len(b.Records))
+					t.Fatalf("built a batch of %d records, want logcompact.ErrNotCompactable", len(b.Records))
 				}
-				t.Fatalf("error %v, want ErrNotCompactable", err)
+				t.Fatalf("error %v, want logcompact.ErrNotCompactable", err)
 			case tc.refusing:
 				t.Logf("refused: %v", err)
 			case err != nil:

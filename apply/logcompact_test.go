@@ -15,6 +15,7 @@ import (
 
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 	"github.com/strata-kv/strata/lease"
+	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/node"
 	"github.com/strata-kv/strata/raftlog"
@@ -221,7 +222,7 @@ func TestCompactedBatchReplay(t *testing.T) {
 // and entries after the last batch are kept as they are.
 type logModel struct {
 	floor   int
-	batches []*raftlog.CompactedBatch
+	batches []*logcompact.Batch
 	built   int // batches built in all, those truncated included
 	refused int // runs the builder refused
 }
@@ -249,8 +250,8 @@ func buildLog(t *testing.T, rng *rand.Rand, full *member, entries []*raftpb.Entr
 		if latest {
 			horizon = math.MaxInt64
 		}
-		b, err := BuildCompactedBatch(full.store, entries[lo:hi], horizon)
-		if errors.Is(err, ErrNotCompactable) {
+		b, err := logcompact.Build(full.store, entries[lo:hi], horizon)
+		if errors.Is(err, logcompact.ErrNotCompactable) {
 			// The run stays in the log until the node truncates the log at
 			// or past it; truncation deletes the batches below.
 			lm.refused++
@@ -271,13 +272,20 @@ func buildLog(t *testing.T, rng *rand.Rand, full *member, entries []*raftpb.Entr
 
 // throughFormat returns b encoded and decoded again: the batches replayed
 // in the tests are those the file format gives back.
-func throughFormat(t *testing.T, b *raftlog.CompactedBatch) *raftlog.CompactedBatch {
+func throughFormat(t *testing.T, b *logcompact.Batch) *logcompact.Batch {
 	t.Helper()
-	data, err := raftlog.EncodeCompactedBatch(b)
+	file, err := logcompact.EncodeBatch(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := raftlog.DecodeCompactedBatch(data)
+	data, err := raftlog.EncodeCompactedBatch(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if file, err = raftlog.DecodeCompactedBatch(data); err != nil {
+		t.Fatal(err)
+	}
+	out, err := logcompact.DecodeBatch(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +310,7 @@ func testCompactedBatchReplay(t *testing.T, name string, seeds uint64, commands,
 				// one); raft then redelivers the entries.
 				span := len(entries) - lm.floor
 				for _, k := range []int{lm.floor, lm.floor + rng.IntN(span+1), lm.floor + rng.IntN(span+1), max(lm.floor, len(entries)-1)} {
-					for _, strategy := range []string{RecoveryNaive, RecoveryDescending} {
+					for _, strategy := range []string{logcompact.RecoveryNaive, logcompact.RecoveryDescending} {
 						m := newMember(t)
 						m.apply(t, rng, entries[:k])
 						recovering, err := New(Config{Store: m.store})
@@ -313,11 +321,11 @@ func testCompactedBatchReplay(t *testing.T, name string, seeds uint64, commands,
 						if latest {
 							h = math.MaxInt64
 						}
-						tm, err := recovering.ReplayCompactedBatches(lm.batches, strategy, h, 0)
+						tm, err := logcompact.Replay(recovering, lm.batches, strategy, h, 0)
 						if err != nil {
 							t.Fatalf("k=%d %s: %v", k, strategy, err)
 						}
-						if k == lm.floor && strategy == RecoveryDescending && tm.Applied > tm.Records {
+						if k == lm.floor && strategy == logcompact.RecoveryDescending && tm.Applied > tm.Records {
 							t.Fatalf("descending applied %d of %d records", tm.Applied, tm.Records)
 						}
 						if err := m.applier.lessor.Load(m.store); err != nil {
@@ -422,9 +430,9 @@ func TestCompactedBatchAfterPhysicalCompaction(t *testing.T) {
 			}
 			want := stateOf(t, full.store, true)
 
-			b, err := BuildCompactedBatch(full.store, run, full.store.CompactRev())
+			b, err := logcompact.Build(full.store, run, full.store.CompactRev())
 			switch {
-			case errors.Is(err, ErrNotCompactable):
+			case errors.Is(err, logcompact.ErrNotCompactable):
 				b = nil // the run stays as entries in the log
 			case err != nil:
 				t.Fatal(err)
@@ -437,7 +445,7 @@ func TestCompactedBatchAfterPhysicalCompaction(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := recovering.ReplayCompactedBatches([]*raftlog.CompactedBatch{b}, RecoveryNaive, m.store.CompactRev(), 0); err != nil {
+				if _, err := logcompact.Replay(recovering, []*logcompact.Batch{b}, logcompact.RecoveryNaive, m.store.CompactRev(), 0); err != nil {
 					t.Fatal(err)
 				}
 				if recovering, err = New(Config{Store: m.store, Lessor: lease.New(lease.Config{})}); err != nil {

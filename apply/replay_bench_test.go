@@ -8,23 +8,23 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/mvcc"
-	"github.com/strata-kv/strata/raftlog"
 )
 
 // syntheticBatches stands for commands puts of 100-byte values over keys
 // keys (YCSB AW's shape: uniform updates), cut into batches of perBatch
 // commands, one record per command (an uncompacted batch: the worst case
 // for replay).
-func syntheticBatches(commands, keys, perBatch int) []*raftlog.CompactedBatch {
+func syntheticBatches(commands, keys, perBatch int) []*logcompact.Batch {
 	value := make([]byte, 100)
 	version := make([]int64, keys)
 	created := make([]int64, keys)
-	var out []*raftlog.CompactedBatch
-	var cur *raftlog.CompactedBatch
+	var out []*logcompact.Batch
+	var cur *logcompact.Batch
 	for i := 1; i <= commands; i++ {
 		if cur == nil {
-			cur = &raftlog.CompactedBatch{FirstIndex: uint64(i)}
+			cur = &logcompact.Batch{FirstIndex: uint64(i)}
 		}
 		k := (i * 7919) % keys // a fixed permutation-like walk
 		rev := int64(i + 1)
@@ -32,8 +32,8 @@ func syntheticBatches(commands, keys, perBatch int) []*raftlog.CompactedBatch {
 		if created[k] == 0 {
 			created[k] = rev
 		}
-		cur.Records = append(cur.Records, raftlog.BatchRecord{
-			Kind: raftlog.RecordPut, Index: uint64(i), Main: rev,
+		cur.Records = append(cur.Records, logcompact.Record{
+			Kind: logcompact.RecordPut, Index: uint64(i), Main: rev,
 			Key: []byte(fmt.Sprintf("user%012d", k)), Value: value,
 			CreateRevision: created[k], Version: version[k],
 		})
@@ -56,9 +56,9 @@ func BenchmarkReplayCompactedBatches(b *testing.B) {
 		strategy string
 		horizon  int64
 	}{
-		{"naive/history", RecoveryNaive, 0},
-		{"descending/history", RecoveryDescending, 0},
-		{"descending/latest", RecoveryDescending, math.MaxInt64},
+		{"naive/history", logcompact.RecoveryNaive, 0},
+		{"descending/history", logcompact.RecoveryDescending, 0},
+		{"descending/latest", logcompact.RecoveryDescending, math.MaxInt64},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
@@ -76,7 +76,7 @@ func BenchmarkReplayCompactedBatches(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StartTimer()
-				t, err := a.ReplayCompactedBatches(batches, bc.strategy, bc.horizon, 0)
+				t, err := logcompact.Replay(a, batches, bc.strategy, bc.horizon, 0)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,15 +1,21 @@
-// Package logcompact runs log compaction in a member (seed 000, Xavier,
-// "Efficient Log Compaction by Safely Discarding Commands"; docs/design.md,
-// "The history horizon"; docs/log-compaction.md): a background Compactor
-// rewrites runs of applied raft log entries as compacted batch files, which
-// hold one record per key state instead of every command, and Recover
-// replays those files at start-up, before raft redelivers the entries after
-// them, with either recovery strategy.
+// Package logcompact is log compaction (seed 000, Xavier, "Efficient Log
+// Compaction by Safely Discarding Commands"; docs/design.md, "The history
+// horizon"; docs/log-compaction.md): runs of applied raft log entries are
+// rewritten as batches that hold one record per key state instead of
+// every command, and replayed at start-up, before raft redelivers the
+// entries after them, with either recovery strategy.
 //
-// The pieces it drives live where their data does: the change queries in
-// mvcc (mvcc/logcompact.go), the builder and the replay in apply
-// (apply/logcompact.go), the batch file format and its durable writing in
-// raftlog (raftlog/batchfile.go, compactlog.go).
+// It owns the idea whole: the batch payload format and its decoder for
+// older releases' files (batch.go, legacy.go, FORMAT.md), the builder
+// (build.go), both recovery strategies (replay.go), the background
+// Compactor with the invariants it shares with MVCC compaction, and
+// Recover (this file). It leans on three packages that keep their own
+// parts: the raft log stores a batch as an opaque, checksummed payload
+// with its index range and term (raftlog, compactlog.go and batchfile.go),
+// mvcc answers which key versions a run of revisions wrote
+// (mvcc/logcompact.go), and the applier writes a replayed run, as kept
+// entries apply as it applies them (apply.Applier.ReplayRun, through the
+// Replayer interface).
 package logcompact
 
 import (
@@ -22,7 +28,6 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 
-	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/raftlog"
 )
@@ -40,8 +45,8 @@ type Config struct {
 	// revisions are refused as compacted there: use it with clients that
 	// never read history.
 	HistoryLatest bool
-	// RecoveryStrategy is apply.RecoveryNaive (default) or
-	// apply.RecoveryDescending (--recovery-strategy).
+	// RecoveryStrategy is RecoveryNaive (default) or RecoveryDescending
+	// (--recovery-strategy).
 	RecoveryStrategy string
 	// BatchEntries (--log-compaction-batch), if not 0, makes the unit of
 	// log compaction a run of that many applied entries after the log's
@@ -81,13 +86,21 @@ type Recovery struct {
 // replayer is an applier with nothing attached (no lessor: it writes lease
 // records itself, with minTTL); the lessor and the running applier load
 // what the replay wrote.
-func Recover(cfg Config, log *raftlog.Log, store *mvcc.Store, replayer *apply.Applier, minTTL int64, logger *zap.Logger) (Recovery, error) {
+func Recover(cfg Config, log *raftlog.Log, store *mvcc.Store, replayer Replayer, minTTL int64, logger *zap.Logger) (Recovery, error) {
 	start := time.Now()
 	applied := replayer.AppliedIndex()
 	rec := Recovery{From: applied, To: applied}
-	batches, err := log.CompactedBatches(applied)
+	files, err := log.CompactedBatches(applied)
 	if err != nil {
 		return rec, fmt.Errorf("read compacted batches: %w", err)
+	}
+	batches := make([]*Batch, 0, len(files))
+	for _, f := range files {
+		b, err := DecodeBatch(f)
+		if err != nil {
+			return rec, fmt.Errorf("read compacted batches: %w", err)
+		}
+		batches = append(batches, b)
 	}
 	read := time.Since(start)
 	if len(batches) == 0 {
@@ -95,9 +108,9 @@ func Recover(cfg Config, log *raftlog.Log, store *mvcc.Store, replayer *apply.Ap
 	}
 	strategy := cfg.RecoveryStrategy
 	if strategy == "" {
-		strategy = apply.RecoveryNaive
+		strategy = RecoveryNaive
 	}
-	t, err := replayer.ReplayCompactedBatches(batches, strategy, cfg.horizon(store), minTTL)
+	t, err := Replay(replayer, batches, strategy, cfg.horizon(store), minTTL)
 	if err != nil {
 		return rec, fmt.Errorf("replay compacted batches: %w", err)
 	}
@@ -179,11 +192,11 @@ type CompactorConfig struct {
 //     to the same key in the batch supersedes it at or below the horizon
 //     (the store's compact revision; every revision with --history
 //     latest), and it records the compact revision a replay must raise to
-//     (apply.BuildCompactedBatch, apply's replay).
+//     (Build, Replay).
 //  3. A batch is never built over entries whose history revision
 //     compaction has already removed from the store: the range stays in
-//     the log instead (mvcc.ErrChangesCompacted -> apply.ErrNotCompactable
-//     -> raftlog.ErrSkipSegment), since a replay on an older engine state
+//     the log instead (mvcc.ErrChangesCompacted -> ErrNotCompactable ->
+//     raftlog.ErrSkipSegment), since a replay on an older engine state
 //     would miss the removed versions.
 //  4. A batch file is durable before the segment it replaces is removed,
 //     and the log's truncation after an engine flush drops batch files
@@ -205,11 +218,14 @@ func NewCompactor(cfg CompactorConfig) *Compactor {
 // build is the raftlog.BatchBuilder: a batch of entries at the horizon
 // now (invariants 2 and 3).
 func (c *Compactor) build(entries []*raftpb.Entry) (*raftlog.CompactedBatch, error) {
-	b, err := apply.BuildCompactedBatch(c.cfg.Store, entries, c.cfg.horizon(c.cfg.Store))
-	if errors.Is(err, apply.ErrNotCompactable) {
+	b, err := Build(c.cfg.Store, entries, c.cfg.horizon(c.cfg.Store))
+	if errors.Is(err, ErrNotCompactable) {
 		return nil, fmt.Errorf("%w: %w", raftlog.ErrSkipSegment, err)
 	}
-	return b, err
+	if err != nil {
+		return nil, err
+	}
+	return EncodeBatch(b)
 }
 
 // compactOnce writes the next batch, if one is due; ok reports whether it

@@ -12,7 +12,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/raftlog"
 )
@@ -63,7 +62,7 @@ func TestLogCompactionPowerCut(t *testing.T) {
 
 func testLogCompactionPowerCut(t *testing.T, latest bool, dirs []string, batch uint64) {
 	fs := vfs.NewCrashableMem()
-	m := startCompacting(t, fs, apply.RecoveryNaive, latest, dirs, batch)
+	m := startCompacting(t, fs, logcompact.RecoveryNaive, latest, dirs, batch)
 	var mu sync.Mutex
 	acks := map[string]acked{}
 	ctx := context.Background()
@@ -154,7 +153,7 @@ func testLogCompactionPowerCut(t *testing.T, latest bool, dirs []string, batch u
 	}
 
 	var hashes []uint32
-	for i, strategy := range []string{apply.RecoveryNaive, apply.RecoveryDescending} {
+	for i, strategy := range []string{logcompact.RecoveryNaive, logcompact.RecoveryDescending} {
 		fs := []*vfs.MemFS{clone, clone2}[i]
 		m := startCompacting(t, fs, strategy, latest, dirs, batch)
 		for key, a := range acks {

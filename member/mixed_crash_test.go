@@ -116,9 +116,9 @@ func randomDurabilityConfig(rng *rand.Rand) func(*Config) {
 	snapshotCount := uint64(20 + rng.IntN(150))
 	batch := uint64(5 + rng.IntN(60))
 	latest := rng.IntN(2) == 0
-	strategy := apply.RecoveryNaive
+	strategy := logcompact.RecoveryNaive
 	if rng.IntN(2) == 0 {
-		strategy = apply.RecoveryDescending
+		strategy = logcompact.RecoveryDescending
 	}
 	autoCompact := rng.IntN(3) == 0
 	return func(cfg *Config) {

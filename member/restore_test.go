@@ -14,12 +14,11 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/datadir"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/maintenance"
 	"github.com/strata-kv/strata/mvcc"
-	"github.com/strata-kv/strata/raftlog"
 )
 
 // TestRestoreDropsIndexRevisionRows restores a backup of a member that
@@ -134,13 +133,13 @@ func TestRestoreDropsIndexRevisionRows(t *testing.T) {
 	if lo < 0 || hi < 0 {
 		t.Fatalf("no puts followed by an empty entry in the restored log (%d entries)", len(entries))
 	}
-	b, err := apply.BuildCompactedBatch(m.Store(), entries[lo:hi+1], math.MaxInt64)
+	b, err := logcompact.Build(m.Store(), entries[lo:hi+1], math.MaxInt64)
 	if err != nil {
 		t.Fatal(err)
 	}
 	puts := 0
 	for _, r := range b.Records {
-		if r.Kind == raftlog.RecordPut {
+		if r.Kind == logcompact.RecordPut {
 			puts++
 		}
 	}

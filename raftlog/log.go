@@ -74,12 +74,12 @@ type Stats struct {
 	BatchFiles        int    // live compacted batch files
 	BatchBytes        int64  // their size
 	BatchCommands     uint64 // entries they stand for
-	BatchRecords      uint64 // records they hold
+	BatchRecords      uint64 // records they hold, as their writer counted
 	SegmentsCompacted uint64 // segments rewritten as batch files since Open
 	BatchesWritten    uint64 // batch files written since Open (segments or --log-compaction-batch runs)
 	// CompactionsSkipped counts the times since Open a builder left a run
-	// (or segment) uncompacted (ErrSkipSegment): a configuration change in
-	// it, or revisions physical compaction has reached. It is retried on
+	// (or segment) uncompacted (ErrSkipSegment), for reasons of its own
+	// (logcompact.ErrNotCompactable says which). It is retried on
 	// the next pass, so a run that stays skipped counts once per pass.
 	CompactionsSkipped uint64
 }

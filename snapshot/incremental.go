@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/raftlog"
 )
 
@@ -85,7 +86,7 @@ type Incremental struct {
 	IncrementalHeader
 	// Batches are consecutive; the first ends above Base and starts at or
 	// below Base+1.
-	Batches []*raftlog.CompactedBatch
+	Batches []*logcompact.Batch
 	// Entries follow the last batch (or Base) consecutively up to End.
 	Entries []*raftpb.Entry
 	// Bytes is the stream's length, BatchBytes the part of it that is
@@ -252,7 +253,11 @@ func ReadIncremental(r io.Reader, limit int64) (*Incremental, error) {
 		if err != nil {
 			return nil, err
 		}
-		b, err := raftlog.DecodeCompactedBatch(raw)
+		file, err := raftlog.DecodeCompactedBatch(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%w: incremental stream: batch %d: %w", ErrCorrupt, i, err)
+		}
+		b, err := logcompact.DecodeBatch(file)
 		if err != nil {
 			return nil, fmt.Errorf("%w: incremental stream: batch %d: %w", ErrCorrupt, i, err)
 		}
@@ -267,7 +272,7 @@ func ReadIncremental(r io.Reader, limit int64) (*Incremental, error) {
 			return nil, bad("batch ending at the snapshot index %d has term %d, the snapshot %d", h.Index, b.LastTerm, h.Term)
 		}
 		for _, r := range b.Records {
-			if r.Kind == raftlog.RecordEntry && r.Entry.GetType() != raftpb.EntryNormal {
+			if r.Kind == logcompact.RecordEntry && r.Entry.GetType() != raftpb.EntryNormal {
 				return nil, bad("batch %d..%d keeps a configuration change at index %d", b.FirstIndex, b.LastIndex, r.Index)
 			}
 		}

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/strata-kv/strata/raftlog"
+	"github.com/strata-kv/strata/logcompact"
 )
 
 // spans are batch files 11..20 (term 2), 21..30 (term 3), 31..40 (term 3),
@@ -143,14 +143,11 @@ func TestIncrementalBytes(t *testing.T) {
 	var raw [][]byte
 	var total int64
 	for _, r := range [][2]uint64{{11, 20}, {21, 30}} {
-		b := &raftlog.CompactedBatch{FirstIndex: r[0], LastIndex: r[1], LastTerm: 2, Revision: 9}
+		b := &logcompact.Batch{FirstIndex: r[0], LastIndex: r[1], LastTerm: 2, Revision: 9}
 		for i := r[0]; i <= r[1]; i++ {
-			b.Records = append(b.Records, raftlog.BatchRecord{Kind: raftlog.RecordDelete, Index: i, Main: int64(i), Key: []byte(fmt.Sprint(i))})
+			b.Records = append(b.Records, logcompact.Record{Kind: logcompact.RecordDelete, Index: i, Main: int64(i), Key: []byte(fmt.Sprint(i))})
 		}
-		enc, err := raftlog.EncodeCompactedBatch(b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		enc := encodeBatch(t, b)
 		raw = append(raw, enc)
 		total += int64(len(enc))
 	}

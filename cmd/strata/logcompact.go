@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/member"
 )
@@ -24,7 +23,7 @@ func (c *logCompactionFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.history, "history", "", "strata: 'latest' lets log compaction drop every superseded write, not only those at or below the compact revision; after a restart or an incremental snapshot, reads at the revisions it dropped are refused as compacted (for clients that never read old revisions).")
 	fs.Int64Var(&c.segmentSize, "log-segment-size", 0, "strata: size of a raft log segment in bytes, the unit of log compaction unless --log-compaction-batch is set (0: 64 MiB).")
 	fs.Uint64Var(&c.batch, "log-compaction-batch", 0, "strata: with --log-compaction, compact every N applied raft entries into one batch file instead of whole sealed segments (0: whole segments).")
-	fs.StringVar(&c.strategy, "recovery-strategy", apply.RecoveryNaive, "strata: how start-up replays compacted batches: 'naive' (oldest first, batch by batch) or 'descending' (newest first, the minimal set in one batch).")
+	fs.StringVar(&c.strategy, "recovery-strategy", logcompact.RecoveryNaive, "strata: how start-up replays compacted batches: 'naive' (oldest first, batch by batch) or 'descending' (newest first, the minimal set in one batch).")
 }
 
 func (c *logCompactionFlags) apply(cfg *member.Config) error {
@@ -37,8 +36,8 @@ func (c *logCompactionFlags) apply(cfg *member.Config) error {
 	if c.batch > 0 && !c.enabled {
 		return fmt.Errorf("--log-compaction-batch %d: needs --log-compaction", c.batch)
 	}
-	if c.strategy != apply.RecoveryNaive && c.strategy != apply.RecoveryDescending {
-		return fmt.Errorf("--recovery-strategy: %q is neither %q nor %q", c.strategy, apply.RecoveryNaive, apply.RecoveryDescending)
+	if c.strategy != logcompact.RecoveryNaive && c.strategy != logcompact.RecoveryDescending {
+		return fmt.Errorf("--recovery-strategy: %q is neither %q nor %q", c.strategy, logcompact.RecoveryNaive, logcompact.RecoveryDescending)
 	}
 	cfg.LogCompaction = logcompact.Config{
 		Enabled:          c.enabled,
