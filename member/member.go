@@ -22,33 +22,33 @@ import (
 	"math"
 	"net"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/membershippb"
 	"go.etcd.io/raft/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/auth"
 	"github.com/strata-kv/strata/datadir"
+	"github.com/strata-kv/strata/engine"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 	"github.com/strata-kv/strata/lease"
 	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/maintenance"
+	"github.com/strata-kv/strata/membership"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/node"
 	"github.com/strata-kv/strata/propose"
 	"github.com/strata-kv/strata/raftlog"
 	"github.com/strata-kv/strata/server"
+	"github.com/strata-kv/strata/server/concurrency"
 	"github.com/strata-kv/strata/snapshot"
 	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
@@ -125,9 +125,9 @@ type Member struct {
 	applier *apply.Applier
 	lessor  *lease.Lessor
 	leases  *server.Lease
-	// transport carries raft messages to peers; nil while the member has
-	// none to talk to.
-	transport peerTransport
+	// transport carries raft messages to peers; nil until Start has built
+	// it (the node, built before it, sends through the member).
+	transport *transport.Transport
 	// compactor is nil unless auto-compaction is on.
 	compactor *mvcc.AutoCompactor
 	grpc      *grpc.Server
@@ -158,21 +158,18 @@ type Member struct {
 	// maintainer serves backups, Hash, Defragment, alarms and the
 	// corruption check.
 	maintainer *maintenance.Maintainer
+	// membership serves the Cluster API and MoveLeader; remote asks the
+	// peers for the member list.
+	membership *membership.Service
+	remote     *membership.Peers
 	// authStore holds users, roles and tokens; authService serves them.
 	authStore   *auth.Store
 	authService *server.Auth
-	// web serves HTTP on the client URLs and holds the metrics (http.go).
-	web *clientHTTP
-}
-
-// peerTransport is what the member needs from the peer transport.
-type peerTransport interface {
-	node.Transport
-	AddPeer(id uint64, urls []string)
-	UpdatePeer(id uint64, urls []string)
-	RemovePeer(id uint64)
-	ActiveSince(id uint64) time.Time
-	Stop()
+	// metrics is the member's registry; clients serves the client URLs
+	// (metricsListeners: the --listen-metrics-urls).
+	metrics          *server.Metrics
+	clients          *server.ClientServer
+	metricsListeners []net.Listener
 }
 
 // Start opens the data directory, recovers, and serves clients.
@@ -193,7 +190,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m := &Member{cfg: cfg, logger: cfg.Logger, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			for _, l := range append(m.listener, m.peerListeners...) {
+			for _, l := range slices.Concat(m.listener, m.peerListeners, m.metricsListeners) {
 				l.Close()
 			}
 			m.closeStores()
@@ -218,7 +215,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, err
 	}
 	m.memberID, m.clusterID = id.MemberID, id.ClusterID
-	m.web = m.newClientHTTP()
+	m.metrics = m.newMetrics()
 	joined := id.Joined
 
 	m.engine, err = pebbleengine.Open(datadir.Engine(cfg.DataDir), pebbleengine.Options{
@@ -227,7 +224,8 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
-	m.store, err = mvcc.Open(m.web.timedEngine(m.engine), mvcc.Options{
+	// Only the store's writes are timed; reads pass straight through.
+	m.store, err = mvcc.Open(engine.WithCommitTimer(m.engine, m.metrics), mvcc.Options{
 		LeaseExists: func(id int64) bool { return m.lessor.Exists(id) },
 		Logger:      cfg.Logger.Named("mvcc"),
 	})
@@ -257,7 +255,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	var peers []raft.Peer
 	if last, _ := m.log.LastIndex(); last == 0 && !joined {
-		peers, err = m.bootstrapPeers()
+		peers, err = membership.BootstrapPeers(cfg.InitialCluster, cfg.InitialClusterToken)
 		if err != nil {
 			return nil, err
 		}
@@ -293,12 +291,12 @@ func Start(cfg Config) (_ *Member, err error) {
 		Quota: &propose.Quota{
 			Bytes: cfg.QuotaBackendBytes, DiskSize: m.engine.DiskSize, Alarms: alarms, Logger: cfg.Logger.Named("quota"),
 		},
-		Metrics: m.web.metrics,
+		Metrics: m.metrics,
 		Stopped: m.done,
 	})
 	snaps := snapshot.NewSnapshotter(snapshot.Config{
 		Dir: datadir.Snap(cfg.DataDir), FS: cfg.FS, Engine: m.engine, Store: m.store, Log: m.log, Raft: m.node,
-		LeaseMinTTL: leaseMinTTL(cfg), Registry: m.web.metrics.Registry(), Logger: cfg.Logger.Named("snapshot"),
+		LeaseMinTTL: leaseMinTTL(cfg), Registry: m.metrics.Registry(), Logger: cfg.Logger.Named("snapshot"),
 	})
 	m.lessor = lease.New(lease.Config{
 		MinTTL:          leaseMinTTL(cfg),
@@ -350,14 +348,30 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, err
 	}
-	m.grpc = grpc.NewServer(append(m.web.grpcServerOptions(limits), security...)...)
+	m.grpc = grpc.NewServer(slices.Concat(limits.ServerOptions(), m.metrics.GRPCServerOptions(), security)...)
 	pb.RegisterAuthServer(m.grpc, m.authService)
 	pb.RegisterKVServer(m.grpc, server.NewKV(m, limits))
 	m.leases = server.NewLease(m, m.lessor, limits)
 	m.leases.SetClientTLS(m.forwardTLS())
 	pb.RegisterLeaseServer(m.grpc, m.leases)
 	pb.RegisterWatchServer(m.grpc, server.NewWatch(m, m.watchHub, limits))
-	m.registerConcurrency(limits)
+	// etcd's v3lock and v3election services, over the member's own KV and
+	// Lease services and watch hub, called in-process: a request's context
+	// (deadline, caller) reaches them as it came.
+	concurrency.Register(m.grpc, concurrency.Backend{
+		KV: server.NewKV(m, limits), Leases: m.leases, Watches: m.watchHub, Authorizer: m.authService,
+		Logger: cfg.Logger.Named("concurrency"),
+	})
+	if err := m.newTransport(snaps); err != nil {
+		return nil, err
+	}
+	m.remote = &membership.Peers{MemberID: m.memberID, ClusterID: m.clusterID, Members: m.applier,
+		TLS: cfg.TLS.Peer, Logger: cfg.Logger.Named("membership")}
+	m.membership = membership.New(membership.Config{
+		MemberID: m.memberID, Token: cfg.InitialClusterToken, Timeout: limits.RequestTimeout,
+		Members: m.applier, Raft: m.node, Proposer: m.proposer, Activity: m.transport, Peers: m.remote,
+		ClientTLS: cfg.TLS.Client, Logger: cfg.Logger.Named("membership"),
+	})
 	m.maintainer = maintenance.New(maintenance.Config{
 		MemberID: m.memberID, ClusterID: m.clusterID,
 		Engine: m.engine, Store: m.store, State: m.applier, Raft: m, Proposer: m.proposer,
@@ -365,14 +379,14 @@ func Start(cfg Config) (_ *Member, err error) {
 		InitialCorruptCheck: cfg.InitialCorruptCheck, CorruptCheckTime: cfg.CorruptCheckTime,
 		Logger: cfg.Logger.Named("maintenance"),
 	})
-	pb.RegisterMaintenanceServer(m.grpc, server.NewMaintenance(m, m.maintainer, cfg.QuotaBackendBytes))
-	cluster := server.NewCluster(m, membership{m})
+	pb.RegisterMaintenanceServer(m.grpc, server.NewMaintenance(m, m.maintainer, m.membership, cfg.QuotaBackendBytes))
+	cluster := server.NewCluster(m, m.membership)
 	pb.RegisterClusterServer(m.grpc, cluster)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(m.grpc, hs)
 
-	if err := m.startPeerServer(cluster, snaps); err != nil {
+	if err := m.startPeerServer(cluster); err != nil {
 		return nil, err
 	}
 	m.maintainer.RegisterPeer(m.peerGRPC)
@@ -387,9 +401,15 @@ func Start(cfg Config) (_ *Member, err error) {
 		}
 		m.listener = append(m.listener, l)
 	}
-	if err := m.listenMetrics(); err != nil {
+	if m.metricsListeners, err = server.ListenMetrics(cfg.ListenMetricsURLs); err != nil {
 		return nil, err
 	}
+	secure, _ := tlsconfig.URLsSecure("--listen-client-urls", cfg.ListenClientURLs)
+	m.clients = server.NewClientServer(server.ClientConfig{
+		Listeners: m.listener, Secure: secure, TLS: cfg.TLS.Client, MetricsListeners: m.metricsListeners,
+		GRPC: m.grpc, Backend: m, Limits: limits, Metrics: m.metrics, Pprof: cfg.EnablePprof,
+		Logger: cfg.Logger,
+	})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
@@ -412,14 +432,15 @@ func Start(cfg Config) (_ *Member, err error) {
 		defer m.wg.Done()
 		m.dispatchOutcomes(ctx)
 	}()
-	m.serveClients(ctx, limits)
+	m.startProber(ctx)
+	m.clients.Serve(ctx)
 	for _, l := range m.peerListeners {
 		go func() { _ = m.peerGRPC.Serve(l) }()
 	}
 	m.wg.Add(2)
 	go func() {
 		defer m.wg.Done()
-		m.publishAttributes(ctx)
+		m.membership.PublishAttributes(ctx, cfg.Name, cfg.AdvertiseClientURLs)
 	}()
 	go func() {
 		defer m.wg.Done()
@@ -470,7 +491,12 @@ func (m *Member) loadIdentity() (datadir.ID, error) {
 	var id datadir.ID
 	var err error
 	if m.cfg.InitialClusterState == "existing" {
-		id, err = m.discoverCluster()
+		// Until the leader's log or snapshot arrives, the discovered
+		// members are the peers this member can answer.
+		id, m.discovered, err = membership.Discover(membership.JoinConfig{
+			Name: m.cfg.Name, InitialCluster: m.cfg.InitialCluster, AdvertisePeerURLs: m.cfg.AdvertisePeerURLs,
+			PeerTLS: m.cfg.TLS.Peer, Logger: m.logger,
+		})
 	} else {
 		id, err = datadir.BootstrapID(m.cfg.Name, m.cfg.InitialCluster, m.cfg.InitialClusterToken)
 	}
@@ -483,63 +509,47 @@ func (m *Member) loadIdentity() (datadir.ID, error) {
 	return id, nil
 }
 
-// bootstrapPeers returns the raft peers of a new cluster, each carrying its
-// member record as the conf change context (the applier stores it).
-func (m *Member) bootstrapPeers() ([]raft.Peer, error) {
-	var peers []raft.Peer
-	for _, urls := range m.cfg.InitialCluster {
-		id := datadir.MemberID(urls, m.cfg.InitialClusterToken)
-		// Every member writes these entries itself, so they must be
-		// byte-identical everywhere: only what --initial-cluster says.
-		// Names and client URLs are published by each member once it runs.
-		rec := &pb.Member{ID: id, PeerURLs: urls}
-		ctx, err := proto.Marshal(rec)
-		if err != nil {
-			return nil, err
-		}
-		peers = append(peers, raft.Peer{ID: id, Context: ctx})
-	}
-	sort.Slice(peers, func(i, j int) bool { return peers[i].ID < peers[j].ID })
-	return peers, nil
+// newMetrics builds the member's metrics. The source's functions read the
+// member's components when /metrics is scraped, which happens only once
+// the client URLs are served, after Start built them all.
+func (m *Member) newMetrics() *server.Metrics {
+	return server.NewMetrics(server.MetricsSource{
+		MemberID:        m.memberID,
+		Leader:          func() uint64 { return m.node.Leader() },
+		LeaderChanges:   func() uint64 { return m.node.LeaderChanges() },
+		CommitIndex:     func() uint64 { return m.node.CommitIndex() },
+		AppliedIndex:    func() uint64 { return m.applier.AppliedIndex() },
+		DBSize:          func() int64 { return m.engine.DiskSize() },
+		Revision:        func() int64 { return m.store.Rev() },
+		CompactRevision: func() int64 { return m.store.CompactRev() },
+		Log:             func() raftlog.Stats { return m.log.Stats() },
+		LogFsyncs:       func() raftlog.Histogram { return m.log.FsyncHistogram() },
+		LogIndexes: func() (uint64, uint64) {
+			first, _ := m.log.FirstIndex()
+			last, _ := m.log.LastIndex()
+			return first, last
+		},
+		EngineApplied: func() uint64 { return m.engine.AppliedIndex() },
+		EngineDurable: func() uint64 { return m.engine.DurableIndex() },
+	})
 }
 
-// publishAttributes replicates this member's name and client URLs when
-// they differ from what the cluster records, as etcd publishes them at
-// start-up.
-func (m *Member) publishAttributes(ctx context.Context) {
-	for {
-		if err := m.node.WaitLeader(ctx); err != nil {
-			return
-		}
-		current := m.self()
-		if current != nil && current.Name == m.cfg.Name && slices.Equal(current.ClientURLs, m.cfg.AdvertiseClientURLs) {
-			return
-		}
-		req := &pb.InternalRaftRequest{ClusterMemberAttrSet: &membershippb.ClusterMemberAttrSetRequest{
-			Member_ID:        m.memberID,
-			MemberAttributes: &membershippb.Attributes{Name: m.cfg.Name, ClientUrls: m.cfg.AdvertiseClientURLs},
-		}}
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := m.Propose(pctx, req)
-		cancel()
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(500 * time.Millisecond):
-		}
+// startProber measures the round trip to every peer
+// (etcd_network_peer_round_trip_time_seconds) until ctx ends.
+func (m *Member) startProber(ctx context.Context) {
+	prober, err := transport.NewProber(transport.ProberConfig{
+		LocalID: m.memberID, Members: m.applier, TLS: m.cfg.TLS.Peer,
+		Registry: m.metrics.Registry(), Logger: m.logger.Named("probe"),
+	})
+	if err != nil {
+		m.logger.Warn("peer round-trip times not measured", zap.Error(err))
+		return
 	}
-}
-
-func (m *Member) self() *pb.Member {
-	for _, mem := range m.applier.Members() {
-		if mem.ID == m.memberID {
-			return mem
-		}
-	}
-	return nil
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		prober.Run(ctx)
+	}()
 }
 
 // dispatchOutcomes acts on what the applier did, in order: the transport
@@ -633,7 +643,9 @@ func (m *Member) Stop() error {
 	// Watch streams never end by themselves: end them first, so that the
 	// graceful stop does not wait for them.
 	m.watchHub.Close()
-	m.stopClientHTTP()
+	if m.clients != nil {
+		m.clients.Stop()
+	}
 	stopped := make(chan struct{})
 	go func() {
 		m.grpc.GracefulStop()
@@ -653,6 +665,9 @@ func (m *Member) Stop() error {
 	}
 	m.cancel()
 	m.wg.Wait()
+	if m.clients != nil {
+		m.clients.Wait()
+	}
 	if m.maintainer != nil {
 		m.maintainer.Wait()
 	}

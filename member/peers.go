@@ -10,9 +10,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
-	"github.com/strata-kv/strata/datadir"
 	"github.com/strata-kv/strata/snapshot"
 	"github.com/strata-kv/strata/transport"
 )
@@ -28,14 +26,14 @@ func (m *Member) Send(msgs []*raftpb.Message) {
 	}
 }
 
-// startPeerServer serves the peer transport and a read-only Cluster
-// service (for members that join to learn the cluster) on the peer URLs.
-func (m *Member) startPeerServer(cluster pb.ClusterServer, snaps *snapshot.Snapshotter) error {
-	peerCreds, peerTLS, err := m.peerOptions()
+// newTransport builds the peer transport, which delivers to the node and
+// the snapshotter.
+func (m *Member) newTransport(snaps *snapshot.Snapshotter) error {
+	_, peerTLS, err := m.peerOptions()
 	if err != nil {
 		return err
 	}
-	t := transport.New(transport.Config{
+	m.transport = transport.New(transport.Config{
 		TLS:         peerTLS,
 		LocalID:     m.memberID,
 		ClusterID:   m.clusterID,
@@ -43,9 +41,18 @@ func (m *Member) startPeerServer(cluster pb.ClusterServer, snaps *snapshot.Snaps
 		Snapshotter: snaps,
 		Logger:      m.logger.Named("transport"),
 	})
-	m.transport = t
+	return nil
+}
+
+// startPeerServer serves the peer transport and a read-only Cluster
+// service (for members that join to learn the cluster) on the peer URLs.
+func (m *Member) startPeerServer(cluster pb.ClusterServer) error {
+	peerCreds, _, err := m.peerOptions()
+	if err != nil {
+		return err
+	}
 	m.peerGRPC = grpc.NewServer(append(peerCreds, grpc.MaxRecvMsgSize(1<<30), grpc.MaxSendMsgSize(1<<30))...)
-	t.Register(m.peerGRPC)
+	m.transport.Register(m.peerGRPC)
 	pb.RegisterClusterServer(m.peerGRPC, cluster)
 	for _, u := range m.cfg.ListenPeerURLs {
 		addr, err := transport.HostPort(u)
@@ -104,54 +111,6 @@ func (m *Member) membersChanged(members []*pb.Member) {
 	}
 }
 
-// discoverCluster asks the peers named in --initial-cluster for the
-// cluster this member was added to, and finds this member in it by its
-// peer URLs, as etcd does for --initial-cluster-state=existing.
-func (m *Member) discoverCluster() (datadir.ID, error) {
-	var lastErr error
-	for name, urls := range m.cfg.InitialCluster {
-		if name == m.cfg.Name {
-			continue
-		}
-		for _, u := range urls {
-			addr, err := transport.HostPort(u)
-			if err != nil {
-				return datadir.ID{}, err
-			}
-			resp, err := memberList(addr, m.cfg.TLS.Peer.DialCreds(u, m.logger))
-			if err != nil {
-				lastErr = err
-				continue
-			}
-			for _, mem := range resp.Members {
-				if !urlsTaken([]*pb.Member{mem}, m.cfg.AdvertisePeerURLs, 0) {
-					continue
-				}
-				// Until the leader's log or snapshot arrives, these are
-				// the peers this member can answer.
-				m.discovered = resp.Members
-				return datadir.ID{Name: m.cfg.Name, MemberID: mem.ID, ClusterID: resp.Header.GetClusterId(), Joined: true}, nil
-			}
-			return datadir.ID{}, fmt.Errorf("no member with peer URLs %v in the cluster of %s: add it first (etcdctl member add)", m.cfg.AdvertisePeerURLs, u)
-		}
-	}
-	if lastErr == nil {
-		lastErr = errors.New("--initial-cluster names no other member")
-	}
-	return datadir.ID{}, fmt.Errorf("cannot reach the cluster to join: %w", lastErr)
-}
-
-func memberList(addr string, creds credentials.TransportCredentials) (*pb.MemberListResponse, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	return pb.NewClusterClient(conn).MemberList(ctx, &pb.MemberListRequest{})
-}
-
 // watchRemoval stops a member that the cluster removed while it could not
 // learn so through raft (the leader stops replicating to a member once its
 // removal commits, so the member may never see that commit). A member with
@@ -168,7 +127,7 @@ func (m *Member) watchRemoval(ctx context.Context) {
 		if m.node.Leader() != 0 || !m.wasMember.Load() {
 			continue
 		}
-		if members, ok := m.peerMemberList(); ok && find(members, m.memberID) == nil {
+		if m.remote.Removed() {
 			m.stopRemoved()
 			return
 		}
@@ -184,46 +143,4 @@ func (m *Member) stopRemoved() {
 	case <-m.done:
 	}
 	m.fail(errRemoved)
-}
-
-// awaitOwnRemoval polls the peers' member lists until one of this cluster's
-// members answers without this member, and then delivers that list.
-func (m *Member) awaitOwnRemoval(ctx context.Context) <-chan []*pb.Member {
-	out := make(chan []*pb.Member, 1)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-m.done:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			if members, ok := m.peerMemberList(); ok && find(members, m.memberID) == nil {
-				out <- members
-				return
-			}
-		}
-	}()
-	return out
-}
-
-// peerMemberList asks the other members, in turn, for the member list, and
-// returns the first answer from a member of this cluster.
-func (m *Member) peerMemberList() ([]*pb.Member, bool) {
-	for _, mem := range m.applier.Members() {
-		if mem.ID == m.memberID || len(mem.PeerURLs) == 0 {
-			continue
-		}
-		addr, err := transport.HostPort(mem.PeerURLs[0])
-		if err != nil {
-			continue
-		}
-		resp, err := memberList(addr, m.cfg.TLS.Peer.DialCreds(mem.PeerURLs[0], m.logger))
-		if err != nil || resp.Header.GetClusterId() != m.clusterID {
-			continue
-		}
-		return resp.Members, true
-	}
-	return nil, false
 }

@@ -271,6 +271,33 @@ func (s *authStream) RecvMsg(m any) error {
 // error.
 func authError(err error) error { return toGRPCError(err) }
 
+// AuthorizeKV implements concurrency.Authorizer: it checks a KV request that
+// the lock and election services make for their caller as the auth
+// interceptor checks the KV service's own callers: reads and writes against
+// the caller's permissions, nobody's when the call carries no token.
+// (Writes are checked again when applied, as every write is.)
+func (a *Auth) AuthorizeKV(ctx context.Context, req any) error {
+	if a.s == nil || !a.s.Enabled() {
+		return nil
+	}
+	ai := auth.FromContext(ctx)
+	var err error
+	switch r := req.(type) {
+	case *pb.RangeRequest:
+		err = a.s.IsRangePermitted(ai, r.Key, r.RangeEnd)
+	case *pb.TxnRequest:
+		err = a.s.IsTxnPermitted(ai, r)
+	case *pb.DeleteRangeRequest:
+		err = a.s.IsDeleteRangePermitted(ai, r.Key, r.RangeEnd)
+	default:
+		err = auth.ErrPermissionDenied // a request this check does not know
+	}
+	if err != nil {
+		return authError(err)
+	}
+	return nil
+}
+
 // authGRPCError maps an auth package error to etcd's gRPC error; toGRPCError
 // asks it, so that writes the applier refused map too.
 func authGRPCError(err error) (error, bool) {

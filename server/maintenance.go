@@ -27,6 +27,7 @@ type Maintenance struct {
 	pb.UnimplementedMaintenanceServer
 	b     Backend
 	mb    MaintenanceBackend // nil: Snapshot, Hash, Defragment and alarms unimplemented
+	mover LeaderMover        // nil: MoveLeader unimplemented
 	quota int64
 }
 
@@ -50,8 +51,8 @@ type MaintenanceBackend interface {
 // NewMaintenance returns the Maintenance service over b and mb (nil: the
 // services it provides answer codes.Unimplemented). quota is
 // --quota-backend-bytes (0: no quota), reported by Status.
-func NewMaintenance(b Backend, mb MaintenanceBackend, quota int64) *Maintenance {
-	return &Maintenance{b: b, mb: mb, quota: quota}
+func NewMaintenance(b Backend, mb MaintenanceBackend, mover LeaderMover, quota int64) *Maintenance {
+	return &Maintenance{b: b, mb: mb, mover: mover, quota: quota}
 }
 
 // Status reports the member's raft and storage state, as `etcdctl endpoint
@@ -240,11 +241,10 @@ type LeaderMover interface {
 // MoveLeader hands leadership to another voting member, as etcdctl
 // move-leader asks.
 func (m *Maintenance) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
-	mover, ok := m.b.(LeaderMover)
-	if !ok {
+	if m.mover == nil {
 		return m.UnimplementedMaintenanceServer.MoveLeader(ctx, r)
 	}
-	if err := mover.MoveLeader(ctx, r.TargetID); err != nil {
+	if err := m.mover.MoveLeader(ctx, r.TargetID); err != nil {
 		return nil, membershipError(err)
 	}
 	resp := &pb.MoveLeaderResponse{}

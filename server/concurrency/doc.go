@@ -34,7 +34,7 @@
 // configure, no client-side retries that could repeat a write, and the
 // caller's context (deadline, the caller's identity) reaches the KV
 // service unchanged. In-process calls pass no gRPC interceptor, so the
-// services ask Backend.Authorize before each KV request they make for a
+// services ask Backend.Authorizer before each KV request they make for a
 // caller: with auth on, a caller locks, campaigns and observes only where
 // it may read and write, as in etcd.
 //

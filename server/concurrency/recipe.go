@@ -51,15 +51,21 @@ type Backend struct {
 	KV      KV
 	Leases  Leases
 	Watches Watches
-	// Authorize, if set, decides whether the caller whose request context
-	// is ctx may make req (a *pb.RangeRequest, *pb.TxnRequest or
-	// *pb.DeleteRangeRequest) and returns etcd's gRPC error if not. The
-	// services call KV in-process, past the gRPC interceptors that check
-	// the KV service's callers, so they ask Authorize before every KV call
-	// they make on a caller's behalf.
-	Authorize func(ctx context.Context, req any) error
+	// Authorizer, if set, decides whether the callers may make the KV
+	// requests made on their behalf. The services call KV in-process, past
+	// the gRPC interceptors that check the KV service's callers, so they
+	// ask it before every KV call they make for a caller.
+	Authorizer Authorizer
 	// Logger reports failed clean-ups; nil means zap.NewNop().
 	Logger *zap.Logger
+}
+
+// Authorizer checks a KV request made for a caller (server.Auth).
+type Authorizer interface {
+	// AuthorizeKV decides whether the caller whose request context is ctx
+	// may make req (a *pb.RangeRequest, *pb.TxnRequest or
+	// *pb.DeleteRangeRequest) and returns etcd's gRPC error if not.
+	AuthorizeKV(ctx context.Context, req any) error
 }
 
 // Register serves both services on s.
@@ -79,34 +85,34 @@ func newRecipe(b Backend) recipe {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
-	if b.Authorize != nil {
-		b.KV = authorizedKV{kv: b.KV, authorize: b.Authorize}
+	if b.Authorizer != nil {
+		b.KV = authorizedKV{kv: b.KV, authorizer: b.Authorizer}
 	}
 	return recipe{b: b, logger: logger}
 }
 
-// authorizedKV asks authorize before each call of kv.
+// authorizedKV asks authorizer before each call of kv.
 type authorizedKV struct {
-	kv        KV
-	authorize func(ctx context.Context, req any) error
+	kv         KV
+	authorizer Authorizer
 }
 
 func (a authorizedKV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	if err := a.authorize(ctx, r); err != nil {
+	if err := a.authorizer.AuthorizeKV(ctx, r); err != nil {
 		return nil, err
 	}
 	return a.kv.Range(ctx, r)
 }
 
 func (a authorizedKV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	if err := a.authorize(ctx, r); err != nil {
+	if err := a.authorizer.AuthorizeKV(ctx, r); err != nil {
 		return nil, err
 	}
 	return a.kv.Txn(ctx, r)
 }
 
 func (a authorizedKV) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	if err := a.authorize(ctx, r); err != nil {
+	if err := a.authorizer.AuthorizeKV(ctx, r); err != nil {
 		return nil, err
 	}
 	return a.kv.DeleteRange(ctx, r)

@@ -1,0 +1,400 @@
+// Package membership is the cluster's membership as etcd's Cluster API
+// changes it: adding, removing, updating and promoting members with etcd's
+// checks (strict reconfiguration: a change must leave a quorum of started
+// voters; one learner at most; a learner is promoted only once its log is
+// close to the leader's), proposed as raft conf changes and answered once
+// applied; moving the leadership; the members a new cluster bootstraps
+// with; the attributes a member publishes; and what a member learns from
+// its peers rather than its log (the cluster it joins, its own removal).
+//
+// The member list itself is the applier's (apply.Applier.Members): conf
+// changes reach it through raft like every other entry, so this package
+// reads it and never writes it.
+package membership
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/membershippb"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-kv/strata/apply"
+	"github.com/strata-kv/strata/datadir"
+	"github.com/strata-kv/strata/server"
+	"github.com/strata-kv/strata/tlsconfig"
+	"github.com/strata-kv/strata/transport"
+)
+
+// maxLearners is etcd's limit on learners in a cluster.
+const maxLearners = 1
+
+// learnerReadyFraction is how close a learner's log must be to the
+// leader's before it may be promoted (etcd's readyPercentThreshold).
+const learnerReadyFraction = 0.9
+
+// Members is the applied member list (apply.Applier).
+type Members interface {
+	Members() []*pb.Member
+}
+
+// Raft is what the service needs of the raft node (node.Node).
+type Raft interface {
+	Leader() uint64
+	// Status is raft's status, with the followers' progress on a leader.
+	Status(ctx context.Context) (raft.Status, error)
+	TransferLeadership(ctx context.Context, transferee uint64) error
+	// WaitLeader returns once there is a leader, or ctx ends.
+	WaitLeader(ctx context.Context) error
+}
+
+// Proposer proposes conf changes and requests (propose.Proposer).
+type Proposer interface {
+	ProposeConfChange(ctx context.Context, cc *raftpb.ConfChange) (<-chan apply.Result, func(), error)
+	Propose(ctx context.Context, req *pb.InternalRaftRequest) (apply.Result, error)
+}
+
+// Activity says whether a peer is connected (transport.Transport).
+type Activity interface {
+	// ActiveSince is when the connection to the peer became active; zero
+	// if it is not.
+	ActiveSince(id uint64) time.Time
+}
+
+// Config is a Service's collaborators and settings.
+type Config struct {
+	// MemberID is this member's ID; Token is --initial-cluster-token,
+	// which new members' IDs are derived from.
+	MemberID uint64
+	Token    string
+	// Timeout bounds one change, from proposal to apply.
+	Timeout  time.Duration
+	Members  Members
+	Raft     Raft
+	Proposer Proposer
+	// Activity tells which voters are started (strict reconfiguration).
+	Activity Activity
+	// Peers tells a member that removes itself that it is gone.
+	Peers *Peers
+	// ClientTLS dials the leader's client URL to forward a promotion.
+	ClientTLS tlsconfig.Info
+	Logger    *zap.Logger
+}
+
+// Service implements server.Membership and server.LeaderMover.
+type Service struct {
+	cfg Config
+}
+
+var _ server.Membership = (*Service)(nil)
+
+// New returns the membership service.
+func New(cfg Config) *Service {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	return &Service{cfg: cfg}
+}
+
+func find(members []*pb.Member, id uint64) *pb.Member {
+	for _, m := range members {
+		if m.ID == id {
+			return m
+		}
+	}
+	return nil
+}
+
+func urlsTaken(members []*pb.Member, urls []string, except uint64) bool {
+	for _, m := range members {
+		if m.ID == except {
+			continue
+		}
+		for _, have := range m.PeerURLs {
+			if slices.Contains(urls, have) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// activeVoters counts the voters among ids this member is connected to,
+// itself included.
+func (s *Service) activeVoters(ids []uint64) int {
+	n := 0
+	for _, id := range ids {
+		if id == s.cfg.MemberID || !s.cfg.Activity.ActiveSince(id).IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
+func voterIDs(members []*pb.Member) []uint64 {
+	var ids []uint64
+	for _, m := range members {
+		if !m.IsLearner {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}
+
+// AddMember implements server.Membership.
+func (s *Service) AddMember(ctx context.Context, peerURLs []string, learner bool) (*pb.Member, []*pb.Member, error) {
+	members := s.cfg.Members.Members()
+	if urlsTaken(members, peerURLs, 0) {
+		return nil, nil, server.ErrPeerURLExists
+	}
+	if learner {
+		n := 0
+		for _, m := range members {
+			if m.IsLearner {
+				n++
+			}
+		}
+		if n >= maxLearners {
+			return nil, nil, server.ErrTooManyLearners
+		}
+	} else {
+		// The new voter is not started yet: the members that are must
+		// still form a quorum of the larger cluster.
+		voters := voterIDs(members)
+		if s.activeVoters(voters) < (len(voters)+1)/2+1 {
+			return nil, nil, server.ErrNotEnoughStarted
+		}
+	}
+	id := newMemberID(peerURLs, s.cfg.Token, time.Now())
+	if find(members, id) != nil {
+		return nil, nil, server.ErrMemberExists
+	}
+	rec := &pb.Member{ID: id, PeerURLs: peerURLs, IsLearner: learner}
+	typ := raftpb.ConfChangeAddNode
+	if learner {
+		typ = raftpb.ConfChangeAddLearnerNode
+	}
+	after, err := s.change(ctx, typ, id, rec)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rec, after, nil
+}
+
+// RemoveMember implements server.Membership.
+func (s *Service) RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, error) {
+	members := s.cfg.Members.Members()
+	target := find(members, id)
+	if target == nil {
+		return nil, server.ErrMemberNotFound
+	}
+	if !target.IsLearner {
+		var rest []uint64
+		for _, v := range voterIDs(members) {
+			if v != id {
+				rest = append(rest, v)
+			}
+		}
+		if s.activeVoters(rest) < len(rest)/2+1 {
+			return nil, server.ErrNotEnoughStarted
+		}
+	}
+	return s.change(ctx, raftpb.ConfChangeRemoveNode, id, nil)
+}
+
+// UpdateMember implements server.Membership.
+func (s *Service) UpdateMember(ctx context.Context, id uint64, peerURLs []string) ([]*pb.Member, error) {
+	members := s.cfg.Members.Members()
+	target := find(members, id)
+	if target == nil {
+		return nil, server.ErrMemberNotFound
+	}
+	if urlsTaken(members, peerURLs, id) {
+		return nil, server.ErrPeerURLExists
+	}
+	rec := proto.CloneOf(target)
+	rec.PeerURLs = peerURLs
+	return s.change(ctx, raftpb.ConfChangeUpdateNode, id, rec)
+}
+
+// PromoteMember implements server.Membership. Only the leader knows how far
+// a learner's log is, so a follower forwards the request to it.
+func (s *Service) PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, error) {
+	members := s.cfg.Members.Members()
+	target := find(members, id)
+	if target == nil {
+		return nil, server.ErrMemberNotFound
+	}
+	if !target.IsLearner {
+		return nil, server.ErrMemberNotLearner
+	}
+	leader := s.cfg.Raft.Leader()
+	if leader != s.cfg.MemberID {
+		return s.forwardPromote(ctx, leader, id)
+	}
+	st, err := s.cfg.Raft.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	learnerProgress, ok := st.Progress[id]
+	leaderProgress := st.Progress[s.cfg.MemberID]
+	if !ok || float64(learnerProgress.Match) < float64(leaderProgress.Match)*learnerReadyFraction {
+		return nil, server.ErrLearnerNotReady
+	}
+	rec := proto.CloneOf(target)
+	rec.IsLearner = false
+	return s.change(ctx, raftpb.ConfChangeAddNode, id, rec)
+}
+
+func (s *Service) forwardPromote(ctx context.Context, leader, id uint64) ([]*pb.Member, error) {
+	lm := find(s.cfg.Members.Members(), leader)
+	if lm == nil || len(lm.ClientURLs) == 0 {
+		return nil, server.ErrNotLeader
+	}
+	addr, err := transport.HostPort(lm.ClientURLs[0])
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(s.cfg.ClientTLS.DialCreds(lm.ClientURLs[0], s.cfg.Logger)))
+	if err != nil {
+		return nil, fmt.Errorf("dial leader %x: %w", leader, err)
+	}
+	defer conn.Close()
+	resp, err := pb.NewClusterClient(conn).MemberPromote(ctx, &pb.MemberPromoteRequest{ID: id})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Members, nil
+}
+
+// change proposes one membership change and waits for it to be applied.
+func (s *Service) change(ctx context.Context, typ raftpb.ConfChangeType, id uint64, rec *pb.Member) ([]*pb.Member, error) {
+	cc := &raftpb.ConfChange{Type: typ.Enum(), NodeId: proto.Uint64(id)}
+	if rec != nil {
+		raw, err := proto.Marshal(rec)
+		if err != nil {
+			return nil, err
+		}
+		cc.Context = raw
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	resc, forget, err := s.cfg.Proposer.ProposeConfChange(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	// A member removing itself may never apply its removal: the leader
+	// stops replicating to it once the removal commits. It then learns the
+	// outcome from its peers.
+	var removedc <-chan []*pb.Member
+	if typ == raftpb.ConfChangeRemoveNode && id == s.cfg.MemberID {
+		removedc = s.cfg.Peers.AwaitRemoval(ctx)
+	}
+	select {
+	case res := <-resc:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+	case members := <-removedc:
+		forget()
+		s.cfg.Logger.Info("membership changed", zap.Stringer("type", typ), zap.String("member", fmt.Sprintf("%x", id)))
+		return members, nil
+	case <-ctx.Done():
+		forget()
+		return nil, ctx.Err()
+	}
+	s.cfg.Logger.Info("membership changed", zap.Stringer("type", typ), zap.String("member", fmt.Sprintf("%x", id)))
+	return s.cfg.Members.Members(), nil
+}
+
+// newMemberID gives a member added at run time an ID from its peer URLs,
+// the cluster token and the time, as etcd does, so that a member removed
+// and added again with the same URLs gets a new ID.
+func newMemberID(peerURLs []string, token string, now time.Time) uint64 {
+	urls := append([]string(nil), peerURLs...)
+	sort.Strings(urls)
+	b := []byte(strings.Join(urls, "") + token)
+	b = binary.BigEndian.AppendUint64(b, uint64(now.UnixNano()))
+	sum := sha1.Sum(b)
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// MoveLeader implements server.LeaderMover with etcd's checks: only the
+// leader moves leadership, and only to a voting member.
+func (s *Service) MoveLeader(ctx context.Context, target uint64) error {
+	if s.cfg.Raft.Leader() != s.cfg.MemberID {
+		return server.ErrNotLeader
+	}
+	t := find(s.cfg.Members.Members(), target)
+	if t == nil || t.IsLearner {
+		return server.ErrBadLeaderTransferee
+	}
+	if target == s.cfg.MemberID {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	return s.cfg.Raft.TransferLeadership(ctx, target)
+}
+
+// BootstrapPeers returns the raft peers of a new cluster from
+// --initial-cluster, each carrying its member record as the conf change
+// context (the applier stores it).
+func BootstrapPeers(initialCluster map[string][]string, token string) ([]raft.Peer, error) {
+	var peers []raft.Peer
+	for _, urls := range initialCluster {
+		id := datadir.MemberID(urls, token)
+		// Every member writes these entries itself, so they must be
+		// byte-identical everywhere: only what --initial-cluster says.
+		// Names and client URLs are published by each member once it runs.
+		rec := &pb.Member{ID: id, PeerURLs: urls}
+		ctx, err := proto.Marshal(rec)
+		if err != nil {
+			return nil, err
+		}
+		peers = append(peers, raft.Peer{ID: id, Context: ctx})
+	}
+	sort.Slice(peers, func(i, j int) bool { return peers[i].ID < peers[j].ID })
+	return peers, nil
+}
+
+// PublishAttributes replicates this member's name and client URLs when
+// they differ from what the cluster records, as etcd publishes them at
+// start-up. It retries until it succeeds or ctx ends.
+func (s *Service) PublishAttributes(ctx context.Context, name string, clientURLs []string) {
+	for {
+		if err := s.cfg.Raft.WaitLeader(ctx); err != nil {
+			return
+		}
+		current := find(s.cfg.Members.Members(), s.cfg.MemberID)
+		if current != nil && current.Name == name && slices.Equal(current.ClientURLs, clientURLs) {
+			return
+		}
+		req := &pb.InternalRaftRequest{ClusterMemberAttrSet: &membershippb.ClusterMemberAttrSetRequest{
+			Member_ID:        s.cfg.MemberID,
+			MemberAttributes: &membershippb.Attributes{Name: name, ClientUrls: clientURLs},
+		}}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := s.cfg.Proposer.Propose(pctx, req)
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

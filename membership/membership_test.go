@@ -1,0 +1,156 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+
+	"github.com/strata-kv/strata/apply"
+	"github.com/strata-kv/strata/server"
+)
+
+// cluster is the state the checks read: a member list, which peers are
+// connected, raft's view. proposed records what reached the proposer.
+type cluster struct {
+	members  []*pb.Member
+	active   map[uint64]bool
+	leader   uint64
+	progress map[uint64]tracker.Progress
+	proposed []*raftpb.ConfChange
+}
+
+func (c *cluster) Members() []*pb.Member { return c.members }
+func (c *cluster) ActiveSince(id uint64) time.Time {
+	if c.active[id] {
+		return time.Unix(1, 0)
+	}
+	return time.Time{}
+}
+func (c *cluster) Leader() uint64 { return c.leader }
+func (c *cluster) Status(context.Context) (raft.Status, error) {
+	return raft.Status{Progress: c.progress}, nil
+}
+func (c *cluster) TransferLeadership(context.Context, uint64) error { return nil }
+func (c *cluster) WaitLeader(context.Context) error                 { return nil }
+func (c *cluster) ProposeConfChange(_ context.Context, cc *raftpb.ConfChange) (<-chan apply.Result, func(), error) {
+	c.proposed = append(c.proposed, cc)
+	res := make(chan apply.Result, 1)
+	res <- apply.Result{}
+	return res, func() {}, nil
+}
+func (c *cluster) Propose(context.Context, *pb.InternalRaftRequest) (apply.Result, error) {
+	return apply.Result{}, nil
+}
+
+// TestChecks: etcd's checks before a membership change is proposed, and
+// that a refused change never reaches raft.
+func TestChecks(t *testing.T) {
+	three := func() []*pb.Member {
+		return []*pb.Member{{ID: 1, PeerURLs: []string{"http://a:2380"}}, {ID: 2, PeerURLs: []string{"http://b:2380"}},
+			{ID: 3, PeerURLs: []string{"http://c:2380"}}}
+	}
+	withLearner := func() []*pb.Member {
+		return append(three(), &pb.Member{ID: 4, PeerURLs: []string{"http://d:2380"}, IsLearner: true})
+	}
+	progress := func(learnerMatch uint64) map[uint64]tracker.Progress {
+		return map[uint64]tracker.Progress{1: {Match: 100}, 4: {Match: learnerMatch}}
+	}
+	for _, tc := range []struct {
+		name    string
+		members []*pb.Member
+		active  []uint64
+		leader  uint64
+		learner uint64 // its match index, when the change promotes member 4
+		do      func(s *Service) error
+		want    error
+	}{
+		{name: "add: peer URL taken", members: three(), active: []uint64{2, 3}, do: func(s *Service) error {
+			_, _, err := s.AddMember(context.Background(), []string{"http://b:2380"}, false)
+			return err
+		}, want: server.ErrPeerURLExists},
+		{name: "add voter: too few started", members: three(), active: []uint64{2}, do: func(s *Service) error {
+			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, false)
+			return err
+		}, want: server.ErrNotEnoughStarted},
+		{name: "add voter", members: three(), active: []uint64{2, 3}, do: func(s *Service) error {
+			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, false)
+			return err
+		}},
+		{name: "add learner beside a learner", members: withLearner(), active: []uint64{2, 3}, do: func(s *Service) error {
+			_, _, err := s.AddMember(context.Background(), []string{"http://e:2380"}, true)
+			return err
+		}, want: server.ErrTooManyLearners},
+		{name: "add learner, peers down", members: three(), do: func(s *Service) error {
+			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, true)
+			return err
+		}},
+		{name: "remove unknown", members: three(), active: []uint64{2, 3}, do: func(s *Service) error {
+			_, err := s.RemoveMember(context.Background(), 9)
+			return err
+		}, want: server.ErrMemberNotFound},
+		{name: "remove voter: the rest not a quorum", members: three(), active: []uint64{}, do: func(s *Service) error {
+			_, err := s.RemoveMember(context.Background(), 3)
+			return err
+		}, want: server.ErrNotEnoughStarted},
+		{name: "remove voter", members: three(), active: []uint64{2}, do: func(s *Service) error {
+			_, err := s.RemoveMember(context.Background(), 3)
+			return err
+		}},
+		{name: "update to a taken URL", members: three(), do: func(s *Service) error {
+			_, err := s.UpdateMember(context.Background(), 2, []string{"http://c:2380"})
+			return err
+		}, want: server.ErrPeerURLExists},
+		{name: "promote a voter", members: withLearner(), leader: 1, do: func(s *Service) error {
+			_, err := s.PromoteMember(context.Background(), 2)
+			return err
+		}, want: server.ErrMemberNotLearner},
+		{name: "promote a learner behind", members: withLearner(), leader: 1, learner: 89, do: func(s *Service) error {
+			_, err := s.PromoteMember(context.Background(), 4)
+			return err
+		}, want: server.ErrLearnerNotReady},
+		{name: "promote a learner close enough", members: withLearner(), leader: 1, learner: 90, do: func(s *Service) error {
+			_, err := s.PromoteMember(context.Background(), 4)
+			return err
+		}},
+		{name: "move leader from a follower", members: three(), leader: 2, do: func(s *Service) error {
+			return s.MoveLeader(context.Background(), 3)
+		}, want: server.ErrNotLeader},
+		{name: "move leader to a learner", members: withLearner(), leader: 1, do: func(s *Service) error {
+			return s.MoveLeader(context.Background(), 4)
+		}, want: server.ErrBadLeaderTransferee},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &cluster{members: tc.members, active: map[uint64]bool{}, leader: tc.leader, progress: progress(tc.learner)}
+			for _, id := range tc.active {
+				c.active[id] = true
+			}
+			s := New(Config{MemberID: 1, Token: "t", Timeout: time.Second, Members: c, Raft: c, Proposer: c, Activity: c})
+			err := tc.do(s)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("error %v, want %v", err, tc.want)
+			}
+			if tc.want != nil && len(c.proposed) != 0 {
+				t.Fatalf("a refused change was proposed: %v", c.proposed)
+			}
+		})
+	}
+}
+
+// TestNewMemberID: a member added again with the same URLs gets a new ID
+// (the time is part of it); the order of the URLs does not matter.
+func TestNewMemberID(t *testing.T) {
+	now := time.Unix(100, 0)
+	a := newMemberID([]string{"http://a:2380", "http://b:2380"}, "tok", now)
+	if b := newMemberID([]string{"http://b:2380", "http://a:2380"}, "tok", now); a != b {
+		t.Fatalf("URL order changed the ID: %x, %x", a, b)
+	}
+	if b := newMemberID([]string{"http://a:2380", "http://b:2380"}, "tok", now.Add(time.Nanosecond)); a == b {
+		t.Fatal("a later add got the same ID")
+	}
+}
