@@ -100,7 +100,7 @@ type Config struct {
 	WatchProgressNotifyInterval time.Duration
 	// TLS and Auth are etcd's security flags (member/tls.go, member/auth.go).
 	TLS  tlsconfig.Config
-	Auth AuthConfig
+	Auth auth.Flags
 	// InitialCorruptCheck and CorruptCheckTime are etcd's corruption
 	// checks (--experimental-initial-corrupt-check, --corrupt-check-time;
 	// 0: no periodic check); see package maintenance.
@@ -135,10 +135,8 @@ type Member struct {
 	// The peer side: raft transport and discovery on the peer URLs.
 	peerGRPC      *grpc.Server
 	peerListeners []net.Listener
-	peersMu       sync.Mutex
-	peers         map[uint64]bool // members the transport knows, self included
-	wasMember     atomic.Bool     // set once this member saw itself in the member list
-	discovered    []*pb.Member    // the cluster as a joining member found it
+	wasMember     atomic.Bool  // set once this member saw itself in the member list
+	discovered    []*pb.Member // the cluster as a joining member found it
 
 	memberID  uint64
 	clusterID uint64
@@ -215,7 +213,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, err
 	}
 	m.memberID, m.clusterID = id.MemberID, id.ClusterID
-	m.metrics = m.newMetrics()
+	m.metrics = server.NewMetrics()
 	joined := id.Joined
 
 	m.engine, err = pebbleengine.Open(datadir.Engine(cfg.DataDir), pebbleengine.Options{
@@ -311,7 +309,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.watchHub = watch.New(m.store, watch.Options{
 		ProgressInterval: cfg.WatchProgressNotifyInterval, Logger: cfg.Logger.Named("watch"),
 	})
-	if m.authStore, err = m.openAuth(); err != nil {
+	if m.authStore, err = auth.Open(cfg.Auth, m.engine, cfg.Logger.Named("auth")); err != nil {
 		return nil, err
 	}
 	m.applier, err = apply.New(apply.Config{
@@ -344,15 +342,16 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 
 	limits := server.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, RequestTimeout: 5*time.Second + 2*cfg.ElectionTimeout}
-	security, err := m.startSecurity(limits)
+	security, err := tlsconfig.ServerCreds("--listen-client-urls", cfg.ListenClientURLs, cfg.TLS.Client)
 	if err != nil {
 		return nil, err
 	}
+	m.authService = server.NewAuth(m, m.authStore, limits, cfg.TLS.Client.ClientCertAuth)
+	security = append(security, m.authService.ServerOptions()...)
 	m.grpc = grpc.NewServer(slices.Concat(limits.ServerOptions(), m.metrics.GRPCServerOptions(), security)...)
 	pb.RegisterAuthServer(m.grpc, m.authService)
 	pb.RegisterKVServer(m.grpc, server.NewKV(m, limits))
-	m.leases = server.NewLease(m, m.lessor, limits)
-	m.leases.SetClientTLS(m.forwardTLS())
+	m.leases = server.NewLease(m, m.lessor, limits, cfg.TLS.Client.ForwardConfig(cfg.Logger))
 	pb.RegisterLeaseServer(m.grpc, m.leases)
 	pb.RegisterWatchServer(m.grpc, server.NewWatch(m, m.watchHub, limits))
 	// etcd's v3lock and v3election services, over the member's own KV and
@@ -414,64 +413,45 @@ func Start(cfg Config) (_ *Member, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	m.watchHub.Start()
-	m.wg.Add(2)
-	go func() {
-		defer m.wg.Done()
+	m.run(func() {
 		if err := m.node.Run(ctx); err != nil {
 			m.fail(fmt.Errorf("raft node: %w", err))
 		}
-	}()
-	go func() {
-		defer m.wg.Done()
+	})
+	m.run(func() {
 		if err := m.applier.Run(ctx, m.node.Committed()); err != nil {
 			m.fail(fmt.Errorf("applier: %w", err))
 		}
-	}()
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.dispatchOutcomes(ctx)
-	}()
-	m.startProber(ctx)
+	})
+	m.run(func() { m.dispatchOutcomes(ctx) })
+	m.metrics.Registry().MustRegister(server.NewStateCollector(server.StateSource{
+		MemberID: m.memberID, Raft: m.node, Applier: m.applier, Store: m.store, Engine: m.engine, Log: m.log,
+	}))
+	if prober, err := transport.NewProber(transport.ProberConfig{
+		LocalID: m.memberID, Members: m.applier, TLS: cfg.TLS.Peer,
+		Registry: m.metrics.Registry(), Logger: cfg.Logger.Named("probe"),
+	}); err != nil {
+		m.logger.Warn("peer round-trip times not measured", zap.Error(err))
+	} else {
+		m.run(func() { prober.Run(ctx) })
+	}
 	m.clients.Serve(ctx)
 	for _, l := range m.peerListeners {
 		go func() { _ = m.peerGRPC.Serve(l) }()
 	}
-	m.wg.Add(2)
-	go func() {
-		defer m.wg.Done()
-		m.membership.PublishAttributes(ctx, cfg.Name, cfg.AdvertiseClientURLs)
-	}()
-	go func() {
-		defer m.wg.Done()
-		m.watchRemoval(ctx)
-	}()
+	m.run(func() { m.membership.PublishAttributes(ctx, cfg.Name, cfg.AdvertiseClientURLs) })
+	m.run(func() { m.watchRemoval(ctx) })
 	if m.compactor != nil {
 		m.compactor.Run()
 	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.maintainer.Run(ctx)
-	}()
+	m.run(func() { m.maintainer.Run(ctx) })
 	compactor := logcompact.NewCompactor(logcompact.CompactorConfig{
 		Config: cfg.LogCompaction, Log: m.log, Store: m.store, Applied: m.applier,
 		CatchUpEntries: cfg.CatchUpEntries, Logger: cfg.Logger.Named("logcompact"),
 	})
-	m.wg.Add(2)
-	go func() {
-		defer m.wg.Done()
-		recovery.AwaitReplay(ctx, m.log, m.applier, logOpen, cfg.Logger)
-	}()
-	go func() {
-		defer m.wg.Done()
-		compactor.Run(ctx)
-	}()
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.lessor.Run(ctx)
-	}()
+	m.run(func() { recovery.AwaitReplay(ctx, m.log, m.applier, logOpen, cfg.Logger) })
+	m.run(func() { compactor.Run(ctx) })
+	m.run(func() { m.lessor.Run(ctx) })
 	m.logger.Info("strata member started",
 		zap.String("name", cfg.Name),
 		zap.String("member-id", fmt.Sprintf("%x", m.memberID)),
@@ -509,46 +489,12 @@ func (m *Member) loadIdentity() (datadir.ID, error) {
 	return id, nil
 }
 
-// newMetrics builds the member's metrics. The source's functions read the
-// member's components when /metrics is scraped, which happens only once
-// the client URLs are served, after Start built them all.
-func (m *Member) newMetrics() *server.Metrics {
-	return server.NewMetrics(server.MetricsSource{
-		MemberID:        m.memberID,
-		Leader:          func() uint64 { return m.node.Leader() },
-		LeaderChanges:   func() uint64 { return m.node.LeaderChanges() },
-		CommitIndex:     func() uint64 { return m.node.CommitIndex() },
-		AppliedIndex:    func() uint64 { return m.applier.AppliedIndex() },
-		DBSize:          func() int64 { return m.engine.DiskSize() },
-		Revision:        func() int64 { return m.store.Rev() },
-		CompactRevision: func() int64 { return m.store.CompactRev() },
-		Log:             func() raftlog.Stats { return m.log.Stats() },
-		LogFsyncs:       func() raftlog.Histogram { return m.log.FsyncHistogram() },
-		LogIndexes: func() (uint64, uint64) {
-			first, _ := m.log.FirstIndex()
-			last, _ := m.log.LastIndex()
-			return first, last
-		},
-		EngineApplied: func() uint64 { return m.engine.AppliedIndex() },
-		EngineDurable: func() uint64 { return m.engine.DurableIndex() },
-	})
-}
-
-// startProber measures the round trip to every peer
-// (etcd_network_peer_round_trip_time_seconds) until ctx ends.
-func (m *Member) startProber(ctx context.Context) {
-	prober, err := transport.NewProber(transport.ProberConfig{
-		LocalID: m.memberID, Members: m.applier, TLS: m.cfg.TLS.Peer,
-		Registry: m.metrics.Registry(), Logger: m.logger.Named("probe"),
-	})
-	if err != nil {
-		m.logger.Warn("peer round-trip times not measured", zap.Error(err))
-		return
-	}
+// run runs f on a goroutine that Stop waits for.
+func (m *Member) run(f func()) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		prober.Run(ctx)
+		f()
 	}()
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -29,7 +30,7 @@ func (m *Member) Send(msgs []*raftpb.Message) {
 // newTransport builds the peer transport, which delivers to the node and
 // the snapshotter.
 func (m *Member) newTransport(snaps *snapshot.Snapshotter) error {
-	_, peerTLS, err := m.peerOptions()
+	_, peerTLS, err := m.cfg.TLS.PeerServing(m.cfg.ListenPeerURLs, m.cfg.AdvertisePeerURLs)
 	if err != nil {
 		return err
 	}
@@ -47,7 +48,7 @@ func (m *Member) newTransport(snaps *snapshot.Snapshotter) error {
 // startPeerServer serves the peer transport and a read-only Cluster
 // service (for members that join to learn the cluster) on the peer URLs.
 func (m *Member) startPeerServer(cluster pb.ClusterServer) error {
-	peerCreds, _, err := m.peerOptions()
+	peerCreds, _, err := m.cfg.TLS.PeerServing(m.cfg.ListenPeerURLs, m.cfg.AdvertisePeerURLs)
 	if err != nil {
 		return err
 	}
@@ -75,32 +76,15 @@ func (m *Member) startPeerServer(cluster pb.ClusterServer) error {
 
 // membersChanged keeps the transport's peers equal to the cluster's other
 // members, and stops this member once it is no longer one of them. It runs
-// on the applier goroutine (and once at start-up).
+// on the outcome loop (dispatchOutcomes), and once at start-up.
 func (m *Member) membersChanged(members []*pb.Member) {
 	if m.transport == nil {
 		return
 	}
-	present := map[uint64]bool{}
-	self := false
-	for _, mem := range members {
-		present[mem.ID] = true
-		if mem.ID == m.memberID {
-			self = true
-			continue
-		}
-		m.transport.AddPeer(mem.ID, mem.PeerURLs)
-		m.transport.UpdatePeer(mem.ID, mem.PeerURLs)
-	}
-	m.peersMu.Lock()
-	for id := range m.peers {
-		if !present[id] {
-			m.transport.RemovePeer(id)
-		}
-	}
-	m.peers = present
-	m.peersMu.Unlock()
+	m.transport.SetPeers(members)
+	self := slices.ContainsFunc(members, func(mem *pb.Member) bool { return mem.ID == m.memberID })
 	if !self && len(members) > 0 && m.wasMember.Load() {
-		// Stopping waits for the applier, which runs this: stop from
+		// Stopping waits for the outcome loop, which runs this: stop from
 		// elsewhere, and a moment later, so that the answer to the
 		// removal (when this member was asked) reaches the client, as
 		// etcd delays its stop.

@@ -58,16 +58,14 @@ type Lease struct {
 	}
 }
 
-// NewLease returns the Lease service over b and its lessor l.
-func NewLease(b Backend, l *lease.Lessor, limits Limits) *Lease {
-	s := &Lease{kv: NewKV(b, limits), b: b, l: l}
+// NewLease returns the Lease service over b and its lessor l. forwardTLS
+// dials a leader whose client URL is https, to forward keep-alives and
+// TTL questions there (nil: plaintext, or the forward fails and says why).
+func NewLease(b Backend, l *lease.Lessor, limits Limits, forwardTLS *tls.Config) *Lease {
+	s := &Lease{kv: NewKV(b, limits), b: b, l: l, clientTLS: forwardTLS}
 	s.mu.conns = map[string]*grpc.ClientConn{}
 	return s
 }
-
-// SetClientTLS sets the TLS configuration for forwarding to a leader
-// whose client URL is https. Call it before serving.
-func (s *Lease) SetClientTLS(cfg *tls.Config) { s.clientTLS = cfg }
 
 // Close closes the connections used to forward requests to the leader.
 func (s *Lease) Close() error {

@@ -26,26 +26,33 @@ import (
 	"github.com/strata-kv/strata/raftlog"
 )
 
-// MetricsSource reads the member's components at scrape time. Every field
-// must be set; each is called from the scraping goroutine.
-type MetricsSource struct {
-	MemberID      uint64
-	Leader        func() uint64
-	LeaderChanges func() uint64
-	CommitIndex   func() uint64
-	AppliedIndex  func() uint64
-	// DBSize is the engine's size on disk.
-	DBSize          func() int64
-	Revision        func() int64
-	CompactRevision func() int64
-	Log             func() raftlog.Stats
-	LogFsyncs       func() raftlog.Histogram
-	// LogIndexes returns the log's first and last index.
-	LogIndexes func() (first, last uint64)
-	// EngineApplied and EngineDurable are the engine's applied index and
-	// durable index D (docs/design.md, durability rule 3).
-	EngineApplied func() uint64
-	EngineDurable func() uint64
+// StateSource is the member's components, read at scrape time from the
+// scraping goroutine: each method must be safe from any goroutine.
+type StateSource struct {
+	MemberID uint64
+	Raft     interface {
+		Leader() uint64
+		LeaderChanges() uint64
+		CommitIndex() uint64
+	}
+	Applier interface{ AppliedIndex() uint64 }
+	Store   interface {
+		Rev() int64
+		CompactRev() int64
+	}
+	// Engine's applied and durable index are docs/design.md's durability
+	// rule 3; DiskSize is its size on disk.
+	Engine interface {
+		DiskSize() int64
+		AppliedIndex() uint64
+		DurableIndex() uint64
+	}
+	Log interface {
+		Stats() raftlog.Stats
+		FsyncHistogram() raftlog.Histogram
+		FirstIndex() (uint64, error)
+		LastIndex() (uint64, error)
+	}
 }
 
 // Metrics is one member's metrics registry. It is per member, not
@@ -67,9 +74,11 @@ type Metrics struct {
 	checkCounter     *prometheus.CounterVec
 }
 
-// NewMetrics registers etcd's and strata's metrics over src, and Go's
-// runtime and process collectors (etcd exposes go_* and process_* too).
-func NewMetrics(src MetricsSource) *Metrics {
+// NewMetrics registers the metrics that requests and commits observe, and
+// Go's runtime and process collectors (etcd exposes go_* and process_*
+// too). The member's state (raft, the store, the log, the engine) is read
+// by a StateCollector, registered once those exist.
+func NewMetrics() *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		proposalsPending: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -104,7 +113,6 @@ func NewMetrics(src MetricsSource) *Metrics {
 	}
 	m.reg.MustRegister(m.proposalsPending, m.proposalsFailed, m.backendCommit, m.grpcStarted, m.grpcHandled,
 		m.healthSuccess, m.healthFailures, m.checkGauge, m.checkCounter,
-		&sourceCollector{src: src},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -210,10 +218,16 @@ func streamType(info *grpc.StreamServerInfo) string {
 	}
 }
 
-// sourceCollector turns MetricsSource's readings into metrics at scrape
-// time.
-type sourceCollector struct {
-	src MetricsSource
+// StateCollector turns a StateSource's readings into etcd's and strata's
+// metrics at scrape time.
+type StateCollector struct {
+	src StateSource
+}
+
+// NewStateCollector returns the collector of src's readings, to register
+// in the member's registry (Metrics.Registry).
+func NewStateCollector(src StateSource) *StateCollector {
+	return &StateCollector{src: src}
 }
 
 // metricDesc is one metric read from the source.
@@ -268,7 +282,8 @@ func init() {
 	}
 }
 
-func (c *sourceCollector) Describe(ch chan<- *prometheus.Desc) {
+// Describe implements prometheus.Collector.
+func (c *StateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range sourceDescs {
 		ch <- d
 	}
@@ -277,23 +292,24 @@ func (c *sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- versionDesc
 }
 
-func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
+// Collect implements prometheus.Collector.
+func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.src
 	emit := func(d metricDesc, v float64) {
 		ch <- prometheus.MustNewConstMetric(sourceDescs[d], d.kind, v)
 	}
-	leader := s.Leader()
+	leader := s.Raft.Leader()
 	emit(descHasLeader, boolFloat(leader != 0))
 	emit(descIsLeader, boolFloat(leader != 0 && leader == s.MemberID))
-	emit(descLeaderChanges, float64(s.LeaderChanges()))
-	emit(descCommitted, float64(s.CommitIndex()))
-	emit(descApplied, float64(s.AppliedIndex()))
-	size := float64(s.DBSize())
+	emit(descLeaderChanges, float64(s.Raft.LeaderChanges()))
+	emit(descCommitted, float64(s.Raft.CommitIndex()))
+	emit(descApplied, float64(s.Applier.AppliedIndex()))
+	size := float64(s.Engine.DiskSize())
 	emit(descDBSize, size)
 	emit(descDBSizeInUse, size)
-	emit(descCurrentRev, float64(s.Revision()))
-	emit(descCompactRev, float64(s.CompactRevision()))
-	st := s.Log()
+	emit(descCurrentRev, float64(s.Store.Rev()))
+	emit(descCompactRev, float64(s.Store.CompactRev()))
+	st := s.Log.Stats()
 	emit(descLogSegments, float64(st.Segments))
 	emit(descLogBytes, float64(st.Bytes))
 	emit(descLogDiskBytes, float64(st.DiskBytes))
@@ -301,7 +317,8 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(descLogEntries, float64(st.Entries))
 	emit(descLogWritten, float64(st.BytesWritten))
 	emit(descLogFsyncs, float64(st.Fsyncs))
-	first, last := s.LogIndexes()
+	first, _ := s.Log.FirstIndex()
+	last, _ := s.Log.LastIndex()
 	emit(descLogFirst, float64(first))
 	emit(descLogLast, float64(last))
 	emit(descLogCompactions, float64(st.BatchesWritten))
@@ -310,10 +327,10 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(descLogBatchBytes, float64(st.BatchBytes))
 	emit(descLogBatchCommands, float64(st.BatchCommands))
 	emit(descLogBatchRecords, float64(st.BatchRecords))
-	emit(descEngineApplied, float64(s.EngineApplied()))
-	emit(descEngineDurable, float64(s.EngineDurable()))
+	emit(descEngineApplied, float64(s.Engine.AppliedIndex()))
+	emit(descEngineDurable, float64(s.Engine.DurableIndex()))
 
-	h := s.LogFsyncs()
+	h := s.Log.FsyncHistogram()
 	ch <- prometheus.MustNewConstHistogram(fsyncDesc, h.Count, h.Sum.Seconds(), h.Buckets)
 	ch <- prometheus.MustNewConstMetric(serverIDDesc, prometheus.GaugeValue, 1, formatID(s.MemberID))
 	ch <- prometheus.MustNewConstMetric(versionDesc, prometheus.GaugeValue, 1, EtcdVersion)

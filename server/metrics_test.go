@@ -15,33 +15,38 @@ import (
 	"github.com/strata-kv/strata/raftlog"
 )
 
-// fakeSource is a MetricsSource with fixed readings.
-func fakeSource(leader uint64) MetricsSource {
-	return MetricsSource{
-		MemberID:        0xabc,
-		Leader:          func() uint64 { return leader },
-		LeaderChanges:   func() uint64 { return 3 },
-		CommitIndex:     func() uint64 { return 42 },
-		AppliedIndex:    func() uint64 { return 41 },
-		DBSize:          func() int64 { return 4096 },
-		Revision:        func() int64 { return 17 },
-		CompactRevision: func() int64 { return 5 },
-		Log: func() raftlog.Stats {
-			return raftlog.Stats{Segments: 2, Bytes: 100, DiskBytes: 200, Appends: 7, Entries: 9, BytesWritten: 300, Fsyncs: 7,
-				BatchFiles: 2, BatchBytes: 4096, BatchCommands: 1200, BatchRecords: 150, BatchesWritten: 3, CompactionsSkipped: 4}
-		},
-		LogFsyncs: func() raftlog.Histogram {
-			b := map[float64]uint64{}
-			for _, ub := range raftlog.FsyncBuckets {
-				b[ub] = 6
-			}
-			b[0.001] = 4
-			return raftlog.Histogram{Buckets: b, Count: 7, Sum: 20 * time.Millisecond}
-		},
-		LogIndexes:    func() (uint64, uint64) { return 10, 42 },
-		EngineApplied: func() uint64 { return 41 },
-		EngineDurable: func() uint64 { return 30 },
+// fakeState gives fixed readings for every part of a StateSource.
+type fakeState struct{ leader uint64 }
+
+func (f fakeState) Leader() uint64            { return f.leader }
+func (fakeState) LeaderChanges() uint64       { return 3 }
+func (fakeState) CommitIndex() uint64         { return 42 }
+func (fakeState) Rev() int64                  { return 17 }
+func (fakeState) CompactRev() int64           { return 5 }
+func (fakeState) DiskSize() int64             { return 4096 }
+func (fakeState) AppliedIndex() uint64        { return 41 }
+func (fakeState) DurableIndex() uint64        { return 30 }
+func (fakeState) FirstIndex() (uint64, error) { return 10, nil }
+func (fakeState) LastIndex() (uint64, error)  { return 42, nil }
+func (fakeState) Stats() raftlog.Stats {
+	return raftlog.Stats{Segments: 2, Bytes: 100, DiskBytes: 200, Appends: 7, Entries: 9, BytesWritten: 300, Fsyncs: 7,
+		BatchFiles: 2, BatchBytes: 4096, BatchCommands: 1200, BatchRecords: 150, BatchesWritten: 3, CompactionsSkipped: 4}
+}
+func (fakeState) FsyncHistogram() raftlog.Histogram {
+	b := map[float64]uint64{}
+	for _, ub := range raftlog.FsyncBuckets {
+		b[ub] = 6
 	}
+	b[0.001] = 4
+	return raftlog.Histogram{Buckets: b, Count: 7, Sum: 20 * time.Millisecond}
+}
+
+// newTestMetrics is a member's metrics over fixed readings.
+func newTestMetrics(leader uint64) *Metrics {
+	m := NewMetrics()
+	f := fakeState{leader: leader}
+	m.Registry().MustRegister(NewStateCollector(StateSource{MemberID: 0xabc, Raft: f, Applier: f, Store: f, Engine: f, Log: f}))
+	return m
 }
 
 func scrape(t *testing.T, m *Metrics) string {
@@ -75,7 +80,7 @@ func TestMetricsExposition(t *testing.T) {
 		{name: "no leader", leader: 0, want: []string{"etcd_server_has_leader 0", "etcd_server_is_leader 0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			body := scrape(t, NewMetrics(fakeSource(tc.leader)))
+			body := scrape(t, newTestMetrics(tc.leader))
 			for _, line := range tc.want {
 				if !strings.Contains(body, "\n"+line+"\n") {
 					t.Errorf("exposition lacks %q", line)
@@ -86,7 +91,7 @@ func TestMetricsExposition(t *testing.T) {
 }
 
 func TestMetricsProposalsAndHealth(t *testing.T) {
-	m := NewMetrics(fakeSource(1))
+	m := newTestMetrics(1)
 	ok := m.ProposalStarted()
 	failed := m.ProposalStarted()
 	pending := m.ProposalStarted()

@@ -151,3 +151,42 @@ func (t Info) DialCreds(rawURL string, logger *zap.Logger) credentials.Transport
 	}
 	return credentials.NewTLS(cfg)
 }
+
+// PeerServing returns the peer gRPC server's credentials (from
+// --listen-peer-urls and the peer TLS files) and the TLS configuration the
+// transport dials peers with: nil, plaintext, when neither the listen nor
+// the advertised peer URLs are https.
+func (c Config) PeerServing(listenPeerURLs, advertisePeerURLs []string) ([]grpc.ServerOption, *tls.Config, error) {
+	opts, err := ServerCreds("--listen-peer-urls", listenPeerURLs, c.Peer)
+	if err != nil {
+		return nil, nil, err
+	}
+	secure, err := URLsSecure("--initial-advertise-peer-urls", advertisePeerURLs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !secure && opts == nil {
+		return nil, nil, nil
+	}
+	cfg, err := c.Peer.ClientConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("peer TLS: %w", err)
+	}
+	return opts, cfg, nil
+}
+
+// ForwardConfig is the TLS configuration for forwarding requests to the
+// leader's https client URL: this member's client-side certificate, the
+// client CA. nil when the member has no client TLS material (the leader's
+// URL is then plaintext, or the forward fails its handshake and says why).
+func (t Info) ForwardConfig(logger *zap.Logger) *tls.Config {
+	if t.Empty() && t.TrustedCAFile == "" {
+		return nil
+	}
+	cfg, err := t.ClientConfig()
+	if err != nil {
+		logger.Warn("cannot load client TLS configuration for forwarding", zap.Error(err))
+		return nil
+	}
+	return cfg
+}

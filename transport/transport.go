@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -187,6 +188,32 @@ func (t *Transport) RemovePeer(id uint64) {
 	if p != nil {
 		p.stop()
 		t.lg.Info("removed peer", zap.String("peer-id", fmt.Sprintf("%x", id)))
+	}
+}
+
+// SetPeers makes the peers the members other than this one: new ones are
+// added, known ones get their current URLs, and peers that are no longer
+// members are removed.
+func (t *Transport) SetPeers(members []*pb.Member) {
+	present := make(map[uint64]bool, len(members))
+	for _, mem := range members {
+		present[mem.ID] = true
+		if mem.ID == t.cfg.LocalID {
+			continue
+		}
+		t.AddPeer(mem.ID, mem.PeerURLs)
+		t.UpdatePeer(mem.ID, mem.PeerURLs)
+	}
+	t.mu.Lock()
+	var gone []uint64
+	for id := range t.mu.peers {
+		if !present[id] {
+			gone = append(gone, id)
+		}
+	}
+	t.mu.Unlock()
+	for _, id := range gone {
+		t.RemovePeer(id)
 	}
 }
 

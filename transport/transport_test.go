@@ -9,12 +9,14 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
@@ -1321,5 +1323,40 @@ func TestSnapshotDataClosedBeforeAnswer(t *testing.T) {
 	waitSnapReport(t, a.h, raft.SnapshotFinish, "snapshot")
 	if n := send.closes.Load(); n != 1 {
 		t.Fatalf("the data was closed %d times, want once", n)
+	}
+}
+
+// TestSetPeers: the peers follow the member list: this member is never its
+// own peer, a new member is added with its URLs, a known one gets its new
+// URLs, and one no longer listed is removed.
+func TestSetPeers(t *testing.T) {
+	tr := New(Config{LocalID: 1, ClusterID: 1, Handler: newHandler()})
+	defer tr.Stop()
+	peers := func() map[uint64][]string {
+		out := map[uint64][]string{}
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		for id, p := range tr.mu.peers {
+			p.mu.Lock()
+			out[id] = append([]string(nil), p.mu.urls...)
+			p.mu.Unlock()
+		}
+		return out
+	}
+	for _, step := range []struct {
+		members []*pb.Member
+		want    map[uint64][]string
+	}{
+		{members: []*pb.Member{{ID: 1, PeerURLs: []string{"http://127.0.0.1:1"}}, {ID: 2, PeerURLs: []string{"http://127.0.0.1:2"}},
+			{ID: 3, PeerURLs: []string{"http://127.0.0.1:3"}}},
+			want: map[uint64][]string{2: {"http://127.0.0.1:2"}, 3: {"http://127.0.0.1:3"}}},
+		{members: []*pb.Member{{ID: 1}, {ID: 3, PeerURLs: []string{"http://127.0.0.1:4"}}},
+			want: map[uint64][]string{3: {"http://127.0.0.1:4"}}},
+		{members: nil, want: map[uint64][]string{}},
+	} {
+		tr.SetPeers(step.members)
+		if got := peers(); !reflect.DeepEqual(got, step.want) {
+			t.Fatalf("after SetPeers(%v): peers %v, want %v", step.members, got, step.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"time"
 
+	"github.com/strata-kv/strata/auth"
 	"github.com/strata-kv/strata/member"
 	"github.com/strata-kv/strata/tlsconfig"
 )
@@ -38,7 +39,7 @@ func (s *securityFlags) apply(cfg *member.Config) {
 		Client: tlsconfig.Info{CertFile: s.certFile, KeyFile: s.keyFile, TrustedCAFile: s.trustedCAFile, ClientCertAuth: s.clientCertAuth},
 		Peer:   tlsconfig.Info{CertFile: s.peerCertFile, KeyFile: s.peerKeyFile, TrustedCAFile: s.peerTrustedCAFile, ClientCertAuth: s.peerClientCertAuth},
 	}
-	cfg.Auth = member.AuthConfig{
+	cfg.Auth = auth.Flags{
 		Token:      s.authToken,
 		TokenTTL:   time.Duration(s.authTokenTTL) * time.Second,
 		BcryptCost: int(s.bcryptCost),
