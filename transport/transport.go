@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
