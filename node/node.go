@@ -26,6 +26,9 @@
 //	truncate.go   the applied index, engine flushes and log truncation (step 4's sequel)
 //	snapshot.go   snapshot install, the pending-snapshot record, restart storage
 //
+// The Ready contract is tested by scripts in testdata/ (interaction_test.go):
+// each drives nodes one Ready at a time and shows their I/O in order.
+//
 // Concurrency: New starts nothing; Run is the node goroutine, the only one
 // that touches the RawNode and writes the log. Propose, ReadIndex, Status and
 // the accessors are safe from any goroutine.

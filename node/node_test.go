@@ -22,6 +22,8 @@ type memLog struct {
 	appends   int // appends that carried entries
 	compacted uint64
 	pending   *raftpb.SnapshotMetadata
+	// compactions, if set, is told every index the log is compacted to.
+	compactions chan uint64
 }
 
 func (l *memLog) BeginSnapshot(meta *raftpb.SnapshotMetadata) error {
@@ -68,7 +70,16 @@ func (l *memLog) Compact(index uint64, cs *raftpb.ConfState) error {
 	l.mu.Lock()
 	l.compacted = index
 	l.mu.Unlock()
-	return l.MemoryStorage.Compact(index)
+	if err := l.MemoryStorage.Compact(index); err != nil {
+		return err
+	}
+	if l.compactions != nil {
+		select {
+		case l.compactions <- index:
+		default:
+		}
+	}
+	return nil
 }
 
 // fakeEngine reports as durable whatever the test says was applied.
@@ -92,8 +103,9 @@ func (e *fakeEngine) DurableIndex() uint64 {
 }
 
 // startNode runs a one-member node and an applier loop that records the
-// data of every committed normal entry.
-func startNode(t *testing.T, log *memLog, eng *fakeEngine, applied uint64, cs *raftpb.ConfState, snapshotCount uint64) (*Node, func() []string) {
+// data of every committed normal entry; the returned function waits
+// (bounded) until at least n were applied and returns them all.
+func startNode(t *testing.T, log *memLog, eng *fakeEngine, applied uint64, cs *raftpb.ConfState, snapshotCount uint64) (*Node, func(n int) []string) {
 	t.Helper()
 	var peers []raft.Peer
 	if last, _ := log.LastIndex(); last == 0 {
@@ -110,6 +122,7 @@ func startNode(t *testing.T, log *memLog, eng *fakeEngine, applied uint64, cs *r
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
 	var got []string
+	appliedMore := make(chan struct{}, 1) // a batch was applied
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); _ = n.Run(ctx) }()
@@ -125,6 +138,10 @@ func startNode(t *testing.T, log *memLog, eng *fakeEngine, applied uint64, cs *r
 					}
 				}
 				mu.Unlock()
+				select {
+				case appliedMore <- struct{}{}:
+				default:
+				}
 				last := c.Entries[len(c.Entries)-1].GetIndex()
 				eng.mu.Lock()
 				eng.applied = last
@@ -136,10 +153,21 @@ func startNode(t *testing.T, log *memLog, eng *fakeEngine, applied uint64, cs *r
 		}
 	}()
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	return n, func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), got...)
+	return n, func(want int) []string {
+		timeout := time.After(10 * time.Second)
+		for {
+			mu.Lock()
+			out := append([]string(nil), got...)
+			mu.Unlock()
+			if len(out) >= want {
+				return out
+			}
+			select {
+			case <-appliedMore:
+			case <-timeout:
+				return out
+			}
+		}
 	}
 }
 
@@ -173,11 +201,7 @@ func TestSingleMemberCommitsProposalsInOrder(t *testing.T) {
 	if last, _ := log.LastIndex(); idx < last-1 {
 		t.Fatalf("read index %d is behind the log's last index %d", idx, last)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(got()) < count && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	entries := got()
+	entries := got(count)
 	if len(entries) != count {
 		t.Fatalf("applied %d entries, want %d", len(entries), count)
 	}
@@ -197,21 +221,6 @@ func TestSingleMemberCommitsProposalsInOrder(t *testing.T) {
 	log.mu.Unlock()
 	if appends >= count {
 		t.Errorf("%d log appends for %d proposals: proposals are not group-committed", appends, count)
-	}
-}
-
-func TestLogIsCompactedOnlyBelowTheDurableIndex(t *testing.T) {
-	log := &memLog{MemoryStorage: raft.NewMemoryStorage()}
-	eng := &fakeEngine{}
-	n, _ := startNode(t, log, eng, 0, nil, 10)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c := proposeUntilCompacted(t, ctx, n, log, 0)
-	if d := eng.DurableIndex(); c > d {
-		t.Fatalf("log compacted to %d, past the durable index %d", c, d)
 	}
 }
 
@@ -361,7 +370,7 @@ func TestRestartedMemberOfThreeDoesNotCampaignAtOnce(t *testing.T) {
 // snapshots it sent carried an empty ConfState that followers refuse
 // (issue 10 finding 4).
 func TestRestartWithoutConfStateAndNoMembershipEntryKeepsTruncating(t *testing.T) {
-	log := &memLog{MemoryStorage: raft.NewMemoryStorage()}
+	log := &memLog{MemoryStorage: raft.NewMemoryStorage(), compactions: make(chan uint64, 64)}
 	cs := &raftpb.ConfState{Voters: []uint64{1}}
 	if err := log.MemoryStorage.ApplySnapshot(&raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
 		Index: proto.Uint64(5), Term: proto.Uint64(1), ConfState: cs,
@@ -474,51 +483,6 @@ func TestRestartFinishesAnInterruptedInstall(t *testing.T) {
 	}
 }
 
-// TestInstallRecordKeptUntilLogCatchesUp: after an install whose engine
-// ends past the snapshot's index, the install's record stays until the
-// log holds every entry up to the engine's index, and goes then.
-func TestInstallRecordKeptUntilLogCatchesUp(t *testing.T) {
-	log := logWithEntries(t, []uint64{1}, 10)
-	eng := &fakeEngine{applied: 10, durable: 10}
-	n, _ := startNode(t, log, eng, 10, &raftpb.ConfState{Voters: []uint64{1}}, 1<<20)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// As installSnapshot leaves things after a full install at 12 whose
-	// engine view was at 16: the log restarted at 12, the engine at 16.
-	set := make(chan struct{})
-	n.control(func(*raft.RawNode) {
-		if err := log.BeginSnapshot(&raftpb.SnapshotMetadata{Index: proto.Uint64(12), Term: proto.Uint64(1)}); err != nil {
-			t.Error(err)
-		}
-		n.pendingUntil = 16
-		close(set)
-	})
-	<-set
-	for i := 0; ; i++ {
-		last, _ := log.LastIndex()
-		pending := log.PendingSnapshot() != nil
-		if last < 16 && !pending {
-			t.Fatalf("record dropped with the log at %d, below the engine's 16", last)
-		}
-		if last >= 16 {
-			// The append that reached 16 dropped it (the node goroutine
-			// may still be finishing that Ready).
-			for deadline := time.Now().Add(5 * time.Second); log.PendingSnapshot() != nil; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("record still there with the log at %d, past the engine's 16", last)
-				}
-			}
-			return
-		}
-		if err := n.Propose(ctx, []byte(fmt.Sprint(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // TestCompactLogStaysWithinTheLog: after a snapshot install the engine may
 // be past the log's last index (a full snapshot carries the leader's engine
 // at its applied index, past the snapshot's), so its durable index is too;
@@ -543,7 +507,7 @@ func TestCompactLogStaysWithinTheLog(t *testing.T) {
 
 // proposeUntilCompacted proposes 50 entries through n, whose snapshot count
 // is 10, and waits (bounded) until log is compacted past above; it returns
-// where the log was compacted to.
+// where the log was compacted to. log.compactions must be set.
 func proposeUntilCompacted(t *testing.T, ctx context.Context, n *Node, log *memLog, above uint64) uint64 {
 	t.Helper()
 	for i := 0; i < 50; i++ {
@@ -551,14 +515,15 @@ func proposeUntilCompacted(t *testing.T, ctx context.Context, n *Node, log *memL
 			t.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		log.mu.Lock()
-		c := log.compacted
-		log.mu.Unlock()
-		if c > above {
-			return c
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case c := <-log.compactions:
+			if c > above {
+				return c
+			}
+		case <-timeout:
+			t.Fatalf("log never compacted past %d after 50 entries with snapshot count 10", above)
 		}
 	}
-	t.Fatalf("log never compacted past %d after 50 entries with snapshot count 10", above)
-	return 0
 }
