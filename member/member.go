@@ -98,7 +98,7 @@ type Config struct {
 	// WatchProgressNotifyInterval is etcd's --watch-progress-notify-interval
 	// (0: 10 minutes).
 	WatchProgressNotifyInterval time.Duration
-	// TLS and Auth are etcd's security flags (member/tls.go, member/auth.go).
+	// TLS and Auth are etcd's security flags (package tlsconfig, auth.Open).
 	TLS  tlsconfig.Config
 	Auth auth.Flags
 	// InitialCorruptCheck and CorruptCheckTime are etcd's corruption
