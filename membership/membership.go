@@ -44,6 +44,11 @@ const maxLearners = 1
 // leader's before it may be promoted (etcd's readyPercentThreshold).
 const learnerReadyFraction = 0.9
 
+// healthInterval is how long a peer must have been connected to count as
+// connected in the strict reconfiguration check (etcd's HealthInterval):
+// a connection a moment old may be about to drop again.
+const healthInterval = 5 * time.Second
+
 // Members is the applied member list (apply.Applier).
 type Members interface {
 	Members() []*pb.Member
@@ -93,8 +98,31 @@ type Config struct {
 }
 
 // Service implements server.Membership and server.LeaderMover.
+//
+// Its checks are etcd's strict reconfiguration check (--strict-reconfig-check,
+// on by default), in etcd's terms:
+//
+//  1. A member is started once it has published its name (its attributes
+//     reached the member list through raft).
+//  2. Adding a voter needs a quorum of the larger cluster started, the new
+//     member not counted; adding to a cluster of one is allowed (the way
+//     a cluster is restored from one member). Otherwise ErrNotEnoughStarted.
+//  3. Adding any member, learner included, needs this member connected,
+//     for healthInterval, to a quorum of the larger cluster, itself counted
+//     and the new member not; a cluster of one is exempt. Otherwise
+//     ErrUnhealthy.
+//  4. Removing a voter needs a quorum of the remaining voters started
+//     (ErrNotEnoughStarted); and, unless the voter removed is not connected
+//     (a member that is down is not part of the active quorum), the voters
+//     connected for healthInterval, less one, must still be a quorum of the
+//     smaller cluster (ErrUnhealthy). Removing a learner is not checked.
+//  5. Promoting a learner needs its log within learnerReadyFraction of the
+//     leader's (ErrLearnerNotReady), and a quorum of the larger voter set
+//     started, the learner counted as started (ErrNotEnoughStarted).
 type Service struct {
 	cfg Config
+	// now is the clock of the connection checks (time.Now; tests set it).
+	now func() time.Time
 }
 
 var _ server.Membership = (*Service)(nil)
@@ -104,7 +132,7 @@ func New(cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Service{cfg: cfg}
+	return &Service{cfg: cfg, now: time.Now}
 }
 
 func find(members []*pb.Member, id uint64) *pb.Member {
@@ -130,17 +158,40 @@ func urlsTaken(members []*pb.Member, urls []string, except uint64) bool {
 	return false
 }
 
-// activeVoters counts the voters among ids this member is connected to,
-// itself included.
-func (s *Service) activeVoters(ids []uint64) int {
+// connectedSince counts the members among ids this member has been
+// connected to for healthInterval, itself included (etcd's
+// numConnectedSince).
+func (s *Service) connectedSince(ids []uint64) int {
+	since := s.now().Add(-healthInterval)
 	n := 0
 	for _, id := range ids {
-		if id == s.cfg.MemberID || !s.cfg.Activity.ActiveSince(id).IsZero() {
+		if id == s.cfg.MemberID {
+			n++
+			continue
+		}
+		if t := s.cfg.Activity.ActiveSince(id); !t.IsZero() && t.Before(since) {
 			n++
 		}
 	}
 	return n
 }
+
+// startedVoters counts the voters that have published their name, and all
+// voters, leaving out except (0: none).
+func startedVoters(members []*pb.Member, except uint64) (started, voters int) {
+	for _, m := range members {
+		if m.IsLearner || m.ID == except {
+			continue
+		}
+		voters++
+		if m.Name != "" {
+			started++
+		}
+	}
+	return started, voters
+}
+
+func quorum(n int) int { return n/2 + 1 }
 
 func voterIDs(members []*pb.Member) []uint64 {
 	var ids []uint64
@@ -152,9 +203,18 @@ func voterIDs(members []*pb.Member) []uint64 {
 	return ids
 }
 
-// AddMember implements server.Membership.
+// AddMember implements server.Membership (checks 2 and 3).
 func (s *Service) AddMember(ctx context.Context, peerURLs []string, learner bool) (*pb.Member, []*pb.Member, error) {
 	members := s.cfg.Members.Members()
+	// etcd's order: the strict reconfiguration check, then what applying
+	// the change would refuse (taken URLs, the learner limit).
+	started, voters := startedVoters(members, 0)
+	if !learner && !(started == 1 && voters == 1) && started < quorum(voters+1) {
+		return nil, nil, server.ErrNotEnoughStarted
+	}
+	if voters > 1 && s.connectedSince(voterIDs(members)) < quorum(voters+1) {
+		return nil, nil, server.ErrUnhealthy
+	}
 	if urlsTaken(members, peerURLs, 0) {
 		return nil, nil, server.ErrPeerURLExists
 	}
@@ -168,15 +228,8 @@ func (s *Service) AddMember(ctx context.Context, peerURLs []string, learner bool
 		if n >= maxLearners {
 			return nil, nil, server.ErrTooManyLearners
 		}
-	} else {
-		// The new voter is not started yet: the members that are must
-		// still form a quorum of the larger cluster.
-		voters := voterIDs(members)
-		if s.activeVoters(voters) < (len(voters)+1)/2+1 {
-			return nil, nil, server.ErrNotEnoughStarted
-		}
 	}
-	id := newMemberID(peerURLs, s.cfg.Token, time.Now())
+	id := newMemberID(peerURLs, s.cfg.Token, s.now())
 	if find(members, id) != nil {
 		return nil, nil, server.ErrMemberExists
 	}
@@ -192,7 +245,7 @@ func (s *Service) AddMember(ctx context.Context, peerURLs []string, learner bool
 	return rec, after, nil
 }
 
-// RemoveMember implements server.Membership.
+// RemoveMember implements server.Membership (check 4).
 func (s *Service) RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, error) {
 	members := s.cfg.Members.Members()
 	target := find(members, id)
@@ -200,14 +253,13 @@ func (s *Service) RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, er
 		return nil, server.ErrMemberNotFound
 	}
 	if !target.IsLearner {
-		var rest []uint64
-		for _, v := range voterIDs(members) {
-			if v != id {
-				rest = append(rest, v)
-			}
-		}
-		if s.activeVoters(rest) < len(rest)/2+1 {
+		if started, voters := startedVoters(members, id); started < quorum(voters) {
 			return nil, server.ErrNotEnoughStarted
+		}
+		down := id != s.cfg.MemberID && s.cfg.Activity.ActiveSince(id).IsZero()
+		all := voterIDs(members)
+		if !down && s.connectedSince(all)-1 < quorum(len(all)-1) {
+			return nil, server.ErrUnhealthy
 		}
 	}
 	return s.change(ctx, raftpb.ConfChangeRemoveNode, id, nil)
@@ -228,7 +280,7 @@ func (s *Service) UpdateMember(ctx context.Context, id uint64, peerURLs []string
 	return s.change(ctx, raftpb.ConfChangeUpdateNode, id, rec)
 }
 
-// PromoteMember implements server.Membership. Only the leader knows how far
+// PromoteMember implements server.Membership (check 5). Only the leader knows how far
 // a learner's log is, so a follower forwards the request to it.
 func (s *Service) PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, error) {
 	members := s.cfg.Members.Members()
@@ -251,6 +303,9 @@ func (s *Service) PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, e
 	leaderProgress := st.Progress[s.cfg.MemberID]
 	if !ok || float64(learnerProgress.Match) < float64(leaderProgress.Match)*learnerReadyFraction {
 		return nil, server.ErrLearnerNotReady
+	}
+	if started, voters := startedVoters(members, 0); started+1 < quorum(voters+1) {
+		return nil, server.ErrNotEnoughStarted
 	}
 	rec := proto.CloneOf(target)
 	rec.IsLearner = false

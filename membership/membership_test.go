@@ -18,8 +18,11 @@ import (
 // cluster is the state the checks read: a member list, which peers are
 // connected, raft's view. proposed records what reached the proposer.
 type cluster struct {
-	members  []*pb.Member
+	members []*pb.Member
+	// active are the peers connected long enough to count; fresh ones
+	// connected a second ago.
 	active   map[uint64]bool
+	fresh    map[uint64]bool
 	leader   uint64
 	progress map[uint64]tracker.Progress
 	proposed []*raftpb.ConfChange
@@ -27,11 +30,18 @@ type cluster struct {
 
 func (c *cluster) Members() []*pb.Member { return c.members }
 func (c *cluster) ActiveSince(id uint64) time.Time {
-	if c.active[id] {
-		return time.Unix(1, 0)
+	switch {
+	case c.active[id]:
+		return testNow.Add(-time.Minute)
+	case c.fresh[id]:
+		return testNow.Add(-time.Second)
 	}
 	return time.Time{}
 }
+
+// testNow is the checks' clock in these tests.
+var testNow = time.Unix(1_000_000, 0)
+
 func (c *cluster) Leader() uint64 { return c.leader }
 func (c *cluster) Status(context.Context) (raft.Status, error) {
 	return raft.Status{Progress: c.progress}, nil
@@ -48,13 +58,18 @@ func (c *cluster) Propose(context.Context, *pb.InternalRaftRequest) (apply.Resul
 	return apply.Result{}, nil
 }
 
-// TestChecks: etcd's checks before a membership change is proposed, and
-// that a refused change never reaches raft.
+// TestChecks: etcd's strict reconfiguration check (Service's numbered
+// checks, as etcd 3.7's mayAddMember, mayRemoveMember and mayPromoteMember
+// decide), and that a refused change never reaches raft.
 func TestChecks(t *testing.T) {
+	// Members with a name are started (they published their attributes).
 	three := func() []*pb.Member {
-		return []*pb.Member{{ID: 1, PeerURLs: []string{"http://a:2380"}}, {ID: 2, PeerURLs: []string{"http://b:2380"}},
-			{ID: 3, PeerURLs: []string{"http://c:2380"}}}
+		return []*pb.Member{{ID: 1, Name: "a", PeerURLs: []string{"http://a:2380"}}, {ID: 2, Name: "b", PeerURLs: []string{"http://b:2380"}},
+			{ID: 3, Name: "c", PeerURLs: []string{"http://c:2380"}}}
 	}
+	one := func() []*pb.Member { return three()[:1] }
+	unstarted := func() []*pb.Member { m := three(); m[2].Name = ""; return m }
+	twoUnstarted := func() []*pb.Member { m := unstarted(); m[1].Name = ""; return m }
 	withLearner := func() []*pb.Member {
 		return append(three(), &pb.Member{ID: 4, PeerURLs: []string{"http://d:2380"}, IsLearner: true})
 	}
@@ -65,19 +80,40 @@ func TestChecks(t *testing.T) {
 		name    string
 		members []*pb.Member
 		active  []uint64
+		fresh   []uint64
 		leader  uint64
 		learner uint64 // its match index, when the change promotes member 4
 		do      func(s *Service) error
 		want    error
 	}{
+		{name: "add to a cluster of one", members: one(), do: func(s *Service) error {
+			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, false)
+			return err
+		}},
+		{name: "add voter: a member not started", members: unstarted(), active: []uint64{2, 3}, do: func(s *Service) error {
+			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, false)
+			return err
+		}, want: server.ErrNotEnoughStarted},
+		{name: "add learner: a member not started", members: unstarted(), active: []uint64{2, 3}, do: func(s *Service) error {
+			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, true)
+			return err
+		}},
+		{name: "add learner: a voter down", members: three(), active: []uint64{2}, do: func(s *Service) error {
+			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, true)
+			return err
+		}, want: server.ErrUnhealthy},
+		{name: "add: a connection a second old does not count", members: three(), active: []uint64{2}, fresh: []uint64{3}, do: func(s *Service) error {
+			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, true)
+			return err
+		}, want: server.ErrUnhealthy},
 		{name: "add: peer URL taken", members: three(), active: []uint64{2, 3}, do: func(s *Service) error {
 			_, _, err := s.AddMember(context.Background(), []string{"http://b:2380"}, false)
 			return err
 		}, want: server.ErrPeerURLExists},
-		{name: "add voter: too few started", members: three(), active: []uint64{2}, do: func(s *Service) error {
+		{name: "add voter: too few connected", members: three(), active: []uint64{2}, do: func(s *Service) error {
 			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, false)
 			return err
-		}, want: server.ErrNotEnoughStarted},
+		}, want: server.ErrUnhealthy},
 		{name: "add voter", members: three(), active: []uint64{2, 3}, do: func(s *Service) error {
 			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, false)
 			return err
@@ -89,15 +125,27 @@ func TestChecks(t *testing.T) {
 		{name: "add learner, peers down", members: three(), do: func(s *Service) error {
 			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, true)
 			return err
-		}},
+		}, want: server.ErrUnhealthy},
 		{name: "remove unknown", members: three(), active: []uint64{2, 3}, do: func(s *Service) error {
 			_, err := s.RemoveMember(context.Background(), 9)
 			return err
 		}, want: server.ErrMemberNotFound},
-		{name: "remove voter: the rest not a quorum", members: three(), active: []uint64{}, do: func(s *Service) error {
+		{name: "remove a voter that is down", members: three(), active: []uint64{}, do: func(s *Service) error {
 			_, err := s.RemoveMember(context.Background(), 3)
 			return err
+		}},
+		{name: "remove a connected voter, another down", members: three(), active: []uint64{3}, do: func(s *Service) error {
+			_, err := s.RemoveMember(context.Background(), 3)
+			return err
+		}, want: server.ErrUnhealthy},
+		{name: "remove voter: the rest not started", members: twoUnstarted(), active: []uint64{2, 3}, do: func(s *Service) error {
+			_, err := s.RemoveMember(context.Background(), 1)
+			return err
 		}, want: server.ErrNotEnoughStarted},
+		{name: "remove a learner, peers down", members: withLearner(), do: func(s *Service) error {
+			_, err := s.RemoveMember(context.Background(), 4)
+			return err
+		}},
 		{name: "remove voter", members: three(), active: []uint64{2}, do: func(s *Service) error {
 			_, err := s.RemoveMember(context.Background(), 3)
 			return err
@@ -118,6 +166,11 @@ func TestChecks(t *testing.T) {
 			_, err := s.PromoteMember(context.Background(), 4)
 			return err
 		}},
+		{name: "promote with voters not started", members: append(twoUnstarted(), &pb.Member{ID: 4, PeerURLs: []string{"http://d:2380"}, IsLearner: true}),
+			leader: 1, learner: 100, do: func(s *Service) error {
+				_, err := s.PromoteMember(context.Background(), 4)
+				return err
+			}, want: server.ErrNotEnoughStarted},
 		{name: "move leader from a follower", members: three(), leader: 2, do: func(s *Service) error {
 			return s.MoveLeader(context.Background(), 3)
 		}, want: server.ErrNotLeader},
@@ -126,11 +179,15 @@ func TestChecks(t *testing.T) {
 		}, want: server.ErrBadLeaderTransferee},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &cluster{members: tc.members, active: map[uint64]bool{}, leader: tc.leader, progress: progress(tc.learner)}
+			c := &cluster{members: tc.members, active: map[uint64]bool{}, fresh: map[uint64]bool{}, leader: tc.leader, progress: progress(tc.learner)}
 			for _, id := range tc.active {
 				c.active[id] = true
 			}
+			for _, id := range tc.fresh {
+				c.fresh[id] = true
+			}
 			s := New(Config{MemberID: 1, Token: "t", Timeout: time.Second, Members: c, Raft: c, Proposer: c, Activity: c})
+			s.now = func() time.Time { return testNow }
 			err := tc.do(s)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("error %v, want %v", err, tc.want)

@@ -27,6 +27,7 @@ var (
 	ErrLearnerNotReady       = errors.New("membership: learner is not in sync with the leader")
 	ErrTooManyLearners       = errors.New("membership: too many learner members in cluster")
 	ErrNotEnoughStarted      = errors.New("membership: re-configuration would leave too few started members")
+	ErrUnhealthy             = errors.New("membership: this member is not connected to a quorum of the cluster")
 	ErrBadLeaderTransferee   = errors.New("membership: bad leader transferee")
 	ErrNotLeader             = errors.New("membership: not leader")
 	ErrMembershipUnavailable = errors.New("membership: changes are not supported by this member")
@@ -147,6 +148,8 @@ func membershipError(err error) error {
 		return rpctypes.ErrGRPCTooManyLearners
 	case errors.Is(err, ErrNotEnoughStarted):
 		return rpctypes.ErrGRPCMemberNotEnoughStarted
+	case errors.Is(err, ErrUnhealthy):
+		return rpctypes.ErrGRPCUnhealthy
 	case errors.Is(err, ErrBadLeaderTransferee):
 		return rpctypes.ErrGRPCBadLeaderTransferee
 	case errors.Is(err, ErrNotLeader):
