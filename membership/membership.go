@@ -326,7 +326,8 @@ func (s *Service) forwardPromote(ctx context.Context, leader, id uint64) ([]*pb.
 		return nil, fmt.Errorf("dial leader %x: %w", leader, err)
 	}
 	defer conn.Close()
-	resp, err := pb.NewClusterClient(conn).MemberPromote(ctx, &pb.MemberPromoteRequest{ID: id})
+	// The leader checks the caller again: it needs the caller's token.
+	resp, err := pb.NewClusterClient(conn).MemberPromote(server.ForwardToken(ctx), &pb.MemberPromoteRequest{ID: id})
 	if err != nil {
 		return nil, err
 	}

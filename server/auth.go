@@ -131,10 +131,35 @@ var adminMethods = map[string]bool{
 	"/etcdserverpb.Auth/RoleRevokePermission": true,
 }
 
+// userMethods need an authenticated caller once auth is on, whoever it is
+// (etcd's requireAuthInfo): the member list and a member's status, which
+// tools such as etcdctl endpoint health ask for first.
+var userMethods = map[string]bool{
+	"/etcdserverpb.Cluster/MemberList": true,
+	"/etcdserverpb.Maintenance/Status": true,
+}
+
+// requireUser refuses a call without an authenticated caller once auth is
+// on.
+func (a *Auth) requireUser(ai *auth.Info) error {
+	if a.s.Enabled() && ai == nil {
+		return auth.ErrUserEmpty
+	}
+	return nil
+}
+
 // checkUnary is the one place where a unary call's permission is decided.
 func (a *Auth) checkUnary(method string, req any, ai *auth.Info) error {
+	if r, ok := req.(*pb.AlarmRequest); ok && r.Action == pb.AlarmRequest_GET {
+		// Listing alarms is any user's (etcdctl endpoint health does it);
+		// raising and clearing them is root's.
+		return a.requireUser(ai)
+	}
 	if adminMethods[method] {
 		return a.s.IsAdminPermitted(ai)
+	}
+	if userMethods[method] {
+		return a.requireUser(ai)
 	}
 	switch r := req.(type) {
 	case *pb.RangeRequest:
@@ -186,9 +211,9 @@ func (a *Auth) checkLeaseTimeToLive(ai *auth.Info, id int64) error {
 	return nil
 }
 
-// forwardToken copies the caller's token into the outgoing metadata of a
+// ForwardToken copies the caller's token into the outgoing metadata of a
 // request forwarded to the leader, which checks the caller again.
-func forwardToken(ctx context.Context) context.Context {
+func ForwardToken(ctx context.Context) context.Context {
 	md, ok := metadata.FromIncomingContext(ctx)
 	if !ok {
 		return ctx

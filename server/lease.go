@@ -333,7 +333,7 @@ func (s *Lease) leaderClient(leader uint64) (pb.LeaseClient, error) {
 }
 
 func forwardContext(ctx context.Context) context.Context {
-	ctx = forwardToken(ctx) // the leader checks the caller too (server/auth.go)
+	ctx = ForwardToken(ctx) // the leader checks the caller too (server/auth.go)
 	return metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
 }
 
