@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/strata-kv/strata/internal/testutil"
 )
@@ -44,5 +48,37 @@ func TestEndpointHealthWithAuth(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPromoteThroughFollowerWithAuth promotes a learner through a follower
+// with auth on. Only the leader knows whether the learner has caught up, so
+// the follower forwards the request, and the leader checks the caller
+// again: the forward must carry the caller's token (it carried none, and
+// the leader answered "user name is empty").
+func TestPromoteThroughFollowerWithAuth(t *testing.T) {
+	c := startTestCluster(t, 3, "--bcrypt-cost=4")
+	learner := c.AddMember(true)
+	follower := c.Members[followers(c, leaderIndex(t, c))[0]]
+	setupAuth(t, c.Client(t))
+	root, err := clientv3.New(clientv3.Config{Endpoints: []string{follower.Endpoint()}, Username: "root", Password: "rootpw",
+		DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	deadline := time.Now().Add(faultTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := root.MemberPromote(ctx, learner.ID)
+		cancel()
+		if err == nil {
+			break
+		}
+		// Refused while the learner catches up, as etcd refuses it.
+		if !strings.Contains(err.Error(), "learner member which is in sync with leader") || time.Now().After(deadline) {
+			t.Fatalf("promote %x as root through follower %s: %v", learner.ID, follower.Name(), err)
+		}
+		time.Sleep(100 * time.Millisecond) // retry interval
 	}
 }
