@@ -86,17 +86,24 @@ func buildStrata(ctx context.Context, repo, binDir string) (string, error) {
 	return out, nil
 }
 
-// binaryVersion runs `bin --version` and returns its first line, or a note
-// saying why there is none.
+// binaryVersion runs `bin --version` and returns its first line (etcd's
+// "etcd Version: ..."), or strata's own line where there is one (strata's
+// first line is the etcd API version it implements), or a note saying why
+// there is none.
 func binaryVersion(ctx context.Context, bin string) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
-	first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-	if err != nil || first == "" {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err != nil || lines[0] == "" {
 		return "no --version"
 	}
-	return first
+	for _, l := range lines {
+		if strings.HasPrefix(l, "strata Version: ") {
+			return l
+		}
+	}
+	return lines[0]
 }
 
 // gitHead returns the short commit of repo, with "+dirty" if the work tree

@@ -58,6 +58,7 @@ type flags struct {
 	snapshotCount, catchUpEntries               uint64
 	heartbeatMillis, electionMillis             uint
 	logLevel                                    string
+	version                                     bool
 	logDirs                                     stringList
 	engineWAL                                   bool
 	watchProgressNotifyInterval                 time.Duration
@@ -87,6 +88,7 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.Uint64Var(&f.catchUpEntries, "snapshot-catchup-entries", 5000, "Number of entries kept in the raft log below the compaction point, for slow followers to catch up from.")
 	fs.UintVar(&f.heartbeatMillis, "heartbeat-interval", 100, "Time (in milliseconds) of a heartbeat interval.")
 	fs.UintVar(&f.electionMillis, "election-timeout", 1000, "Time (in milliseconds) for an election to timeout.")
+	fs.BoolVar(&f.version, "version", false, "Print the version (etcd's format: the etcd API version strata implements, then strata's own line) and exit.")
 	fs.StringVar(&f.logLevel, "log-level", "info", "Configures log level. Only supports debug, info, warn, error, panic, or fatal.")
 	fs.Var(&f.logDirs, "log-dir", "strata: a directory for the raft log (default \"<data-dir>/log\"). Repeatable: each write is split across the directories and synced in parallel; keep the same list, in the same order, across restarts.")
 	fs.DurationVar(&f.watchProgressNotifyInterval, "watch-progress-notify-interval", 10*time.Minute, "Duration of periodic watch progress notifications.")
@@ -129,6 +131,10 @@ func runMember(args []string) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "strata: unexpected argument %q (flags start with --)\n", fs.Arg(0))
 		return 2
+	}
+	if f.version {
+		printVersion(os.Stdout)
+		return 0
 	}
 	given := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
