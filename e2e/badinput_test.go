@@ -204,6 +204,21 @@ func TestBadStart(t *testing.T) {
 			})
 		}
 	})
+	t.Run("unknown feature gate", func(t *testing.T) {
+		// etcd's words, on both servers; and a gate etcd knows starts
+		// both (kubeadm passes InitialCorruptCheck=true).
+		for _, f := range flavors {
+			t.Run(string(f), func(t *testing.T) {
+				t.Parallel()
+				p := start(t, f, "--feature-gates=InitialCorruptCheck=true,StopGRPCServiceOnDefrag=false")
+				mods := seedKeys(t, p.Client(t), "seed/", 10)
+				p.Stop()
+				refuseStart(t, binary(t, f), append(p.Args(), "--feature-gates=Bogus=true"), "unrecognized feature gate: Bogus")
+				p.Restart()
+				checkSeed(t, p.Client(t), "seed/", mods)
+			})
+		}
+	})
 	t.Run("data dir is a regular file", func(t *testing.T) {
 		// Tests run as root, so chmod cannot make a directory unwritable;
 		// a regular file where the directory should be can't be written

@@ -105,6 +105,9 @@ func sameURLs(a, b []string) bool {
 type corruptFlags struct {
 	initial   bool
 	checkTime time.Duration
+	// gates are etcd's --feature-gates; InitialCorruptCheck is 3.7's
+	// name of --initial-corrupt-check.
+	gates featureGates
 }
 
 func (c *corruptFlags) register(fs *flag.FlagSet) {
@@ -112,9 +115,10 @@ func (c *corruptFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.initial, "initial-corrupt-check", false, "etcd 3.6's name of --experimental-initial-corrupt-check.")
 	fs.DurationVar(&c.checkTime, "experimental-corrupt-check-time", 0, "Interval of the leader's corruption check against every member (0: none).")
 	fs.DurationVar(&c.checkTime, "corrupt-check-time", 0, "etcd 3.6's name of --experimental-corrupt-check-time.")
+	fs.Var(&c.gates, "feature-gates", featureGatesUsage())
 }
 
 func (c *corruptFlags) apply(cfg *member.Config) {
-	cfg.InitialCorruptCheck = c.initial
+	cfg.InitialCorruptCheck = c.initial || c.gates.Enabled("InitialCorruptCheck")
 	cfg.CorruptCheckTime = c.checkTime
 }
