@@ -1,12 +1,15 @@
 // Package tlsconfig turns etcd's TLS flags (--cert-file, --key-file,
-// --trusted-ca-file, --client-cert-auth and their --peer-* twins) into the
+// --trusted-ca-file, --client-cert-auth, --client-crl-file and their --peer-*
+// twins) into the
 // TLS configurations strata's listeners serve with and its dialers (peers,
 // the leader's client URL) connect with. TLS 1.2 is the minimum, as in etcd.
 package tlsconfig
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/url"
@@ -29,6 +32,12 @@ type Info struct {
 	// certificate signed by TrustedCAFile; on the client side, the
 	// certificate's common name is then the user when auth is on.
 	ClientCertAuth bool
+	// CRLFile (--client-crl-file, --peer-crl-file) is a certificate
+	// revocation list: a connecting party whose certificate, or any
+	// certificate of its chain, it lists is refused. The file is read at
+	// every handshake, as etcd reads it, so a new list applies without a
+	// restart.
+	CRLFile string
 }
 
 // Config secures the client and peer URLs. An https:// URL needs the
@@ -76,7 +85,61 @@ func (t Info) ServerConfig() (*tls.Config, error) {
 		}
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
+	if t.CRLFile != "" {
+		// A list that cannot be read now is a configuration error, not
+		// a reason to refuse every connection later.
+		if _, err := readCRL(t.CRLFile); err != nil {
+			return nil, err
+		}
+		crlFile := t.CRLFile
+		cfg.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
+			return checkRevoked(crlFile, raw)
+		}
+	}
 	return cfg, nil
+}
+
+// errRevoked is etcd's answer to a revoked certificate.
+var errRevoked = errors.New("transport: certificate revoked")
+
+// readCRL reads and parses a revocation list, PEM or DER.
+func readCRL(path string) (*x509.RevocationList, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read certificate revocation list: %w", err)
+	}
+	if block, _ := pem.Decode(data); block != nil {
+		data = block.Bytes
+	}
+	crl, err := x509.ParseRevocationList(data)
+	if err != nil {
+		return nil, fmt.Errorf("parse certificate revocation list %s: %w", path, err)
+	}
+	return crl, nil
+}
+
+// checkRevoked refuses a peer whose certificates (raw, as presented) the
+// list at crlFile names, by issuer and serial number.
+func checkRevoked(crlFile string, raw [][]byte) error {
+	crl, err := readCRL(crlFile)
+	if err != nil {
+		return err
+	}
+	for _, der := range raw {
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("parse peer certificate: %w", err)
+		}
+		if !bytes.Equal(cert.RawIssuer, crl.RawIssuer) {
+			continue
+		}
+		for _, r := range crl.RevokedCertificateEntries {
+			if r.SerialNumber.Cmp(cert.SerialNumber) == 0 {
+				return errRevoked
+			}
+		}
+	}
+	return nil
 }
 
 // ClientConfig returns the configuration for dialing the other side: the
