@@ -65,6 +65,9 @@ type Process struct {
 
 	clientURL, peerURL string
 	out                *SyncBuffer
+	// ownDataDir is set when NewProcess chose the data directory (a fresh
+	// temporary one), so a first start that failed may start over in it.
+	ownDataDir bool
 
 	mu struct {
 		sync.Mutex
@@ -92,20 +95,15 @@ func NewProcess(t testing.TB, opts Options) *Process {
 	if opts.Name == "" {
 		opts.Name = "m1"
 	}
-	if opts.DataDir == "" {
+	ownDataDir := opts.DataDir == ""
+	if ownDataDir {
 		opts.DataDir = filepath.Join(t.TempDir(), opts.Name+".data")
 	}
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = 30 * time.Second
 	}
-	ports := FreePorts(t, 2)
-	p := &Process{
-		t:         t,
-		opts:      opts,
-		clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
-		peerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
-		out:       &SyncBuffer{},
-	}
+	p := &Process{t: t, opts: opts, out: &SyncBuffer{}, ownDataDir: ownDataDir}
+	p.pickPorts()
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
@@ -113,6 +111,13 @@ func NewProcess(t testing.TB, opts Options) *Process {
 		}
 	})
 	return p
+}
+
+// pickPorts gives the process fresh client and peer ports.
+func (p *Process) pickPorts() {
+	ports := FreePorts(p.t, 2)
+	p.clientURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	p.peerURL = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 }
 
 // Args are the command-line flags the process is started with.
@@ -138,10 +143,36 @@ func (p *Process) Args() []string {
 
 // Start launches the process and waits until it is ready; it fails the
 // test if the process exits or does not become ready in time.
+//
+// A port FreePorts found free can be taken before the server binds it: by
+// another test binary that go test runs beside this one, or as the local
+// port of some connection. The first start of a standalone process whose
+// data directory is its own then starts over, twice at most, on new ports
+// in an emptied directory; a restart, or a cluster member (whose ports its
+// peers know), cannot, and fails.
 func (p *Process) Start() {
 	p.t.Helper()
-	p.Launch()
-	if err := p.WaitReady(p.opts.ReadyTimeout); err != nil {
+	for attempt := 1; ; attempt++ {
+		p.Launch()
+		err := p.WaitReady(p.opts.ReadyTimeout)
+		if err == nil {
+			return
+		}
+		p.mu.Lock()
+		first := p.mu.starts == 1
+		p.mu.Unlock()
+		standalone := p.ownDataDir && p.opts.AdvertisePeerURL == "" && p.opts.InitialCluster == ""
+		if attempt < 3 && first && standalone && strings.Contains(p.CurrentOutput(), "address already in use") {
+			p.t.Logf("start %s: a port was taken before the server bound it; again on new ports", p.opts.Name)
+			if rmErr := os.RemoveAll(p.opts.DataDir); rmErr != nil {
+				p.t.Fatalf("start %s: %v; empty the data dir: %v", p.opts.Name, err, rmErr)
+			}
+			p.mu.Lock()
+			p.mu.starts = 0
+			p.mu.Unlock()
+			p.pickPorts()
+			continue
+		}
 		p.t.Fatalf("start %s: %v", p.opts.Name, err)
 	}
 }
