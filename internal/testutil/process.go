@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -484,16 +485,33 @@ var usedPorts = struct {
 }{m: map[int]bool{}}
 
 // FreePorts returns n distinct loopback ports that were free a moment ago
-// and were not handed out before in this process.
+// and that no other test in this binary has been given.
+//
+// They are drawn at random below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range, 32768-60999 by default): a port bound
+// with :0 comes from that range, which every outgoing connection's local
+// port also comes from, so a port found free there is often taken by some
+// client's connection before the server binds it. Below the range only
+// other tests' servers bind, and the random draw keeps the test binaries
+// that go test runs side by side apart.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ports []int
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("free port: %v", err)
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 10000 {
+			t.Fatalf("free port: none found in %d-%d", minTestPort, maxTestPort)
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		port := minTestPort + rand.IntN(maxTestPort-minTestPort)
+		usedPorts.Lock()
+		taken := usedPorts.m[port]
+		usedPorts.Unlock()
+		if taken {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // bound by another process
+		}
 		l.Close()
 		usedPorts.Lock()
 		fresh := !usedPorts.m[port]
@@ -505,6 +523,13 @@ func FreePorts(t testing.TB, n int) []int {
 	}
 	return ports
 }
+
+// The range FreePorts draws from: above the well-known ports, below the
+// default ephemeral range.
+const (
+	minTestPort = 20000
+	maxTestPort = 32000
+)
 
 // live tracks every process the harness started and has not yet reaped, by
 // *os.Process (so by PID), for KillAll.
