@@ -402,8 +402,18 @@ type answer struct {
 	result Result
 }
 
+// leases is what a Put may attach keys to: the lessor's leases, or none
+// for an applier without a lessor (start-up recovery, whose replay writes
+// lease records itself).
+func (a *Applier) leases() mvcc.Leases {
+	if a.lessor == nil {
+		return nil
+	}
+	return a.lessor
+}
+
 func (a *Applier) applyBatches(batches []node.Committed) error {
-	w := a.store.Write()
+	w := a.store.Write(a.leases())
 	var answers []answer
 	var last uint64
 	membersChanged := false

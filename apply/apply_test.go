@@ -218,7 +218,7 @@ func TestRedeliveredMembershipRestoresLostConfState(t *testing.T) {
 			m7 := &pb.Member{ID: 7, Name: "seven", PeerURLs: []string{"http://p:1"}}
 			// The engine at applied index 3: entries 2 and 3 put a key,
 			// entry 1 added member 7, and its conf state is gone.
-			w := store.Write()
+			w := store.Write(nil)
 			for _, r := range []*pb.PutRequest{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("a"), Value: []byte("2")}} {
 				if _, err := w.Put(r); err != nil {
 					t.Fatal(err)

@@ -134,7 +134,7 @@ func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 		return st, fmt.Errorf("apply: catch up to %d: the batches and entries end at %d", c.End, next-1)
 	}
 
-	w := a.store.Write()
+	w := a.store.Write(a.leases())
 	fail := func(err error) (CatchUpStats, error) {
 		w.Abort()
 		return st, fmt.Errorf("apply: catch up from %d to %d: %w", applied, c.End, err)

@@ -56,7 +56,7 @@ func TestBuildCompactedBatchRefusesNonMonotoneRows(t *testing.T) {
 			}
 			m.apply(t, rand.New(rand.NewPCG(1, 1)), entries)
 			if len(tc.rows) > 0 {
-				w := m.store.Write()
+				w := m.store.Write(nil)
 				for _, r := range tc.rows {
 					// mvcc's row layout (mvcc/logcompact.go): "mi", the
 					// index, then before and after, big-endian.

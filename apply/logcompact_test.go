@@ -35,7 +35,7 @@ func newMember(t *testing.T) *member {
 		t.Fatal(err)
 	}
 	lessor := lease.New(lease.Config{})
-	store, err := mvcc.Open(eng, mvcc.Options{LeaseExists: lessor.Exists})
+	store, err := mvcc.Open(eng, mvcc.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func (a *Applier) ReplayRun(run logcompact.Run, minTTL int64) error {
 	if first > applied+1 {
 		return fmt.Errorf("apply: compacted batch %d..%d does not follow the applied index %d", first, last, applied)
 	}
-	w := a.store.Write()
+	w := a.store.Write(a.leases())
 	members := append([]*pb.Member(nil), a.Members()...)
 	membersChanged := false
 	if err := w.RaiseRevision(run.Revision); err != nil {

@@ -125,6 +125,19 @@ type Proposer interface {
 	Submit(ctx context.Context, req *pb.InternalRaftRequest) error
 }
 
+// MinTTL is etcd's minimum lease TTL, in seconds, for a raft heartbeat
+// interval and election timeout: a lease outlives an election (1.5 election
+// timeouts, at least two heartbeats' worth, rounded up to a second). 0 if
+// the heartbeat interval is not set.
+func MinTTL(heartbeat, electionTimeout time.Duration) int64 {
+	if heartbeat <= 0 {
+		return 0
+	}
+	electionTicks := int(electionTimeout / heartbeat)
+	minTTL := time.Duration(3*max(electionTicks, 2)/2) * heartbeat
+	return int64(math.Ceil(minTTL.Seconds()))
+}
+
 // Config configures a Lessor.
 type Config struct {
 	// MinTTL is the smallest TTL a lease gets, in seconds: a grant asking
@@ -233,7 +246,8 @@ func (l *Lessor) Load(store *mvcc.Store) error {
 	return nil
 }
 
-// Exists reports whether lease id exists (mvcc.Options.LeaseExists).
+// Exists reports whether lease id exists (mvcc.Leases: the applier gives
+// the lessor to each write batch).
 func (l *Lessor) Exists(id int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -91,7 +91,7 @@ func (v *env) open() {
 	cfg.Raft = v
 	cfg.Proposer = v
 	l := New(cfg)
-	s, err := mvcc.Open(e, mvcc.Options{LeaseExists: l.Exists})
+	s, err := mvcc.Open(e, mvcc.Options{})
 	if err != nil {
 		v.t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func (v *env) restart() {
 
 // apply applies one request in its own batch, as the applier would.
 func (v *env) apply(req *pb.InternalRaftRequest) error {
-	w := v.store.Write()
+	w := v.store.Write(v.l)
 	var err error
 	switch {
 	case req.LeaseGrant != nil:
@@ -179,7 +179,7 @@ func TestGrantErrors(t *testing.T) {
 		{"too large", 4, MaxLeaseTTL + 1, ErrLeaseTTLTooLarge, 0},
 	}
 	for _, tc := range tests {
-		w := v.store.Write()
+		w := v.store.Write(v.l)
 		resp, err := v.l.Grant(w, &pb.LeaseGrantRequest{ID: tc.id, TTL: tc.ttl})
 		v.index++
 		if cerr := w.Commit(v.index); cerr != nil {
@@ -447,5 +447,23 @@ func TestForget(t *testing.T) {
 	}
 	if !v.l.Exists(1) {
 		t.Fatalf("lease 1 not reloaded from its record")
+	}
+}
+
+func TestMinTTL(t *testing.T) {
+	tests := []struct {
+		heartbeat, election time.Duration
+		want                int64
+	}{
+		{100 * time.Millisecond, time.Second, 2},            // etcd's defaults: ceil(1.5 s)
+		{100 * time.Millisecond, 3 * time.Second, 5},        // ceil(4.5 s)
+		{time.Second, time.Second, 3},                       // at least two ticks: 1.5 x 2 s
+		{100 * time.Millisecond, 100 * time.Millisecond, 1}, // 0.3 s rounds up to 1 s
+		{0, time.Second, 0},
+	}
+	for _, tt := range tests {
+		if got := MinTTL(tt.heartbeat, tt.election); got != tt.want {
+			t.Errorf("MinTTL(%v, %v) = %d, want %d", tt.heartbeat, tt.election, got, tt.want)
+		}
 	}
 }

@@ -19,11 +19,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -112,8 +110,11 @@ type Config struct {
 	Logger *zap.Logger
 }
 
-// Member is a running strata member.
+// Member is a running strata member. It is the server.Backend of its own
+// gRPC services through the embedded server.Local.
 type Member struct {
+	*server.Local
+
 	cfg    Config
 	logger *zap.Logger
 
@@ -125,9 +126,12 @@ type Member struct {
 	applier *apply.Applier
 	lessor  *lease.Lessor
 	leases  *server.Lease
-	// transport carries raft messages to peers; nil until Start has built
-	// it (the node, built before it, sends through the member).
+	// transport carries raft messages to peers, those the node hands
+	// over on node.Outgoing among them.
 	transport *transport.Transport
+	// tracker keeps the transport's peers equal to the member list and
+	// says when this member was removed.
+	tracker *membership.Tracker
 	// compactor is nil unless auto-compaction is on.
 	compactor *mvcc.AutoCompactor
 	grpc      *grpc.Server
@@ -135,8 +139,6 @@ type Member struct {
 	// The peer side: raft transport and discovery on the peer URLs.
 	peerGRPC      *grpc.Server
 	peerListeners []net.Listener
-	wasMember     atomic.Bool  // set once this member saw itself in the member list
-	discovered    []*pb.Member // the cluster as a joining member found it
 
 	memberID  uint64
 	clusterID uint64
@@ -191,6 +193,9 @@ func Start(cfg Config) (_ *Member, err error) {
 			for _, l := range slices.Concat(m.listener, m.peerListeners, m.metricsListeners) {
 				l.Close()
 			}
+			if m.transport != nil {
+				m.transport.Stop()
+			}
 			m.closeStores()
 		}
 	}()
@@ -208,7 +213,9 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	m.lock = lock
 
-	id, err := m.loadIdentity()
+	id, discovered, err := membership.LoadIdentity(cfg.FS, cfg.DataDir, cfg.InitialClusterState, cfg.InitialClusterToken,
+		membership.JoinConfig{Name: cfg.Name, InitialCluster: cfg.InitialCluster, AdvertisePeerURLs: cfg.AdvertisePeerURLs,
+			PeerTLS: cfg.TLS.Peer, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +223,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.metrics = server.NewMetrics()
 	joined := id.Joined
 
+	minTTL := lease.MinTTL(cfg.HeartbeatInterval, cfg.ElectionTimeout)
 	m.engine, err = pebbleengine.Open(datadir.Engine(cfg.DataDir), pebbleengine.Options{
 		FS: cfg.FS, EnableWAL: cfg.EngineWAL, Logger: cfg.Logger.Named("engine"),
 	})
@@ -223,10 +231,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
 	// Only the store's writes are timed; reads pass straight through.
-	m.store, err = mvcc.Open(engine.WithCommitTimer(m.engine, m.metrics), mvcc.Options{
-		LeaseExists: func(id int64) bool { return m.lessor.Exists(id) },
-		Logger:      cfg.Logger.Named("mvcc"),
-	})
+	m.store, err = mvcc.Open(engine.WithCommitTimer(m.engine, m.metrics), mvcc.Options{Logger: cfg.Logger.Named("mvcc")})
 	if err != nil {
 		return nil, fmt.Errorf("open mvcc store: %w", err)
 	}
@@ -247,7 +252,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open applier for recovery: %w", err)
 	}
-	recovery, err := logcompact.Recover(cfg.LogCompaction, m.log, m.store, m.applier, leaseMinTTL(cfg), cfg.Logger)
+	recovery, err := logcompact.Recover(cfg.LogCompaction, m.log, m.store, m.applier, minTTL, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +270,6 @@ func Start(cfg Config) (_ *Member, err error) {
 		Peers:          peers,
 		Join:           joined,
 		Log:            m.log,
-		Transport:      m,
 		Engine:         m.engine,
 		Applied:        m.applier.AppliedIndex(),
 		ConfState:      m.applier.ConfState(),
@@ -294,10 +298,10 @@ func Start(cfg Config) (_ *Member, err error) {
 	})
 	snaps := snapshot.NewSnapshotter(snapshot.Config{
 		Dir: datadir.Snap(cfg.DataDir), FS: cfg.FS, Engine: m.engine, Store: m.store, Log: m.log, Raft: m.node,
-		LeaseMinTTL: leaseMinTTL(cfg), Registry: m.metrics.Registry(), Logger: cfg.Logger.Named("snapshot"),
+		LeaseMinTTL: minTTL, Registry: m.metrics.Registry(), Logger: cfg.Logger.Named("snapshot"),
 	})
 	m.lessor = lease.New(lease.Config{
-		MinTTL:          leaseMinTTL(cfg),
+		MinTTL:          minTTL,
 		ElectionTimeout: cfg.ElectionTimeout,
 		Raft:            m.proposer,
 		Proposer:        m.proposer,
@@ -341,6 +345,10 @@ func Start(cfg Config) (_ *Member, err error) {
 		}
 	}
 
+	m.Local = &server.Local{
+		ID: m.memberID, Cluster: m.clusterID,
+		Proposer: m.proposer, Raft: m.node, Applier: m.applier, StateMachine: m.store, Engine: m.engine,
+	}
 	limits := server.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, RequestTimeout: 5*time.Second + 2*cfg.ElectionTimeout}
 	security, err := tlsconfig.ServerCreds("--listen-client-urls", cfg.ListenClientURLs, cfg.TLS.Client)
 	if err != nil {
@@ -366,6 +374,14 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	m.remote = &membership.Peers{MemberID: m.memberID, ClusterID: m.clusterID, Members: m.applier,
 		TLS: cfg.TLS.Peer, Logger: cfg.Logger.Named("membership")}
+	members := m.applier.Members()
+	if len(members) == 0 {
+		members = discovered // a joining member's, until its log arrives
+	}
+	m.tracker = membership.NewTracker(membership.TrackerConfig{
+		MemberID: m.memberID, Transport: m.transport, Peers: m.remote, Raft: m.node,
+		ElectionTimeout: cfg.ElectionTimeout,
+	}, members)
 	m.membership = membership.New(membership.Config{
 		MemberID: m.memberID, Token: cfg.InitialClusterToken, Timeout: limits.RequestTimeout,
 		Members: m.applier, Raft: m.node, Proposer: m.proposer, Activity: m.transport, Peers: m.remote,
@@ -389,16 +405,8 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, err
 	}
 	m.maintainer.RegisterPeer(m.peerGRPC)
-	for _, u := range cfg.ListenClientURLs {
-		addr, err := transport.HostPort(u)
-		if err != nil {
-			return nil, err
-		}
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("listen on client URL %s: %w", u, err)
-		}
-		m.listener = append(m.listener, l)
+	if m.listener, err = transport.Listen("client", cfg.ListenClientURLs); err != nil {
+		return nil, err
 	}
 	if m.metricsListeners, err = server.ListenMetrics(cfg.ListenMetricsURLs); err != nil {
 		return nil, err
@@ -440,7 +448,14 @@ func Start(cfg Config) (_ *Member, err error) {
 		go func() { _ = m.peerGRPC.Serve(l) }()
 	}
 	m.run(func() { m.membership.PublishAttributes(ctx, cfg.Name, cfg.AdvertiseClientURLs) })
-	m.run(func() { m.watchRemoval(ctx) })
+	m.run(func() { m.tracker.Run(ctx) })
+	m.run(func() {
+		select {
+		case <-m.tracker.Removed():
+			m.fail(membership.ErrRemoved)
+		case <-ctx.Done():
+		}
+	})
 	if m.compactor != nil {
 		m.compactor.Run()
 	}
@@ -462,33 +477,6 @@ func Start(cfg Config) (_ *Member, err error) {
 	return m, nil
 }
 
-// loadIdentity reads the data directory's identity, or creates it from the
-// configuration: on restart the data directory wins, as in etcd.
-func (m *Member) loadIdentity() (datadir.ID, error) {
-	if id, ok, err := datadir.ReadID(m.cfg.FS, m.cfg.DataDir); err != nil || ok {
-		return id, err
-	}
-	var id datadir.ID
-	var err error
-	if m.cfg.InitialClusterState == "existing" {
-		// Until the leader's log or snapshot arrives, the discovered
-		// members are the peers this member can answer.
-		id, m.discovered, err = membership.Discover(membership.JoinConfig{
-			Name: m.cfg.Name, InitialCluster: m.cfg.InitialCluster, AdvertisePeerURLs: m.cfg.AdvertisePeerURLs,
-			PeerTLS: m.cfg.TLS.Peer, Logger: m.logger,
-		})
-	} else {
-		id, err = datadir.BootstrapID(m.cfg.Name, m.cfg.InitialCluster, m.cfg.InitialClusterToken)
-	}
-	if err != nil {
-		return datadir.ID{}, err
-	}
-	if err := datadir.WriteID(m.cfg.FS, m.cfg.DataDir, id); err != nil {
-		return datadir.ID{}, err
-	}
-	return id, nil
-}
-
 // run runs f on a goroutine that Stop waits for.
 func (m *Member) run(f func()) {
 	m.wg.Add(1)
@@ -498,8 +486,9 @@ func (m *Member) run(f func()) {
 	}()
 }
 
-// dispatchOutcomes acts on what the applier did, in order: the transport
-// learns the membership, and a member that finds itself removed stops.
+// dispatchOutcomes acts on what the applier did, in order: the tracker
+// learns the membership (the transport's peers follow it, and a member that
+// finds itself removed stops).
 // (The node learns the applied index from the applier itself, its
 // Progress, without waiting for this loop.)
 func (m *Member) dispatchOutcomes(ctx context.Context) {
@@ -509,50 +498,9 @@ func (m *Member) dispatchOutcomes(ctx context.Context) {
 			return
 		case o := <-m.applier.Outcomes():
 			if o.Members != nil {
-				m.membersChanged(o.Members)
+				m.tracker.Changed(o.Members)
 			}
 		}
-	}
-}
-
-// Propose implements server.Backend.
-func (m *Member) Propose(ctx context.Context, req *pb.InternalRaftRequest) (apply.Result, error) {
-	return m.proposer.Propose(ctx, req)
-}
-
-// ReadBarrier implements server.Backend.
-func (m *Member) ReadBarrier(ctx context.Context) error {
-	idx, err := m.node.ReadIndex(ctx)
-	if err != nil {
-		return err
-	}
-	return m.applier.WaitApplied(ctx, idx)
-}
-
-// Store implements server.Backend.
-func (m *Member) Store() *mvcc.Store { return m.store }
-
-// ClusterID implements server.Backend.
-func (m *Member) ClusterID() uint64 { return m.clusterID }
-
-// MemberID implements server.Backend.
-func (m *Member) MemberID() uint64 { return m.memberID }
-
-// Term implements server.Backend.
-func (m *Member) Term() uint64 { return m.node.Term() }
-
-// Leader implements server.Backend.
-func (m *Member) Leader() uint64 { return m.node.Leader() }
-
-// Members implements server.Backend.
-func (m *Member) Members() []*pb.Member { return m.applier.Members() }
-
-// Status implements server.Backend.
-func (m *Member) Status() server.Status {
-	return server.Status{
-		CommitIndex:  m.node.CommitIndex(),
-		AppliedIndex: m.applier.AppliedIndex(),
-		DBSize:       m.engine.DiskSize(),
 	}
 }
 
@@ -646,16 +594,4 @@ func (m *Member) closeStores() error {
 		errs = append(errs, m.lock.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// leaseMinTTL is etcd's minimum lease TTL, in seconds: a lease outlives
-// an election (1.5 election timeouts, at least two ticks' worth).
-func leaseMinTTL(cfg Config) int64 {
-	tick := cfg.HeartbeatInterval
-	if tick <= 0 {
-		return 0
-	}
-	electionTicks := int(cfg.ElectionTimeout / tick)
-	minTTL := time.Duration(3*max(electionTicks, 2)/2) * tick
-	return int64(math.Ceil(minTTL.Seconds()))
 }

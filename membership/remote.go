@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -55,6 +56,29 @@ type JoinConfig struct {
 	// PeerTLS dials the peers.
 	PeerTLS tlsconfig.Info
 	Logger  *zap.Logger
+}
+
+// LoadIdentity reads the identity of the data directory dir, or creates and
+// records it: on restart the data directory wins, as in etcd. A member of a
+// new cluster derives it from --initial-cluster and token; one joining an
+// existing cluster (state "existing") asks its peers (Discover), and
+// members is then the cluster as it found it, nil otherwise.
+func LoadIdentity(fs vfs.FS, dir, state, token string, join JoinConfig) (id datadir.ID, members []*pb.Member, err error) {
+	if id, ok, err := datadir.ReadID(fs, dir); err != nil || ok {
+		return id, nil, err
+	}
+	if state == "existing" {
+		id, members, err = Discover(join)
+	} else {
+		id, err = datadir.BootstrapID(join.Name, join.InitialCluster, token)
+	}
+	if err != nil {
+		return datadir.ID{}, nil, err
+	}
+	if err := datadir.WriteID(fs, dir, id); err != nil {
+		return datadir.ID{}, nil, err
+	}
+	return id, members, nil
 }
 
 // Discover asks the peers named in --initial-cluster for the cluster this

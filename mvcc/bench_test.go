@@ -54,7 +54,7 @@ func benchApplyPut(b *testing.B, wal bool) {
 	b.SetBytes(int64(perBatch * (8 + len(val))))
 	index := uint64(0)
 	for b.Loop() {
-		w := s.Write()
+		w := s.Write(nil)
 		for range perBatch {
 			key := binary.BigEndian.AppendUint64(nil, rng.Uint64N(1<<20))
 			if _, err := w.Put(&pb.PutRequest{Key: key, Value: val}); err != nil {
@@ -76,7 +76,7 @@ func BenchmarkRange(b *testing.B) {
 	val := make([]byte, 256)
 	const n = 10000
 	for round := range 3 {
-		w := s.Write()
+		w := s.Write(nil)
 		for i := range n {
 			if _, err := w.Put(&pb.PutRequest{Key: fmt.Appendf(nil, "key%06d", i), Value: val}); err != nil {
 				b.Fatal(err)

@@ -33,7 +33,7 @@ func TestConcurrentReadsSeeImmutableHistory(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	write := func(n int) {
 		for range n {
-			w := s.Write()
+			w := s.Write(nil)
 			for range 3 {
 				key := fmt.Appendf(nil, "k%d", rng.IntN(20))
 				if rng.IntN(3) == 0 {
@@ -79,7 +79,7 @@ func TestConcurrentReadsSeeImmutableHistory(t *testing.T) {
 	}
 	for _, c := range []int64{revs[0] - 5, revs[0], revs[1] + 3} {
 		write(10)
-		w := s.Write()
+		w := s.Write(nil)
 		if _, _, err := w.Compact(&pb.CompactionRequest{Revision: c}); err != nil {
 			t.Error(err)
 		}

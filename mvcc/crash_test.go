@@ -44,7 +44,7 @@ func crashRun(t *testing.T, seed uint64) {
 	all := &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}}
 	states := []snapshotState{{rev: 1, compactRev: -1, all: &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: 1}}}}
 	for i := uint64(1); i <= 200; i++ {
-		w := s.Write()
+		w := s.Write(nil)
 		for range 1 + rng.IntN(5) {
 			key := fmt.Appendf(nil, "k%02d", rng.IntN(30))
 			if rng.IntN(4) == 0 {

@@ -15,7 +15,7 @@ func TestRevokeLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	s, err := Open(e, Options{LeaseExists: func(id int64) bool { return id == 1 || id == 2 }})
+	s, err := Open(e, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestRevokeLease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w := s.Write()
+	w := s.Write(leaseFunc(func(id int64) bool { return id == 1 || id == 2 }))
 	for _, r := range []LeaseRecord{{ID: 1, TTL: 10}, {ID: 2, TTL: 20, RemainingTTL: 7}} {
 		if err := w.PutLease(r); err != nil {
 			t.Fatal(err)
@@ -49,7 +49,7 @@ func TestRevokeLease(t *testing.T) {
 	}
 	rev := s.Rev()
 
-	w = s.Write()
+	w = s.Write(leaseFunc(func(id int64) bool { return id == 1 || id == 2 }))
 	got, deleted, err := w.RevokeLease(1)
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func TestRevokeLease(t *testing.T) {
 	}
 
 	// A lease with no keys takes no revision.
-	w = s.Write()
+	w = s.Write(leaseFunc(func(id int64) bool { return id == 1 || id == 2 }))
 	if err := w.PutLease(LeaseRecord{ID: 3, TTL: 5}); err != nil {
 		t.Fatal(err)
 	}

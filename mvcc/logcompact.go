@@ -76,7 +76,7 @@ func (w *WriteBatch) RecordIndex(index uint64, revBefore int64) error {
 // may run on any goroutine (the log compactor's, once the log's first
 // index has passed index).
 func (s *Store) ForgetIndexRevisions(below uint64) error {
-	w := s.Write()
+	w := s.Write(nil)
 	// Keep the newest row below the bound.
 	keepFrom, err := func() (key []byte, err error) {
 		it := w.r.NewIter([]byte(prefixIndexRev), indexRevKey(below))

@@ -173,7 +173,7 @@ func openTestStore(t testing.TB, fs vfs.FS, dir string) (*epebble.Engine, *Store
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(e, Options{LeaseExists: func(id int64) bool { return id < 100 }, CompactChunk: 7})
+	s, err := Open(e, Options{CompactChunk: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func runModel(t *testing.T, seed uint64) {
 	m := newModel()
 	index := uint64(0)
 	for step := 0; step < 300; step++ {
-		w := s.Write()
+		w := s.Write(modelLeases)
 		for range 1 + rng.IntN(4) {
 			switch op := rng.IntN(10); {
 			case op < 4:
@@ -334,7 +334,7 @@ func runModel(t *testing.T, seed uint64) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	w := s.Write()
+	w := s.Write(modelLeases)
 	if m.rev > m.compactRev {
 		if _, _, err := w.Compact(&pb.CompactionRequest{Revision: m.rev}); err != nil {
 			t.Fatal(err)
@@ -349,7 +349,7 @@ func runModel(t *testing.T, seed uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w = s.Write()
+	w = s.Write(modelLeases)
 	if _, _, err = w.Compact(&pb.CompactionRequest{Revision: m.rev}); !errors.Is(err, ErrCompacted) {
 		t.Fatalf("compact at the compact revision: err = %v", err)
 	}
@@ -532,3 +532,6 @@ func checkEvents(t *testing.T, rng *rand.Rand, s *Store, m *model) {
 		}
 	}
 }
+
+// modelLeases are the leases the model test's puts may attach keys to.
+var modelLeases = leaseFunc(func(id int64) bool { return id < 100 })

@@ -32,7 +32,7 @@ func TestRaiseCompactRev(t *testing.T) {
 			e, s := openTestStore(t, fs, "db")
 			// a@2 a@3 a@4 b@5 a@6 b@7
 			for i, k := range []string{"a", "a", "a", "b", "a", "b"} {
-				w := s.Write()
+				w := s.Write(nil)
 				if _, err := w.Put(&pb.PutRequest{Key: []byte(k), Value: []byte{byte('0' + i)}}); err != nil {
 					t.Fatal(err)
 				}
@@ -41,7 +41,7 @@ func TestRaiseCompactRev(t *testing.T) {
 				}
 			}
 			if tc.compactFirst != 0 {
-				w := s.Write()
+				w := s.Write(nil)
 				if _, _, err := w.Compact(&pb.CompactionRequest{Revision: tc.compactFirst}); err != nil {
 					t.Fatal(err)
 				}
@@ -49,7 +49,7 @@ func TestRaiseCompactRev(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			w := s.Write()
+			w := s.Write(nil)
 			if err := w.RaiseCompactRev(tc.raise); err != nil {
 				t.Fatal(err)
 			}

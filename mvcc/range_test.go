@@ -33,11 +33,18 @@ func del(k, end string) *pb.RequestOp {
 	return &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: r}}
 }
 
-// apply commits each function as its own batch.
+// apply commits each function as its own batch, with no lease existing.
 func apply(t *testing.T, s *Store, fns ...func(w *WriteBatch)) {
 	t.Helper()
+	applyLeases(t, s, nil, fns...)
+}
+
+// applyLeases commits each function as its own batch, with the leases
+// leases holds.
+func applyLeases(t *testing.T, s *Store, leases Leases, fns ...func(w *WriteBatch)) {
+	t.Helper()
 	for _, fn := range fns {
-		w := s.Write()
+		w := s.Write(leases)
 		fn(w)
 		if err := w.Commit(s.AppliedIndex() + 1); err != nil {
 			t.Fatal(err)
@@ -139,8 +146,7 @@ func TestRangeOptions(t *testing.T) {
 			kvs: []*mvccpb.KeyValue{a}, count: 3, more: true},
 	}
 	withLease := rangeFixture(t)
-	withLease.opts.LeaseExists = func(id int64) bool { return id == 3 }
-	apply(t, withLease, func(w *WriteBatch) {
+	applyLeases(t, withLease, leaseFunc(func(id int64) bool { return id == 3 }), func(w *WriteBatch) {
 		if _, err := w.Put(&pb.PutRequest{Key: []byte("l"), Value: []byte("x"), Lease: 3}); err != nil {
 			t.Fatal(err)
 		}
@@ -248,10 +254,9 @@ func TestTxn(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := rangeFixture(t)
-			s.opts.LeaseExists = func(id int64) bool { return leases[id] }
 			var resp *pb.TxnResponse
 			var err error
-			apply(t, s, func(w *WriteBatch) { resp, err = w.Txn(tt.req) })
+			applyLeases(t, s, leaseFunc(func(id int64) bool { return leases[id] }), func(w *WriteBatch) { resp, err = w.Txn(tt.req) })
 			if !errors.Is(err, tt.err) {
 				t.Fatalf("err = %v, want %v", err, tt.err)
 			}
@@ -310,8 +315,8 @@ func TestNestedTxnSeesEarlierWritesAndComparesBefore(t *testing.T) {
 
 func TestPutOptionsAndLeaseKeys(t *testing.T) {
 	s := rangeFixture(t)
-	s.opts.LeaseExists = func(id int64) bool { return id == 5 || id == 6 }
-	apply(t, s, func(w *WriteBatch) {
+	leases := leaseFunc(func(id int64) bool { return id == 5 || id == 6 })
+	applyLeases(t, s, leases, func(w *WriteBatch) {
 		if _, err := w.Put(&pb.PutRequest{Key: []byte("a"), Value: []byte("v"), Lease: 5}); err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +344,7 @@ func TestPutOptionsAndLeaseKeys(t *testing.T) {
 	if err != nil || fmt.Sprintf("%q", keys) != `["a" "b"]` {
 		t.Fatalf("LeaseKeys(5) = %q, %v", keys, err)
 	}
-	apply(t, s, func(w *WriteBatch) {
+	applyLeases(t, s, leases, func(w *WriteBatch) {
 		if _, err := w.Put(&pb.PutRequest{Key: []byte("a"), Lease: 6}); err != nil {
 			t.Fatal(err)
 		}
@@ -412,7 +417,7 @@ func TestOpenReadsConstant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := s.Write()
+		w := s.Write(nil)
 		for i := range n {
 			if _, err := w.Put(&pb.PutRequest{Key: fmt.Appendf(nil, "key%06d", i), Value: []byte("v")}); err != nil {
 				t.Fatal(err)
@@ -461,7 +466,7 @@ func TestOpenReadsConstant(t *testing.T) {
 
 func TestWriteBatchAbortLeavesNothing(t *testing.T) {
 	s := rangeFixture(t)
-	w := s.Write()
+	w := s.Write(nil)
 	if _, err := w.Put(&pb.PutRequest{Key: []byte("x"), Value: []byte("1")}); err != nil {
 		t.Fatal(err)
 	}
@@ -559,3 +564,9 @@ func TestChangesRefusesCompactedRange(t *testing.T) {
 		}
 	}
 }
+
+// leaseFunc is a set of leases given by its membership test.
+type leaseFunc func(id int64) bool
+
+// Exists implements Leases.
+func (f leaseFunc) Exists(id int64) bool { return f(id) }

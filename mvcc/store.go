@@ -26,11 +26,14 @@ var (
 	ErrKeyNotFound = errors.New("etcdserver: key not found")
 )
 
+// Leases says which leases exist (lease.Lessor): a Put may attach a key
+// only to one of them.
+type Leases interface {
+	Exists(id int64) bool
+}
+
 // Options configure a Store.
 type Options struct {
-	// LeaseExists reports whether a lease exists. nil: no lease exists, so a
-	// Put with a lease fails with ErrLeaseNotFound.
-	LeaseExists func(id int64) bool
 	// Logger; nil means zap.NewNop().
 	Logger *zap.Logger
 	// CompactChunk is how many revision-index entries one step of physical

@@ -26,29 +26,32 @@ import (
 // Concurrency: one goroutine, between Store.Write and Commit or Abort; the
 // Store's write lock is held all that time.
 type WriteBatch struct {
-	s     *Store
-	b     engine.Batch  // nil in a read-only transaction
-	r     engine.Reader // b, or a snapshot for a read-only transaction
-	st    state         // revision state as this batch sees it
-	start state
-	job   compactJob
-	jobCh bool // job changed
-	wait  []compactWaiter
-	sub   int64 // operations written by the current request
-	err   error // sticky engine error
-	done  bool
+	s      *Store
+	leases Leases        // nil: no lease exists
+	b      engine.Batch  // nil in a read-only transaction
+	r      engine.Reader // b, or a snapshot for a read-only transaction
+	st     state         // revision state as this batch sees it
+	start  state
+	job    compactJob
+	jobCh  bool // job changed
+	wait   []compactWaiter
+	sub    int64 // operations written by the current request
+	err    error // sticky engine error
+	done   bool
 }
 
-// Write starts an apply batch. Only one may be open at a time: it holds the
-// store's write lock until Commit or Abort.
-func (s *Store) Write() *WriteBatch {
+// Write starts an apply batch, whose Puts may attach keys to the leases
+// leases holds (nil: to none; a Put with a lease then fails with
+// ErrLeaseNotFound). Only one may be open at a time: it holds the store's
+// write lock until Commit or Abort.
+func (s *Store) Write(leases Leases) *WriteBatch {
 	s.wmu.Lock()
 	st := state{rev: s.rev.Load(), compactRev: s.compactRev.Load()}
 	s.mu.Lock()
 	job := s.mu.job
 	s.mu.Unlock()
 	b := s.e.NewBatch()
-	return &WriteBatch{s: s, b: b, r: b, st: st, start: st, job: job}
+	return &WriteBatch{s: s, leases: leases, b: b, r: b, st: st, start: st, job: job}
 }
 
 // view is what the current request reads: the batch, at the revision it
@@ -77,7 +80,7 @@ func (w *WriteBatch) fail(err error) error {
 }
 
 func (w *WriteBatch) leaseExists(id int64) bool {
-	return id == 0 || (w.s.opts.LeaseExists != nil && w.s.opts.LeaseExists(id))
+	return id == 0 || (w.leases != nil && w.leases.Exists(id))
 }
 
 // put writes key at the current request's revision.

@@ -63,12 +63,14 @@ type interaction struct {
 func (env *interaction) record(format string, args ...any) {
 	env.mu.Lock()
 	defer env.mu.Unlock()
+	env.collectLocked()
 	env.trace = append(env.trace, fmt.Sprintf(format, args...))
 }
 
 func (env *interaction) flush() string {
 	env.mu.Lock()
 	defer env.mu.Unlock()
+	env.collectLocked()
 	out := strings.Join(env.trace, "\n")
 	env.trace = nil
 	if out == "" {
@@ -149,18 +151,38 @@ func describeEntries(entries []*raftpb.Entry) string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
-// Send implements Transport: messages wait in the outbox for the script.
-func (sn *scriptedNode) Send(msgs []*raftpb.Message) {
-	for _, m := range msgs {
-		line := raft.DescribeMessage(m, quoteData)
-		if c := m.GetContext(); len(c) == 8 && (m.GetType() == raftpb.MsgHeartbeat || m.GetType() == raftpb.MsgHeartbeatResp) {
-			// raft's read-only confirmation sequence: an acknowledgement
-			// confirms every read request issued at or before it.
-			line += fmt.Sprintf(" confirms:%d", binary.LittleEndian.Uint64(c))
+// collectLocked moves the messages each node handed to its transport
+// (Node.Outgoing) into the node's outbox, recording each send. record and
+// flush call it first: a node hands messages over before whatever it does
+// next, so the trace shows each send before the events that followed it,
+// as the node goroutine performed them.
+//
+// REQUIRES: env.mu held.
+func (env *interaction) collectLocked() {
+	for _, id := range env.ids() {
+		sn := env.nodes[id]
+		for more := true; more; {
+			select {
+			case msgs := <-sn.n.outgoing:
+				for _, m := range msgs {
+					env.trace = append(env.trace, fmt.Sprintf("%d: send %s", sn.id, describeMessage(m)))
+				}
+				sn.outbox = append(sn.outbox, msgs...)
+			default:
+				more = false
+			}
 		}
-		sn.env.record("%d: send %s", sn.id, line)
 	}
-	sn.outbox = append(sn.outbox, msgs...)
+}
+
+func describeMessage(m *raftpb.Message) string {
+	line := raft.DescribeMessage(m, quoteData)
+	if c := m.GetContext(); len(c) == 8 && (m.GetType() == raftpb.MsgHeartbeat || m.GetType() == raftpb.MsgHeartbeatResp) {
+		// raft's read-only confirmation sequence: an acknowledgement
+		// confirms every read request issued at or before it.
+		line += fmt.Sprintf(" confirms:%d", binary.LittleEndian.Uint64(c))
+	}
+	return line
 }
 
 func quoteData(b []byte) string { return strconv.Quote(string(b)) }
@@ -268,8 +290,12 @@ func (env *interaction) handle(t *testing.T, td *datadriven.TestData) string {
 		sn.installAhead, _ = strconv.ParseUint(td.CmdArgs[1].Key, 10, 64)
 	case "drop-msgs":
 		sn := node()
-		env.record("%d: %d messages lost", sn.id, len(sn.outbox))
+		env.mu.Lock()
+		env.collectLocked()
+		lost := len(sn.outbox)
 		sn.outbox = nil
+		env.mu.Unlock()
+		env.record("%d: %d messages lost", sn.id, lost)
 	case "stabilize":
 		for {
 			busy := false
@@ -320,7 +346,7 @@ func (env *interaction) addNodes(t *testing.T, count int, snapshotCount, catchUp
 		}
 		sn.log = &tracedLog{memLog: &memLog{MemoryStorage: raft.NewMemoryStorage()}, id: id, env: env}
 		n, err := New(Config{
-			ID: id, Peers: peers, Log: sn.log, Engine: sn.eng, Transport: sn,
+			ID: id, Peers: peers, Log: sn.log, Engine: sn.eng,
 			ElectionTicks: 3, HeartbeatTicks: 1, SnapshotCount: snapshotCount, CatchUpEntries: catchUp,
 			Logger: zap.NewNop(),
 		})
@@ -330,7 +356,9 @@ func (env *interaction) addNodes(t *testing.T, count int, snapshotCount, catchUp
 		// Unbuffered: a hand-off completes only when the applier takes it.
 		n.committc = make(chan Committed)
 		sn.n = n
+		env.mu.Lock()
 		env.nodes[id] = sn
+		env.mu.Unlock()
 		sn.wg.Add(1)
 		go env.runApplier(sn)
 	}
@@ -438,8 +466,13 @@ func (env *interaction) deliver(to []uint64) int {
 	delivered := 0
 	for _, from := range env.ids() {
 		sn := env.nodes[from]
+		env.mu.Lock()
+		env.collectLocked()
+		sent := sn.outbox
+		sn.outbox = nil
+		env.mu.Unlock()
 		var keep []*raftpb.Message
-		for _, m := range sn.outbox {
+		for _, m := range sent {
 			dst := env.nodes[m.GetTo()]
 			if dst == nil || !slices.Contains(to, m.GetTo()) {
 				keep = append(keep, m)
@@ -453,7 +486,9 @@ func (env *interaction) deliver(to []uint64) int {
 			env.record("%d: receive %s from %d", m.GetTo(), m.GetType(), m.GetFrom())
 			dst.n.step(m)
 		}
-		sn.outbox = keep
+		env.mu.Lock()
+		sn.outbox = append(keep, sn.outbox...)
+		env.mu.Unlock()
 	}
 	return delivered
 }

@@ -5,8 +5,9 @@
 //  1. persist the Ready's entries and HardState to the raft log, with one
 //     fsync (group commit: every proposal and peer message that arrived
 //     since the last Ready shares that sync);
-//  2. send the Ready's messages to peers, after the entries they acknowledge
-//     are durable (a leader sends before its own fsync, as etcd does);
+//  2. hand the Ready's messages to the transport on Outgoing, after the
+//     entries they acknowledge are durable (a leader hands them over before
+//     its own fsync, as etcd does);
 //  3. answer ReadIndex requests whose read state arrived;
 //  4. apply membership changes to raft, then hand the committed entries to
 //     the applier, which applies them to the state machine on its own
@@ -94,11 +95,6 @@ type Engine interface {
 	DurableIndex() uint64
 }
 
-// Transport carries raft messages to peers. Send must not block.
-type Transport interface {
-	Send(msgs []*raftpb.Message)
-}
-
 // Config configures a Node.
 type Config struct {
 	// ID is this member's raft ID.
@@ -113,9 +109,6 @@ type Config struct {
 	Log Log
 	// Engine is flushed to let the log be compacted.
 	Engine Engine
-	// Transport sends raft messages to peers; nil for a member that has
-	// none (it must then be the only voter).
-	Transport Transport
 	// Applied is the index the state machine has applied (read back from
 	// the engine at start-up); raft redelivers committed entries after it.
 	Applied uint64
@@ -151,6 +144,7 @@ type Node struct {
 	appliedc chan uint64 // applied index reports from the applier
 	flushc   chan uint64 // durable index reached by a background flush
 	committc chan Committed
+	outgoing chan []*raftpb.Message // messages for the transport (Outgoing)
 	done     chan struct{}
 	// flushes counts the background engine flush (at most one at a time);
 	// Run waits for it, so that nothing touches the engine after Run.
@@ -267,6 +261,7 @@ func New(cfg Config) (*Node, error) {
 		appliedc:      make(chan uint64, 16),
 		flushc:        make(chan uint64, 1),
 		committc:      make(chan Committed, 64),
+		outgoing:      make(chan []*raftpb.Message, outgoingBuffer),
 		done:          make(chan struct{}),
 		readInFlight:  map[uint64][]chan readResult{},
 		readIssuedAt:  map[uint64]int{},
@@ -300,6 +295,29 @@ func New(cfg Config) (*Node, error) {
 // Committed returns the channel of committed entry batches. The applier
 // must drain it and report progress with Applied.
 func (n *Node) Committed() <-chan Committed { return n.committc }
+
+// Outgoing returns the channel of raft messages the node wants sent, one
+// slice per hand-off, in the order raft produced them (step 2). The
+// transport drains it (transport.Config.Outgoing) and must not block on the
+// network while doing so: once outgoingBuffer hand-offs wait unread, the
+// node goroutine waits for its reader.
+//
+// The node exposes what it wants sent instead of calling a transport, so
+// that it can be built before the transport, which delivers to it.
+func (n *Node) Outgoing() <-chan []*raftpb.Message { return n.outgoing }
+
+// outgoingBuffer is how many hand-offs of messages Outgoing holds unread.
+const outgoingBuffer = 1024
+
+// send hands msgs to the transport (Outgoing).
+func (n *Node) send(ctx context.Context, msgs []*raftpb.Message) error {
+	select {
+	case n.outgoing <- msgs:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // WaitLeader blocks until a leader is known or ctx ends.
 func (n *Node) WaitLeader(ctx context.Context) error {
@@ -506,8 +524,10 @@ func (n *Node) handleReady(ctx context.Context) error {
 	// acknowledge, and the leader counts itself only once Advance confirms
 	// its own append. The disk writes of leader and followers then overlap.
 	sentEarly := false
-	if n.leader.Load() == n.cfg.ID && len(rd.Messages) > 0 && n.cfg.Transport != nil {
-		n.cfg.Transport.Send(rd.Messages)
+	if n.leader.Load() == n.cfg.ID && len(rd.Messages) > 0 {
+		if err := n.send(ctx, rd.Messages); err != nil {
+			return err
+		}
 		sentEarly = true
 	}
 	if len(rd.Entries) > 0 || hs != nil {
@@ -525,8 +545,10 @@ func (n *Node) handleReady(ctx context.Context) error {
 		}
 	}
 	// Step 2: messages, after the entries they acknowledge are durable.
-	if !sentEarly && len(rd.Messages) > 0 && n.cfg.Transport != nil {
-		n.cfg.Transport.Send(rd.Messages)
+	if !sentEarly && len(rd.Messages) > 0 {
+		if err := n.send(ctx, rd.Messages); err != nil {
+			return err
+		}
 	}
 	// Step 3: linearizable reads.
 	for _, rs := range rd.ReadStates {

@@ -6,11 +6,12 @@
 //
 // # Use
 //
-//	t := transport.New(transport.Config{LocalID: 1, ClusterID: cid, Handler: node, Snapshotter: snaps})
+//	t := transport.New(transport.Config{LocalID: 1, ClusterID: cid, Handler: node, Snapshotter: snaps,
+//		Outgoing: node.Outgoing()})      // sends what the node hands over there
 //	t.Register(peerGRPCServer)            // before peerGRPCServer.Serve
 //	t.AddPeer(2, []string{"http://10.0.0.2:2380"})
 //	...
-//	t.Send(rd.Messages)                   // from the node goroutine; never blocks
+//	t.Send(msgs)                          // from any goroutine; never blocks
 //	...
 //	t.Stop()
 //

@@ -9,6 +9,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"time"
@@ -157,4 +158,25 @@ func HostPort(rawURL string) (string, error) {
 		return "", fmt.Errorf("URL %q: want http or https", rawURL)
 	}
 	return u.Host, nil
+}
+
+// Listen listens on the host:port of every URL, in order; what names the
+// URLs in errors ("client", "peer"). On error it closes what it opened.
+func Listen(what string, urls []string) ([]net.Listener, error) {
+	var out []net.Listener
+	for _, u := range urls {
+		addr, err := HostPort(u)
+		if err == nil {
+			var l net.Listener
+			if l, err = net.Listen("tcp", addr); err == nil {
+				out = append(out, l)
+				continue
+			}
+		}
+		for _, l := range out {
+			l.Close()
+		}
+		return nil, fmt.Errorf("listen on %s URL %s: %w", what, u, err)
+	}
+	return out, nil
 }

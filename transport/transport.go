@@ -57,6 +57,10 @@ type Config struct {
 	Handler Handler
 	// Snapshotter moves snapshot data. nil: MsgSnap fails on both sides.
 	Snapshotter Snapshotter
+	// Outgoing, if set, is the node's channel of messages to send
+	// (node.Node.Outgoing): New starts a goroutine that Sends every slice
+	// arriving on it, in order, until Stop.
+	Outgoing <-chan []*raftpb.Message
 	// DialTimeout bounds connecting to a peer and its handshake. 0: 1 s.
 	DialTimeout time.Duration
 	// TLS, if set, secures outgoing connections to every peer; the peer
@@ -98,8 +102,8 @@ const (
 // Transport sends raft messages to peers and receives theirs. See the
 // package documentation for the streams it keeps.
 //
-// Concurrency: all methods are safe from any goroutine. New starts nothing;
-// AddPeer starts the peer's goroutines (a stream writer, a reporter, one
+// Concurrency: all methods are safe from any goroutine. New starts only the
+// goroutine that reads Config.Outgoing, if set; AddPeer starts the peer's goroutines (a stream writer, a reporter, one
 // per snapshot in flight); RemovePeer ends them without waiting. Stop ends
 // them and the streams peers opened to this member, and waits for all of
 // them, Handler calls in progress included: call it where a Handler call
@@ -124,7 +128,8 @@ type Transport struct {
 	}
 }
 
-// New returns a transport for the member cfg.LocalID. It starts nothing.
+// New returns a transport for the member cfg.LocalID. It starts only the
+// goroutine that reads cfg.Outgoing, if set.
 func New(cfg Config) *Transport {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = time.Second
@@ -142,7 +147,25 @@ func New(cfg Config) *Transport {
 		silenceTimeout:    silenceTimeout,
 	}
 	t.mu.peers = make(map[uint64]*peer)
+	if cfg.Outgoing != nil {
+		t.mu.Lock()
+		t.goLocked(t.sendOutgoing)
+		t.mu.Unlock()
+	}
 	return t
+}
+
+// sendOutgoing sends what the node hands over on Config.Outgoing until
+// Stop. Send never blocks, so the node never waits on the network.
+func (t *Transport) sendOutgoing() {
+	for {
+		select {
+		case msgs := <-t.cfg.Outgoing:
+			t.Send(msgs)
+		case <-t.stopc:
+			return
+		}
+	}
 }
 
 // Register adds the peer gRPC service to the member's peer gRPC server

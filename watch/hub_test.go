@@ -78,7 +78,7 @@ func (e *env) settle() {
 
 func (e *env) write(f func(w *mvcc.WriteBatch) error) {
 	e.t.Helper()
-	w := e.store.Write()
+	w := e.store.Write(nil)
 	if err := f(w); err != nil {
 		w.Abort()
 		e.t.Fatal(err)

@@ -245,7 +245,7 @@ func run(seed uint64, steps int) error {
 		return err
 	}
 	defer eng.Close()
-	ss, err := mvcc.Open(eng, mvcc.Options{LeaseExists: func(id int64) bool { return id < 100 }, CompactChunk: 3})
+	ss, err := mvcc.Open(eng, mvcc.Options{CompactChunk: 3})
 	if err != nil {
 		return err
 	}
@@ -260,7 +260,7 @@ func run(seed uint64, steps int) error {
 		var what string
 		var eResp, sResp proto.Message
 		var eErr, sErr error
-		w := ss.Write()
+		w := ss.Write(leasesBelow100{})
 		switch op := r.IntN(12); {
 		case op < 3:
 			req := randPut(r)
@@ -421,3 +421,9 @@ func putInDelete(t *pb.TxnRequest) bool {
 	}
 	return false
 }
+
+// leasesBelow100 holds every lease whose ID is below 100.
+type leasesBelow100 struct{}
+
+// Exists implements mvcc.Leases.
+func (leasesBelow100) Exists(id int64) bool { return id < 100 }

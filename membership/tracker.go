@@ -1,0 +1,125 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// ErrRemoved is the error a member stops with once the cluster removed it.
+var ErrRemoved = errors.New("the member has been permanently removed from the cluster")
+
+// PeerSetter is the transport's side of the member list
+// (transport.Transport): its peers are the cluster's other members.
+type PeerSetter interface {
+	SetPeers(members []*pb.Member)
+}
+
+// TrackerConfig is a Tracker's collaborators and settings.
+type TrackerConfig struct {
+	// MemberID is this member's ID.
+	MemberID uint64
+	// Transport's peers follow the member list.
+	Transport PeerSetter
+	// Peers are asked for the member list when raft cannot tell this
+	// member that it was removed.
+	Peers *Peers
+	// Raft tells whether a leader is known.
+	Raft interface{ Leader() uint64 }
+	// ElectionTimeout paces the peers' polling: a member with no leader for
+	// three of them asks its peers.
+	ElectionTimeout time.Duration
+	// StopDelay is how long a removed member goes on before Removed
+	// closes; 0 means a second.
+	StopDelay time.Duration
+}
+
+// Tracker follows the applied member list for the rest of the member: it
+// keeps the transport's peers equal to the cluster's other members, and
+// tells the member when the cluster has removed it, so that it stops, as
+// etcd's does.
+//
+// A member learns of its removal in one of two ways:
+//
+//  1. It applies the conf change that removes it: the list it is given
+//     (Changed) no longer holds it, after an earlier list did.
+//  2. It never applies it (the leader stops replicating to a member once
+//     its removal commits): with no leader for three election timeouts it
+//     asks its peers (Run), and a peer of its own cluster answers a list
+//     without it.
+//
+// Either way Removed closes a moment later (StopDelay), so that the answer to the
+// removal, when this member was the one asked, reaches the client first, as
+// etcd delays its stop. A list without this member before it ever saw
+// itself in one (a joining member that has not caught up) means nothing.
+//
+// Concurrency: Changed is called from one goroutine (the member's outcome
+// loop), Run from another.
+type Tracker struct {
+	cfg TrackerConfig
+	// wasMember is set once this member saw itself in the member list.
+	wasMember atomic.Bool
+	// removedSeen is signalled once by Changed when the list drops this
+	// member; Run acts on it.
+	removedSeen chan struct{}
+	// removed is closed by Run, a second after the removal was learned.
+	removed chan struct{}
+}
+
+// NewTracker returns a tracker that has given the transport members, the
+// member list known at start-up (the applied one, or the one a joining
+// member discovered).
+func NewTracker(cfg TrackerConfig, members []*pb.Member) *Tracker {
+	if cfg.StopDelay <= 0 {
+		cfg.StopDelay = time.Second
+	}
+	t := &Tracker{cfg: cfg, removedSeen: make(chan struct{}, 1), removed: make(chan struct{})}
+	t.Changed(members)
+	return t
+}
+
+// Changed is given each member list the applier reaches.
+func (t *Tracker) Changed(members []*pb.Member) {
+	t.cfg.Transport.SetPeers(members)
+	self := slices.ContainsFunc(members, func(m *pb.Member) bool { return m.ID == t.cfg.MemberID })
+	if self {
+		t.wasMember.Store(true)
+		return
+	}
+	if len(members) > 0 && t.wasMember.Load() {
+		select {
+		case t.removedSeen <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Removed is closed once the cluster has removed this member.
+func (t *Tracker) Removed() <-chan struct{} { return t.removed }
+
+// Run watches for this member's removal until ctx ends or it is learned.
+func (t *Tracker) Run(ctx context.Context) {
+	interval := 3 * t.cfg.ElectionTimeout
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.removedSeen:
+		case <-time.After(interval):
+			if t.cfg.Raft.Leader() != 0 || !t.wasMember.Load() || !t.cfg.Peers.Removed() {
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(t.cfg.StopDelay):
+		}
+		close(t.removed)
+		return
+	}
+}
