@@ -3,10 +3,18 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test lint unit race bench-smoke build robustness
+.PHONY: test lint unit race bench-smoke build robustness image
 
 build:
 	$(GO) build -o bin/strata ./cmd/strata
+
+# The container image: the static binary FROM scratch (deploy/Dockerfile),
+# tagged $(IMAGE). deploy/compose.yaml runs three members from it.
+IMAGE ?= strata:dev
+image:
+	mkdir -p bin/image
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/image/strata-static ./cmd/strata
+	docker build -t $(IMAGE) -f deploy/Dockerfile bin/image
 
 lint:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)

@@ -5,6 +5,7 @@
 //	strata inspect log --data-dir D        list the raft log's segments
 //	strata inspect log --data-dir D --entries  print its entries as JSON
 //	strata restore --data-dir NEW ... FILE build a data dir from a backup
+//	strata health [--endpoint URL]         exit 0 if the member is healthy
 //
 // The member accepts etcd's flags under etcd's names and meanings, also as
 // ETCD_* environment variables (a flag given on the command line wins), so
@@ -33,6 +34,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "restore" {
 		os.Exit(runRestore(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "health" {
+		os.Exit(runHealth(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(runMember(os.Args[1:]))
 }
