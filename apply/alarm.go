@@ -44,24 +44,6 @@ func (l *Alarms) List() []*pb.AlarmMember {
 // The slice is shared: do not modify it.
 func (a *Applier) Alarms() []*pb.AlarmMember { return a.alarms.List() }
 
-// loadAlarms reads the alarm list back from the store.
-func (a *Applier) loadAlarms() error {
-	list := []*pb.AlarmMember{}
-	raw, err := a.store.Meta(metaAlarms)
-	if err != nil {
-		return fmt.Errorf("read alarms: %w", err)
-	}
-	if raw != nil {
-		var resp pb.AlarmResponse
-		if err := proto.Unmarshal(raw, &resp); err != nil {
-			return fmt.Errorf("decode alarms: %w", err)
-		}
-		list = resp.Alarms
-	}
-	a.alarms.list.Store(&list)
-	return nil
-}
-
 // applyAlarm activates or deactivates an alarm (GET never reaches the
 // log). The answer lists the alarms changed, as etcd's does: the raised
 // alarm for ACTIVATE, the cleared one for DEACTIVATE, nothing when the

@@ -44,6 +44,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/auth"
+	"github.com/strata-kv/strata/engine"
 	"github.com/strata-kv/strata/internal/failpoint"
 	"github.com/strata-kv/strata/lease"
 	"github.com/strata-kv/strata/mvcc"
@@ -183,32 +184,63 @@ func New(cfg Config) (*Applier, error) {
 	return a, nil
 }
 
-// load reads the applied index, membership and conf state back from the
-// store: at start-up, and after a snapshot replaced the store's content.
-func (a *Applier) load() error {
-	store := a.store
-	a.applied.Store(store.AppliedIndex())
-	members := []*pb.Member{}
-	if raw, err := store.Meta(metaMembers); err != nil {
-		return fmt.Errorf("read membership: %w", err)
+// ClusterState is the replicated cluster state the applier keeps in the
+// engine beside the key space: the member list, raft's conf state at the
+// applied index, and the raised alarms.
+type ClusterState struct {
+	Members   []*pb.Member
+	ConfState *raftpb.ConfState // nil before the first membership entry
+	Alarms    []*pb.AlarmMember
+}
+
+// ReadClusterState reads the cluster state r (the store's engine, or a
+// consistent view of it) holds.
+func ReadClusterState(r engine.Reader) (ClusterState, error) {
+	st := ClusterState{Members: []*pb.Member{}, Alarms: []*pb.AlarmMember{}}
+	if raw, err := mvcc.ReadMeta(r, metaMembers); err != nil {
+		return ClusterState{}, fmt.Errorf("read membership: %w", err)
 	} else if raw != nil {
 		var list pb.MemberListResponse
 		if err := proto.Unmarshal(raw, &list); err != nil {
-			return fmt.Errorf("decode membership: %w", err)
+			return ClusterState{}, fmt.Errorf("decode membership: %w", err)
 		}
-		members = list.Members
+		st.Members = list.Members
 	}
-	a.members.Store(&members)
-	if raw, err := store.Meta(metaConfState); err != nil {
-		return fmt.Errorf("read conf state: %w", err)
+	if raw, err := mvcc.ReadMeta(r, metaConfState); err != nil {
+		return ClusterState{}, fmt.Errorf("read conf state: %w", err)
 	} else if raw != nil {
-		var cs raftpb.ConfState
-		if err := proto.Unmarshal(raw, &cs); err != nil {
-			return fmt.Errorf("decode conf state: %w", err)
+		st.ConfState = &raftpb.ConfState{}
+		if err := proto.Unmarshal(raw, st.ConfState); err != nil {
+			return ClusterState{}, fmt.Errorf("decode conf state: %w", err)
 		}
-		a.confState.Store(&cs)
 	}
-	return a.loadAlarms()
+	if raw, err := mvcc.ReadMeta(r, metaAlarms); err != nil {
+		return ClusterState{}, fmt.Errorf("read alarms: %w", err)
+	} else if raw != nil {
+		var resp pb.AlarmResponse
+		if err := proto.Unmarshal(raw, &resp); err != nil {
+			return ClusterState{}, fmt.Errorf("decode alarms: %w", err)
+		}
+		st.Alarms = resp.Alarms
+	}
+	return st, nil
+}
+
+// load reads the applied index, membership, conf state and alarms back
+// from the store: at start-up, and after a snapshot replaced the store's
+// content.
+func (a *Applier) load() error {
+	a.applied.Store(a.store.AppliedIndex())
+	st, err := ReadClusterState(a.store.Reader())
+	if err != nil {
+		return err
+	}
+	a.members.Store(&st.Members)
+	if st.ConfState != nil {
+		a.confState.Store(st.ConfState)
+	}
+	a.alarms.list.Store(&st.Alarms)
+	return nil
 }
 
 // Outcomes delivers what the commits and installs did. Outcomes not yet

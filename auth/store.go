@@ -113,44 +113,85 @@ func ValidateBcryptCost(cost int) error {
 	return nil
 }
 
-// Load replaces the in-memory state with what r holds. Outstanding tokens
-// are forgotten (their users may no longer exist).
-func (s *Store) Load(r engine.Reader) error {
-	enabled, rev := false, uint64(0)
+// State is the persistent auth state: what the engine holds, and what
+// etcd's snapshot file holds in its auth buckets.
+type State struct {
+	Enabled  bool
+	Revision uint64
+	// Users and Roles are in name order.
+	Users []*authpb.User
+	Roles []*authpb.Role
+}
+
+// ReadState reads the auth state r holds.
+func ReadState(r engine.Reader) (State, error) {
+	var st State
 	raw, err := r.Get([]byte(keyEnabled))
 	switch {
 	case errors.Is(err, engine.ErrNotFound):
 	case err != nil:
-		return fmt.Errorf("read auth state: %w", err)
+		return State{}, fmt.Errorf("read auth state: %w", err)
 	case len(raw) != 9:
-		return fmt.Errorf("read auth state: corrupt record of %d bytes", len(raw))
+		return State{}, fmt.Errorf("read auth state: corrupt record of %d bytes", len(raw))
 	default:
-		enabled, rev = raw[0] == 1, binary.BigEndian.Uint64(raw[1:])
+		st.Enabled, st.Revision = raw[0] == 1, binary.BigEndian.Uint64(raw[1:])
 	}
-	users := map[string]*authpb.User{}
 	if err := scan(r, prefixUser, func(v []byte) error {
 		u := &authpb.User{}
 		if err := proto.Unmarshal(v, u); err != nil {
 			return err
 		}
-		users[string(u.Name)] = u
+		st.Users = append(st.Users, u)
 		return nil
 	}); err != nil {
-		return fmt.Errorf("read auth users: %w", err)
+		return State{}, fmt.Errorf("read auth users: %w", err)
 	}
-	roles := map[string]*authpb.Role{}
 	if err := scan(r, prefixRole, func(v []byte) error {
 		ro := &authpb.Role{}
 		if err := proto.Unmarshal(v, ro); err != nil {
 			return err
 		}
-		roles[string(ro.Name)] = ro
+		st.Roles = append(st.Roles, ro)
 		return nil
 	}); err != nil {
-		return fmt.Errorf("read auth roles: %w", err)
+		return State{}, fmt.Errorf("read auth roles: %w", err)
+	}
+	return st, nil
+}
+
+// WriteState writes st into b, as the records a store that had applied
+// the requests behind it would hold: how an etcd snapshot's auth state
+// enters a new data directory. b must hold no auth records yet.
+func WriteState(b engine.Batch, st State) error {
+	c := &change{s: &Store{users: map[string]*authpb.User{}, roles: map[string]*authpb.Role{}}, b: b}
+	for _, u := range st.Users {
+		c.putUser(u)
+	}
+	for _, ro := range st.Roles {
+		c.putRole(ro)
+	}
+	c.s.enabled, c.s.revision = st.Enabled, st.Revision
+	c.writeState()
+	return c.writeErr
+}
+
+// Load replaces the in-memory state with what r holds. Outstanding tokens
+// are forgotten (their users may no longer exist).
+func (s *Store) Load(r engine.Reader) error {
+	st, err := ReadState(r)
+	if err != nil {
+		return err
+	}
+	users := map[string]*authpb.User{}
+	for _, u := range st.Users {
+		users[string(u.Name)] = u
+	}
+	roles := map[string]*authpb.Role{}
+	for _, ro := range st.Roles {
+		roles[string(ro.Name)] = ro
 	}
 	s.mu.Lock()
-	s.enabled, s.revision, s.users, s.roles = enabled, rev, users, roles
+	s.enabled, s.revision, s.users, s.roles = st.Enabled, st.Revision, users, roles
 	s.mu.Unlock()
 	s.tokens.Reset()
 	return nil

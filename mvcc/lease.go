@@ -54,22 +54,7 @@ func decodeLeaseRecord(k, v []byte) (LeaseRecord, error) {
 // Leases returns every lease record, in the order of the IDs' bytes. It
 // reads only the lease records: its cost grows with the number of leases,
 // not of keys.
-func (s *Store) Leases() ([]LeaseRecord, error) {
-	it := s.e.NewIter([]byte(prefixLeaseRecord), prefixEnd(prefixLeaseRecord))
-	var out []LeaseRecord
-	for ok := it.First(); ok; ok = it.Next() {
-		rec, err := decodeLeaseRecord(it.Key(), it.Value())
-		if err != nil {
-			_ = it.Close()
-			return nil, fmt.Errorf("read lease records: %w", err)
-		}
-		out = append(out, rec)
-	}
-	if err := it.Close(); err != nil {
-		return nil, fmt.Errorf("read lease records: %w", err)
-	}
-	return out, nil
-}
+func (s *Store) Leases() ([]LeaseRecord, error) { return ReadLeases(s.e) }
 
 // PutLease writes a lease record in the batch (a grant or a checkpoint).
 // It takes no revision: leases are not keys.

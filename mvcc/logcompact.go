@@ -211,28 +211,9 @@ func (s *Store) Changes(from, to int64) (out []KeyChange, err error) {
 		}
 	}()
 	for valid := it.First(); valid; valid = it.Next() {
-		main, sub, err := parseRevKey(it.Key())
+		c, err := readVersion(snap, it.Key(), it.Value())
 		if err != nil {
 			return nil, err
-		}
-		tomb, key, err := parseRevValue(it.Value())
-		if err != nil {
-			return nil, err
-		}
-		c := KeyChange{Main: main, Sub: sub, Key: append([]byte(nil), key...)}
-		if !tomb {
-			raw, err := snap.Get(historyKey(key, main, sub))
-			if errors.Is(err, engine.ErrNotFound) {
-				// Removed by compaction between the two reads' keys: the
-				// snapshot makes this impossible, so it is corruption.
-				return nil, fmt.Errorf("%w: revision %d.%d of %q has no history entry", errCorrupt, main, sub, key)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("read revision %d.%d of %q: %w", main, sub, key, err)
-			}
-			if c.KV, err = decodeKV(raw); err != nil {
-				return nil, err
-			}
 		}
 		out = append(out, c)
 	}

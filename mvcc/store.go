@@ -160,16 +160,7 @@ func (s *Store) Range(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 func (s *Store) Reader() engine.Reader { return s.e }
 
 // Meta returns the value SetMeta stored under name, or nil if none.
-func (s *Store) Meta(name string) ([]byte, error) {
-	b, err := s.e.Get([]byte(prefixUser + name))
-	if errors.Is(err, engine.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read meta %q: %w", name, err)
-	}
-	return b, nil
-}
+func (s *Store) Meta(name string) ([]byte, error) { return ReadMeta(s.e, name) }
 
 // LeaseKeys returns the keys currently attached to lease id, in key order.
 func (s *Store) LeaseKeys(id int64) ([][]byte, error) {

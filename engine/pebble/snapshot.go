@@ -8,6 +8,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/strata-kv/strata/engine"
 )
 
 // Raft snapshots move the engine's whole content from a leader to a member
@@ -147,3 +149,7 @@ func (e *Engine) InstallSnapshot(path string) (uint64, error) {
 	e.durable.Store(idx)
 	return idx, nil
 }
+
+// Reader reads the view as an engine.Reader, for the packages that decode
+// their own records from it (mvcc, auth, apply).
+func (v *ExportView) Reader() engine.Reader { return &snapshot{s: v.snap} }
