@@ -22,10 +22,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/strata-kv/strata/apply"
+	"github.com/strata-kv/strata/auth"
 	"github.com/strata-kv/strata/engine"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/etcddb"
 	"github.com/strata-kv/strata/mvcc"
-	"github.com/strata-kv/strata/snapshot"
 	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
 )
@@ -38,10 +39,11 @@ type State interface {
 }
 
 // Raft is what the maintainer needs of raft: whether this member leads,
-// and a read barrier (the initial corruption check waits until the member
-// has caught up).
+// the term (recorded in snapshots), and a read barrier (the initial
+// corruption check waits until the member has caught up).
 type Raft interface {
 	Leader() uint64
+	Term() uint64
 	ReadBarrier(ctx context.Context) error
 }
 
@@ -61,6 +63,10 @@ type Config struct {
 	Proposer            Proposer
 	// PeerTLS dials peers for their HashKV.
 	PeerTLS tlsconfig.Info
+	// TempDir holds a snapshot's database while it is built (etcd's
+	// format needs a file); on the data directory's file system, so that
+	// it has room for a copy of the data.
+	TempDir string
 	// InitialCorruptCheck and CorruptCheckTime are etcd's corruption
 	// checks (--experimental-initial-corrupt-check, --corrupt-check-time;
 	// 0: no periodic check).
@@ -91,24 +97,47 @@ func New(cfg Config) *Maintainer {
 // Wait waits for the background work Defragment started.
 func (m *Maintainer) Wait() { m.background.Wait() }
 
-// WriteBackup streams a backup of a consistent view of the engine to w
-// (snapshot.WriteBackup's format, see snapshot/FORMAT.md) and returns the
-// bytes written.
+// WriteBackup writes a snapshot of a consistent view of the engine to w
+// in etcd's format (package etcddb: etcd's bbolt database followed by its
+// SHA-256), which etcdctl and etcdutl read and etcd restores from, and
+// returns the bytes written.
 func (m *Maintainer) WriteBackup(ctx context.Context, w io.Writer) (int64, error) {
 	view, err := m.cfg.Engine.NewExportView()
 	if err != nil {
 		return 0, err
 	}
 	defer view.Close()
-	forEach := func(fn func(key, value []byte) error) error {
-		return view.ForEach(func(key, value []byte) error {
+	// Everything is read from the one view: the snapshot is one instant of
+	// the state machine.
+	r := view.Reader()
+	revs, err := mvcc.ReadRevisionState(r)
+	if err != nil {
+		return 0, err
+	}
+	leases, err := mvcc.ReadLeases(r)
+	if err != nil {
+		return 0, err
+	}
+	authState, err := auth.ReadState(r)
+	if err != nil {
+		return 0, err
+	}
+	cluster, err := apply.ReadClusterState(r)
+	if err != nil {
+		return 0, err
+	}
+	contents := etcddb.Contents{
+		ConsistentIndex: view.AppliedIndex(), Term: m.cfg.Raft.Term(), ConfState: cluster.ConfState,
+		Revisions: revs, Leases: leases, Auth: authState, Members: cluster.Members, Alarms: cluster.Alarms,
+	}
+	return etcddb.Write(w, m.cfg.TempDir, contents, func(fn func(mvcc.KeyChange) error) error {
+		return mvcc.ForEachVersion(r, func(c mvcc.KeyChange) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			return fn(key, value)
+			return fn(c)
 		})
-	}
-	return snapshot.WriteBackup(w, view.AppliedIndex(), forEach)
+	})
 }
 
 // The MVCC key spaces Hash covers (mvcc/keys.go is their definition):

@@ -2,14 +2,17 @@ package maintenance
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
 
+	"github.com/strata-kv/strata/auth"
 	"github.com/strata-kv/strata/datadir"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/etcddb"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/snapshot"
 )
@@ -17,7 +20,10 @@ import (
 // RestoreConfig says where a backup goes and which new cluster it starts,
 // in etcdutl snapshot restore's terms.
 type RestoreConfig struct {
-	// Backup is the file `etcdctl snapshot save` wrote.
+	// Backup is the file `etcdctl snapshot save` wrote: in etcd's format
+	// (etcd's or strata's snapshot, or an etcd member's member/snap/db),
+	// or in the format strata's snapshots had before they were etcd's
+	// (snapshot/FORMAT.md).
 	Backup  string
 	Name    string
 	DataDir string
@@ -110,23 +116,19 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 		return RestoreResult{}, fmt.Errorf("open engine: %w", err)
 	}
 	defer eng.Close()
-	table := filepath.Join(cfg.DataDir, "restore.sst")
-	w, err := eng.NewSnapshotWriter(table)
+	prefix := make([]byte, 8)
+	if _, err := f.ReadAt(prefix, 0); err != nil && st.Size() >= 8 {
+		return RestoreResult{}, fmt.Errorf("read backup: %w", err)
+	}
+	var applied, records uint64
+	if snapshot.Kind(prefix) == snapshot.KindFull {
+		applied, records, err = restoreStrataBackup(cfg, eng, f, st.Size())
+	} else {
+		applied, records, err = restoreEtcd(cfg, eng)
+	}
 	if err != nil {
 		return RestoreResult{}, err
 	}
-	applied, records, err := snapshot.ReadBackup(f, st.Size(), restoreFilter{w})
-	if err != nil {
-		w.Abort()
-		return RestoreResult{}, fmt.Errorf("read backup %s: %w", cfg.Backup, err)
-	}
-	if err := w.Finish(); err != nil {
-		return RestoreResult{}, err
-	}
-	if _, err := eng.InstallSnapshot(table); err != nil {
-		return RestoreResult{}, err
-	}
-	_ = fs.Remove(table)
 	if err := eng.Flush(); err != nil {
 		return RestoreResult{}, fmt.Errorf("flush restored engine: %w", err)
 	}
@@ -138,6 +140,88 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 		return RestoreResult{}, err
 	}
 	return RestoreResult{MemberID: id.MemberID, ClusterID: id.ClusterID, AppliedIndex: applied, Records: records}, nil
+}
+
+// restoreStrataBackup installs a backup in the format strata's snapshots
+// had before they were etcd's (snapshot/FORMAT.md) into eng.
+func restoreStrataBackup(cfg RestoreConfig, eng *pebbleengine.Engine, f io.ReaderAt, size int64) (applied, records uint64, err error) {
+	table := filepath.Join(cfg.DataDir, "restore.sst")
+	w, err := eng.NewSnapshotWriter(table)
+	if err != nil {
+		return 0, 0, err
+	}
+	applied, records, err = snapshot.ReadBackup(f, size, restoreFilter{w})
+	if err != nil {
+		w.Abort()
+		return 0, 0, fmt.Errorf("read backup %s: %w", cfg.Backup, err)
+	}
+	if err := w.Finish(); err != nil {
+		return 0, 0, err
+	}
+	if _, err := eng.InstallSnapshot(table); err != nil {
+		return 0, 0, err
+	}
+	_ = cfg.FS.Remove(table)
+	return applied, records, nil
+}
+
+// importBatchVersions bounds the key versions restoreEtcd writes in one
+// engine batch.
+const importBatchVersions = 10000
+
+// restoreEtcd writes the state of an etcd database into eng through the
+// MVCC store, as the batches that made it would have: every key version
+// at its revision, the revision and compact revision, the lease records and
+// the auth state. Like a strata backup's restore, it leaves out the old
+// cluster's membership, conf state and alarms, and commits at applied
+// index 0, so that the new cluster's log applies from its start.
+func restoreEtcd(cfg RestoreConfig, eng *pebbleengine.Engine) (applied, records uint64, err error) {
+	store, err := mvcc.Open(eng, mvcc.Options{Logger: cfg.Logger.Named("mvcc")})
+	if err != nil {
+		return 0, 0, fmt.Errorf("open mvcc store: %w", err)
+	}
+	defer store.Close()
+	w := store.Write(nil)
+	defer func() {
+		if err != nil {
+			w.Abort()
+		}
+	}()
+	inBatch := 0
+	contents, err := etcddb.Read(cfg.Backup, func(c mvcc.KeyChange) error {
+		if err := w.SetKeyState(c); err != nil {
+			return fmt.Errorf("write revision %d.%d of %q: %w", c.Main, c.Sub, c.Key, err)
+		}
+		records++
+		if inBatch++; inBatch == importBatchVersions {
+			if err := w.Commit(0); err != nil {
+				return err
+			}
+			w, inBatch = store.Write(nil), 0
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := w.RaiseRevision(contents.Revisions.Rev); err != nil {
+		return 0, 0, err
+	}
+	for _, l := range contents.Leases {
+		if err := w.PutLease(l); err != nil {
+			return 0, 0, fmt.Errorf("write lease %x: %w", l.ID, err)
+		}
+	}
+	if err := auth.WriteState(w.Batch(), contents.Auth); err != nil {
+		return 0, 0, err
+	}
+	if err := w.RaiseCompactRev(contents.Revisions.CompactRev); err != nil {
+		return 0, 0, err
+	}
+	if err := w.Commit(0); err != nil {
+		return 0, 0, fmt.Errorf("commit restored state: %w", err)
+	}
+	return contents.ConsistentIndex, records, nil
 }
 
 // restoreDropped are the keys a restore leaves out: the old cluster's

@@ -390,7 +390,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.maintainer = maintenance.New(maintenance.Config{
 		MemberID: m.memberID, ClusterID: m.clusterID,
 		Engine: m.engine, Store: m.store, State: m.applier, Raft: m, Proposer: m.proposer,
-		PeerTLS:             cfg.TLS.Peer,
+		PeerTLS: cfg.TLS.Peer, TempDir: cfg.DataDir,
 		InitialCorruptCheck: cfg.InitialCorruptCheck, CorruptCheckTime: cfg.CorruptCheckTime,
 		Logger: cfg.Logger.Named("maintenance"),
 	})

@@ -34,8 +34,8 @@ type Maintenance struct {
 // MaintenanceBackend is what the Maintenance service needs beyond Backend
 // (maintenance.Maintainer).
 type MaintenanceBackend interface {
-	// WriteBackup streams a backup of a consistent view of the store to w
-	// (snapshot.WriteBackup's format) and returns the bytes written.
+	// WriteBackup streams a snapshot of a consistent view of the store to
+	// w in etcd's format (package etcddb) and returns the bytes written.
 	WriteBackup(ctx context.Context, w io.Writer) (int64, error)
 	// Hash hashes the whole MVCC key space and returns the revision the
 	// hashed view holds.

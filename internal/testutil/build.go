@@ -17,12 +17,13 @@ type Binaries struct {
 	// other builds so that tests against real etcd still run while strata's
 	// own main is broken or missing; tests that need strata fail with it.
 	StrataErr error
-	// Etcd and Etcdctl are the real etcd server and etcdctl from tools/.
-	Etcd, Etcdctl string
+	// Etcd, Etcdctl and Etcdutl are the real etcd server, etcdctl and
+	// etcdutl from tools/.
+	Etcd, Etcdctl, Etcdutl string
 }
 
-// BuildBinaries builds strata from repoRoot (./cmd/strata) and etcd plus
-// etcdctl from repoRoot/tools into dir. The two builds run in parallel and
+// BuildBinaries builds strata from repoRoot (./cmd/strata) and etcd,
+// etcdctl and etcdutl from repoRoot/tools into dir. The two builds run in parallel and
 // share the Go build cache. A failure to build etcd or etcdctl is returned as
 // an error (nothing can be compared without them); a failure to build strata
 // is recorded in Binaries.StrataErr.
@@ -44,7 +45,7 @@ func BuildBinaries(repoRoot, dir string) (Binaries, error) {
 	}()
 	go func() {
 		defer wg.Done()
-		toolsErr = goBuild(filepath.Join(repoRoot, "tools"), "-o", dir+string(filepath.Separator), "./cmd/etcd", "./cmd/etcdctl")
+		toolsErr = goBuild(filepath.Join(repoRoot, "tools"), "-o", dir+string(filepath.Separator), "./cmd/etcd", "./cmd/etcdctl", "./cmd/etcdutl")
 	}()
 	wg.Wait()
 	if toolsErr != nil {
@@ -52,6 +53,7 @@ func BuildBinaries(repoRoot, dir string) (Binaries, error) {
 	}
 	b.Etcd = filepath.Join(dir, "etcd")
 	b.Etcdctl = filepath.Join(dir, "etcdctl")
+	b.Etcdutl = filepath.Join(dir, "etcdutl")
 	return b, nil
 }
 

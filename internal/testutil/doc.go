@@ -6,7 +6,7 @@
 //
 // # Binaries
 //
-// BuildBinaries compiles strata from the repository root and etcd plus
+// BuildBinaries compiles strata from the repository root and etcd, etcdutl plus
 // etcdctl from the tools module, once per test binary, into a directory the
 // caller owns (usually a temp dir made in TestMain). It reuses the Go build
 // cache, so only the first build on a machine is slow.
