@@ -17,8 +17,13 @@ import (
 // RestoreConfig says where a backup goes and which new cluster it starts,
 // in etcdutl snapshot restore's terms.
 type RestoreConfig struct {
-	// Backup is the file `etcdctl snapshot save` wrote.
-	Backup  string
+	// Backup is the file `etcdctl snapshot save` wrote. Ignored when
+	// Source is set.
+	Backup string
+	// Source, if not nil, gives the records to restore instead of Backup
+	// (package backup: the keys of a downloaded engine checkpoint). It is
+	// called once, after the data directory's engine is open.
+	Source RestoreSource
 	Name    string
 	DataDir string
 	// InitialCluster maps member names to peer URLs; with the token it
@@ -30,6 +35,14 @@ type RestoreConfig struct {
 	// cut its power). The backup is read from the real file system.
 	FS vfs.FS
 }
+
+// RestoreSource writes every record of what is restored to sink, in
+// strictly increasing key order, the engine's reserved keys included (the
+// applied-index key says which raft index the records hold), and returns
+// that applied index and the number of records written. Restore filters
+// the records (restoreFilter) before they reach the new engine, so a
+// source passes them as they were.
+type RestoreSource func(sink snapshot.Sink) (applied, records uint64, err error)
 
 // RestoreResult describes a restored data directory.
 type RestoreResult struct {
@@ -91,14 +104,9 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 	if _, ok := cfg.InitialCluster[cfg.Name]; !ok {
 		return RestoreResult{}, fmt.Errorf("--initial-cluster has no member named %q (--name)", cfg.Name)
 	}
-	f, err := os.Open(cfg.Backup)
-	if err != nil {
-		return RestoreResult{}, fmt.Errorf("open backup: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return RestoreResult{}, fmt.Errorf("stat backup: %w", err)
+	source := cfg.Source
+	if source == nil {
+		source = backupFileSource(cfg.Backup)
 	}
 	fs := cfg.FS
 	engineDir := datadir.Engine(cfg.DataDir)
@@ -115,10 +123,10 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 	if err != nil {
 		return RestoreResult{}, err
 	}
-	applied, records, err := snapshot.ReadBackup(f, st.Size(), restoreFilter{w})
+	applied, records, err := source(restoreFilter{w})
 	if err != nil {
 		w.Abort()
-		return RestoreResult{}, fmt.Errorf("read backup %s: %w", cfg.Backup, err)
+		return RestoreResult{}, err
 	}
 	if err := w.Finish(); err != nil {
 		return RestoreResult{}, err
@@ -138,6 +146,26 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 		return RestoreResult{}, err
 	}
 	return RestoreResult{MemberID: id.MemberID, ClusterID: id.ClusterID, AppliedIndex: applied, Records: records}, nil
+}
+
+// backupFileSource reads the backup file `etcdctl snapshot save` wrote.
+func backupFileSource(path string) RestoreSource {
+	return func(sink snapshot.Sink) (uint64, uint64, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			return 0, 0, fmt.Errorf("open backup: %w", err)
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return 0, 0, fmt.Errorf("stat backup: %w", err)
+		}
+		applied, records, err := snapshot.ReadBackup(f, st.Size(), sink)
+		if err != nil {
+			return 0, 0, fmt.Errorf("read backup %s: %w", path, err)
+		}
+		return applied, records, nil
+	}
 }
 
 // restoreDropped are the keys a restore leaves out: the old cluster's
