@@ -23,7 +23,7 @@ type RestoreConfig struct {
 	// Source, if not nil, gives the records to restore instead of Backup
 	// (package backup: the keys of a downloaded engine checkpoint). It is
 	// called once, after the data directory's engine is open.
-	Source RestoreSource
+	Source  RestoreSource
 	Name    string
 	DataDir string
 	// InitialCluster maps member names to peer URLs; with the token it
