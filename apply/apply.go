@@ -199,16 +199,32 @@ func (a *Applier) load() error {
 		members = list.Members
 	}
 	a.members.Store(&members)
-	if raw, err := store.Meta(metaConfState); err != nil {
-		return fmt.Errorf("read conf state: %w", err)
-	} else if raw != nil {
-		var cs raftpb.ConfState
-		if err := proto.Unmarshal(raw, &cs); err != nil {
-			return fmt.Errorf("decode conf state: %w", err)
-		}
-		a.confState.Store(&cs)
+	cs, err := ReadConfState(store)
+	if err != nil {
+		return err
+	}
+	if cs != nil {
+		a.confState.Store(cs)
 	}
 	return a.loadAlarms()
+}
+
+// ReadConfState reads the raft conf state the store holds, nil if no
+// membership entry was applied yet. Besides the applier, backups read it
+// from a checkpoint's store to record it beside the engine files.
+func ReadConfState(store *mvcc.Store) (*raftpb.ConfState, error) {
+	raw, err := store.Meta(metaConfState)
+	if err != nil {
+		return nil, fmt.Errorf("read conf state: %w", err)
+	}
+	if raw == nil {
+		return nil, nil
+	}
+	var cs raftpb.ConfState
+	if err := proto.Unmarshal(raw, &cs); err != nil {
+		return nil, fmt.Errorf("decode conf state: %w", err)
+	}
+	return &cs, nil
 }
 
 // Outcomes delivers what the commits and installs did. Outcomes not yet

@@ -255,10 +255,14 @@ func (e *Engine) Flush() error {
 // Checkpoint implements engine.Engine. It flushes first, because with the
 // WAL off a checkpoint holds only flushed data, then reads the applied index
 // back from the copy itself, so the answer is exact even if batches were
-// committed between the flush and the checkpoint.
+// committed between the flush and the checkpoint. A read-only engine has
+// nothing unflushed (it commits nothing), so it is not flushed: that is
+// how a stopped member's engine is backed up without changing its files.
 func (e *Engine) Checkpoint(dir string) (uint64, error) {
-	if err := e.Flush(); err != nil {
-		return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
+	if !e.opts.ReadOnly {
+		if err := e.Flush(); err != nil {
+			return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
+		}
 	}
 	if err := e.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
 		return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
