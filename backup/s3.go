@@ -185,5 +185,3 @@ func (t *S3Target) Delete(ctx context.Context, name string) error {
 	}
 	return nil
 }
-
-
