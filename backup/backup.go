@@ -307,8 +307,9 @@ func ReadManifest(ctx context.Context, t Target, version uint64) (*Manifest, err
 }
 
 // CreateOffline backs up the data directory of a stopped member into t:
-// it refuses a directory a running member holds (its LOCK), opens the
-// engine read-only, so no file of the data directory changes, and reads
+// it refuses a directory a running member holds (its LOCK), takes the
+// checkpoint from a copy of the engine, so no file of the data directory
+// changes, and reads
 // the term of the applied entry from the raft log (without changing it;
 // a log split over several --log-dir is not read, and the term is then
 // recorded as unknown). The version holds what the engine had flushed: a
@@ -330,13 +331,73 @@ func CreateOffline(ctx context.Context, dataDir string, t Target, logger *zap.Lo
 		return nil, fmt.Errorf("backup %s: is a member running on it? %w", dataDir, err)
 	}
 	defer lock.Close()
-	eng, err := pebbleengine.Open(datadir.Engine(dataDir), pebbleengine.Options{ReadOnly: true, Logger: logger.Named("engine")})
+	// The engine is copied first (tables hard-linked, the rest copied) and
+	// the copy opened: a read-only Pebble DB cannot take a checkpoint, and
+	// opening the member's own engine for writing would change its files.
+	staging, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dataDir)), ".strata-backup-")
 	if err != nil {
+		return nil, fmt.Errorf("backup %s: staging directory: %w", dataDir, err)
+	}
+	defer os.RemoveAll(staging)
+	copyDir := filepath.Join(staging, "engine")
+	if err := copyEngine(datadir.Engine(dataDir), copyDir); err != nil {
 		return nil, fmt.Errorf("backup %s: %w", dataDir, err)
 	}
+	eng, err := pebbleengine.Open(copyDir, pebbleengine.Options{Logger: logger.Named("engine"), CacheSize: 8 << 20})
+	if err != nil {
+		return nil, fmt.Errorf("backup %s: open a copy of the engine: %w", dataDir, err)
+	}
 	defer eng.Close()
-	b := New(Config{Engine: eng, Target: t, ID: id, Term: offlineTerm(datadir.Log(dataDir)), StagingDir: filepath.Dir(filepath.Clean(dataDir)), Logger: logger})
+	b := New(Config{Engine: eng, Target: t, ID: id, Term: offlineTerm(datadir.Log(dataDir)), StagingDir: staging, Logger: logger})
 	return b.Create(ctx)
+}
+
+// copyEngine copies a stopped engine's directory from src to the new dst:
+// tables and blob files, which Pebble never changes once written, as hard
+// links (copied if the link fails); every other file (MANIFEST, OPTIONS,
+// markers), which an open engine rewrites or appends to, as a copy. The
+// engine's LOCK is left out.
+func copyEngine(src, dst string) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return fmt.Errorf("copy engine: %w", err)
+	}
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return fmt.Errorf("copy engine: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if name == "LOCK" || !e.Type().IsRegular() {
+			continue
+		}
+		from, to := filepath.Join(src, name), filepath.Join(dst, name)
+		if ext := filepath.Ext(name); ext == ".sst" || ext == ".blob" {
+			if err := os.Link(from, to); err == nil {
+				continue
+			}
+		}
+		if err := copyFile(from, to); err != nil {
+			return fmt.Errorf("copy engine: %w", err)
+		}
+	}
+	return nil
+}
+
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copy %s: %w", from, err)
+	}
+	return out.Close()
 }
 
 // offlineTerm reads the term of an entry from a stopped member's raft log

@@ -141,8 +141,7 @@ func EncodeManifest(m *Manifest) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode manifest %d: %w", m.Version, err)
 	}
-	sum := sha256.Sum256(body)
-	out, err := json.Marshal(envelope{Format: Format, SHA256: hex.EncodeToString(sum[:]), Body: body})
+	out, err := json.Marshal(envelope{Format: Format, SHA256: sha256Hex(body), Body: body})
 	if err != nil {
 		return nil, fmt.Errorf("encode manifest %d: %w", m.Version, err)
 	}
@@ -163,8 +162,7 @@ func DecodeManifest(data []byte) (*Manifest, error) {
 	if env.Format != Format {
 		return nil, fmt.Errorf("%w: manifest format %d, this strata reads %d", ErrCorrupt, env.Format, Format)
 	}
-	sum := sha256.Sum256(env.Body)
-	if env.SHA256 != hex.EncodeToString(sum[:]) {
+	if env.SHA256 != sha256Hex(env.Body) {
 		return nil, fmt.Errorf("%w: manifest checksum mismatch", ErrCorrupt)
 	}
 	var m Manifest
@@ -215,4 +213,10 @@ func (m *Manifest) check() error {
 		return bad("new files %d (%d bytes) exceed its %d files (%d bytes)", m.NewFiles, m.NewBytes, len(m.Files), newBytes)
 	}
 	return nil
+}
+
+// sha256Hex is the lowercase hex SHA-256 of b.
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

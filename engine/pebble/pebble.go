@@ -79,8 +79,10 @@ type Options struct {
 	CacheSize int64
 
 	// ReadOnly opens an existing engine without changing any of its files
-	// (a checkpoint being backed up or restored from): commits and flushes
-	// fail, Close does not flush, and the format is not ratcheted.
+	// (a checkpoint being backed up or restored from): commits, flushes
+	// and checkpoints fail (Pebble's read-only DB has no OPTIONS file of
+	// its own to copy), Close does not flush, and the format is not
+	// ratcheted.
 	ReadOnly bool
 
 	// memTableSize overrides Pebble's memtable size; tests set it small to
@@ -255,14 +257,10 @@ func (e *Engine) Flush() error {
 // Checkpoint implements engine.Engine. It flushes first, because with the
 // WAL off a checkpoint holds only flushed data, then reads the applied index
 // back from the copy itself, so the answer is exact even if batches were
-// committed between the flush and the checkpoint. A read-only engine has
-// nothing unflushed (it commits nothing), so it is not flushed: that is
-// how a stopped member's engine is backed up without changing its files.
+// committed between the flush and the checkpoint.
 func (e *Engine) Checkpoint(dir string) (uint64, error) {
-	if !e.opts.ReadOnly {
-		if err := e.Flush(); err != nil {
-			return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
-		}
+	if err := e.Flush(); err != nil {
+		return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
 	}
 	if err := e.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
 		return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
