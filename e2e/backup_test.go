@@ -43,21 +43,40 @@ func readBackupState(t *testing.T, ctx context.Context, cli *clientv3.Client, en
 	return st
 }
 
-// TestBackupIncrementalRestore: `strata backup create` on a stopped
-// member's data dir, twice with writes in between, into a file:// target;
-// `strata backup list --json` shows both versions at the revisions the
-// member answered, the second having uploaded a part of the first's
-// bytes; `verify` passes; `strata restore --from URL --version N` builds,
-// for each version, a new member whose keys, values, revisions and HashKV
-// equal what the live member answered at that version; a corrupt file is
-// found by verify and refused by restore.
+// TestBackupIncrementalRestore: the backup scenario (backupScenario) on a
+// file:// target, where a corrupt file is made by flipping a byte of it.
 func TestBackupIncrementalRestore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "target")
+	backupScenario(t, "file://"+dir, nil, func(sum string) {
+		path := filepath.Join(dir, "files", sum)
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw[len(raw)/2] ^= 1
+		if err := os.WriteFile(path, raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// backupScenario: `strata backup create` on a stopped member's data dir,
+// twice with writes in between, into target (env holds what the strata
+// commands need to reach it); `strata backup list --json` shows both
+// versions at the revisions the member answered, the second having
+// uploaded a part of the first's bytes; `verify` passes; `strata restore
+// --from URL --version N` builds, for each version, a new member whose
+// keys, values, revisions and HashKV equal what the live member answered
+// at that version, under a new cluster ID; a running member's data dir, an
+// existing data dir and a missing version are refused; a file that
+// corrupt damages (by its sha256) is found by verify and refused by
+// restore. It returns the source member, stopped, for more.
+func backupScenario(t *testing.T, target string, env []string, corrupt func(sum string)) *testutil.Process {
 	src := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src"})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	target := "file://" + filepath.Join(t.TempDir(), "target")
 	run := func(args ...string) testutil.Result {
-		return testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), args...)
+		return testutil.RunToExit(t, 60*time.Second, "", env, binary(t, strata), args...)
 	}
 	mustRun := func(args ...string) string {
 		t.Helper()
@@ -187,15 +206,7 @@ func TestBackupIncrementalRestore(t *testing.T) {
 			big = f
 		}
 	}
-	path := filepath.Join(strings.TrimPrefix(target, "file://"), "files", big.SHA256)
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw[len(raw)/2] ^= 1
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	corrupt(big.SHA256)
 	if res := run("backup", "verify", "--target="+target); res.Code == 0 || !strings.Contains(res.Stdout, "bad: "+big.Name) {
 		t.Errorf("verify of a corrupt file: exit %d, stdout %q", res.Code, res.Stdout)
 	}
@@ -205,4 +216,5 @@ func TestBackupIncrementalRestore(t *testing.T) {
 	if _, err := os.Stat(fresh); err == nil {
 		t.Errorf("a refused restore left %s", fresh)
 	}
+	return src
 }
