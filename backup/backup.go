@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -77,7 +78,100 @@ type Config struct {
 // by itself.
 type Backuper struct {
 	cfg Config
-	mu  sync.Mutex // serialises Create
+	mu  sync.Mutex // serialises Create; guards sums
+	// sums remembers the hash of every immutable engine file (tables and
+	// blob files) hashed so far, by name and size: Pebble never reuses a
+	// file number in one engine and never changes such a file, so a
+	// continuous backup hashes only the files created since the last one
+	// instead of the whole engine every time. Guarded by mu.
+	sums map[fileKey]string
+
+	stats struct {
+		versions, failures                  atomic.Uint64
+		lastVersion, lastIndex              atomic.Uint64
+		lastSuccessUnixNano, lastDurationNs atomic.Int64
+		filesUploaded, bytesUploaded        atomic.Uint64
+		filesReused, bytesHashed            atomic.Uint64
+	}
+}
+
+// fileKey names an immutable engine file in sums.
+type fileKey struct {
+	name string
+	size int64
+}
+
+// immutable reports whether Pebble never rewrites the file name once
+// written (tables and blob files); MANIFEST, OPTIONS and markers change.
+func immutable(name string) bool {
+	ext := filepath.Ext(name)
+	return ext == ".sst" || ext == ".blob"
+}
+
+// Stats are a Backuper's counters since it was made, for metrics.
+type Stats struct {
+	// Versions and Failures count Create calls that wrote a version and
+	// that failed.
+	Versions, Failures uint64
+	// LastVersion, LastIndex, LastSuccess and LastDuration describe the
+	// last version written (zero before the first).
+	LastVersion, LastIndex uint64
+	LastSuccess            time.Time
+	LastDuration           time.Duration
+	// FilesUploaded and BytesUploaded count what the target lacked;
+	// FilesReused the files the target already held.
+	FilesUploaded, BytesUploaded, FilesReused uint64
+	// BytesHashed counts the bytes read to hash files (unchanged tables
+	// are hashed once per Backuper).
+	BytesHashed uint64
+}
+
+// Stats returns the Backuper's counters; safe from any goroutine.
+func (b *Backuper) Stats() Stats {
+	st := Stats{
+		Versions: b.stats.versions.Load(), Failures: b.stats.failures.Load(),
+		LastVersion: b.stats.lastVersion.Load(), LastIndex: b.stats.lastIndex.Load(),
+		LastDuration:  time.Duration(b.stats.lastDurationNs.Load()),
+		FilesUploaded: b.stats.filesUploaded.Load(), BytesUploaded: b.stats.bytesUploaded.Load(),
+		FilesReused: b.stats.filesReused.Load(), BytesHashed: b.stats.bytesHashed.Load(),
+	}
+	if ns := b.stats.lastSuccessUnixNano.Load(); ns != 0 {
+		st.LastSuccess = time.Unix(0, ns).UTC()
+	}
+	return st
+}
+
+// Run takes a version every interval until ctx is done, then returns
+// ctx's error; a failed version is logged, counted (Stats.Failures) and
+// tried again at the next tick, where the upload resumes (invariant 1).
+// With keep set (KeepLast or KeepWithin), every version is followed by a
+// Prune: the one writer of the target prunes, so Create and Prune never
+// overlap (package comment, "Concurrency").
+func (b *Backuper) Run(ctx context.Context, interval time.Duration, keep Retention) error {
+	if interval <= 0 {
+		return fmt.Errorf("backup: interval %s, want more than 0", interval)
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		if _, err := b.Create(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			b.cfg.Logger.Warn("backup: version failed; next try at the next interval", zap.Error(err))
+			continue
+		}
+		if keep.KeepLast > 0 || keep.KeepWithin > 0 {
+			if _, err := Prune(ctx, b.cfg.Target, keep); err != nil {
+				b.cfg.Logger.Warn("backup: prune failed", zap.Error(err))
+			}
+		}
+	}
 }
 
 // New returns a Backuper; it starts nothing.
@@ -97,6 +191,22 @@ func New(cfg Config) *Backuper {
 func (b *Backuper) Create(ctx context.Context) (*Manifest, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	start := time.Now()
+	m, err := b.create(ctx)
+	if err != nil {
+		b.stats.failures.Add(1)
+		return nil, err
+	}
+	b.stats.versions.Add(1)
+	b.stats.lastVersion.Store(m.Version)
+	b.stats.lastIndex.Store(m.RaftIndex)
+	b.stats.lastSuccessUnixNano.Store(m.Created.UnixNano())
+	b.stats.lastDurationNs.Store(int64(time.Since(start)))
+	return m, nil
+}
+
+// create is Create under mu.
+func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 	staging, err := os.MkdirTemp(b.cfg.StagingDir, "strata-backup-")
 	if err != nil {
 		return nil, fmt.Errorf("backup: staging directory: %w", err)
@@ -129,12 +239,16 @@ func (b *Backuper) Create(ctx context.Context) (*Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backup: list checkpoint: %w", err)
 	}
+	// sums becomes b.sums: the hashes of this checkpoint's immutable
+	// files, so that the cache forgets the tables compacted away.
+	sums := map[fileKey]string{}
+	defer func() { b.sums = sums }()
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
 			return nil, fmt.Errorf("backup: checkpoint holds %s, not a regular file", e.Name())
 		}
 		p := filepath.Join(cpDir, e.Name())
-		sum, size, err := hashFile(p)
+		sum, size, err := b.hash(p, e, sums)
 		if err != nil {
 			return nil, fmt.Errorf("backup: %w", err)
 		}
@@ -146,6 +260,10 @@ func (b *Backuper) Create(ctx context.Context) (*Manifest, error) {
 		if uploaded {
 			m.NewFiles++
 			m.NewBytes += uint64(size)
+			b.stats.filesUploaded.Add(1)
+			b.stats.bytesUploaded.Add(uint64(size))
+		} else {
+			b.stats.filesReused.Add(1)
 		}
 	}
 	last, err := latestVersion(ctx, t)
@@ -164,6 +282,30 @@ func (b *Backuper) Create(ctx context.Context) (*Manifest, error) {
 	b.cfg.Logger.Info("backup: version written", zap.Uint64("version", m.Version), zap.Uint64("index", m.RaftIndex),
 		zap.Int64("revision", m.Revision), zap.Int("files", len(m.Files)), zap.Uint64("new-files", m.NewFiles), zap.Uint64("new-bytes", m.NewBytes))
 	return m, nil
+}
+
+// hash returns the hex SHA-256 and size of the checkpoint's file at p,
+// from b.sums for an immutable file hashed before, and records an
+// immutable file's hash in next. REQUIRES: b.mu held.
+func (b *Backuper) hash(p string, e os.DirEntry, next map[fileKey]string) (string, int64, error) {
+	info, err := e.Info()
+	if err != nil {
+		return "", 0, fmt.Errorf("hash %s: %w", p, err)
+	}
+	key := fileKey{name: e.Name(), size: info.Size()}
+	if sum, ok := b.sums[key]; ok && immutable(key.name) {
+		next[key] = sum
+		return sum, key.size, nil
+	}
+	sum, size, err := hashFile(p)
+	if err != nil {
+		return "", 0, err
+	}
+	b.stats.bytesHashed.Add(uint64(size))
+	if immutable(key.name) && size == key.size {
+		next[key] = sum
+	}
+	return sum, size, nil
 }
 
 // putFileIfAbsent uploads the file at p as files/<sum> unless the target

@@ -144,9 +144,23 @@ func TestIncremental(t *testing.T) {
 		t.Errorf("first version's metadata: %+v", v1)
 	}
 	m.put("b", 3, 10)
+	hashedBefore := b.Stats().BytesHashed
 	v2, err := b.Create(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The tables the first version hashed are not hashed again.
+	var unchanged int64
+	for _, f := range v2.Files {
+		if immutable(f.Name) && hashes(v1)[f.SHA256] {
+			unchanged += f.Size
+		}
+	}
+	if hashed := b.Stats().BytesHashed - hashedBefore; unchanged == 0 || hashed > uint64(v2.Size()-unchanged) {
+		t.Errorf("second version hashed %d bytes of %d, %d of them in tables the first had hashed", hashed, v2.Size(), unchanged)
+	}
+	if st := b.Stats(); st.Versions != 2 || st.LastVersion != 2 || st.LastIndex != m.index || st.FilesUploaded != v1.NewFiles+v2.NewFiles || st.LastSuccess.IsZero() {
+		t.Errorf("stats after two versions: %+v", st)
 	}
 	old := hashes(v1)
 	var fresh uint64
@@ -661,4 +675,42 @@ func listTree(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// TestRun: the continuous mode takes a version every interval and prunes
+// after each, until its context ends.
+func TestRun(t *testing.T) {
+	m := newMember(t)
+	m.put("a", 20, 100)
+	target := fileTarget(t)
+	b := newBackuper(t, m, target)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx, 5*time.Millisecond, Retention{KeepLast: 1}) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for b.Stats().Versions < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("3 versions not taken in 20 s: %+v", b.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v, want context.Canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+	// The cancel may land between a version and its prune, or in the
+	// middle of a version (a failure): at most the last two are left.
+	list, err := List(context.Background(), target)
+	st := b.Stats()
+	if err != nil || len(list) == 0 || len(list) > 2 || list[len(list)-1].Version != st.LastVersion || st.Failures > 1 {
+		t.Errorf("after Run with keep-last 1: %d versions (%v), stats %+v", len(list), err, st)
+	}
+	if err := b.Run(context.Background(), 0, Retention{}); err == nil {
+		t.Error("Run with interval 0 started")
+	}
 }
