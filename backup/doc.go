@@ -20,12 +20,18 @@
 // # Using it
 //
 //	t, err := backup.OpenTarget(ctx, "s3://bucket/strata", backup.TargetOptions{})
-//	b := backup.New(backup.Config{Engine: eng, Store: store, Target: t, ID: id})
+//	b := backup.New(backup.Config{Engine: eng, Target: t, ID: id, Term: log.Term, StagingDir: dir})
 //	m, err := b.Create(ctx)                    // a new version
+//	err = b.Run(ctx, time.Hour, backup.Retention{KeepLast: 24}) // continuously
 //	list, err := backup.List(ctx, t)           // every version, oldest first
-//	err = backup.Verify(ctx, t, m.Version)     // every file against its hash
+//	rep, err := backup.Verify(ctx, t, m.Version) // every file against its hash
 //	res, err := backup.Restore(ctx, t, backup.RestoreConfig{...}) // a new data dir
-//	rep, err := backup.Prune(ctx, t, backup.Retention{KeepLast: 7})
+//	pr, err := backup.Prune(ctx, t, backup.Retention{KeepLast: 7})
+//
+// A running member constructs one Backuper with its engine, its raft log's
+// Term and a staging directory on the engine's file system (so that Pebble
+// hard-links the tables into the checkpoint), and calls Create on demand or
+// Run in a goroutine; Stats feeds its metrics.
 //
 // CreateOffline backs up the data directory of a stopped member: it opens
 // the engine itself and reads the term of the applied entry from the raft
