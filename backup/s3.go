@@ -104,20 +104,22 @@ func notFound(err error) bool {
 // Put implements Target. The PUT carries If-None-Match: * (S3's
 // conditional write, honoured by MinIO and AWS), so a name is never
 // overwritten, and a Content-MD5, so a torn upload is refused by the
-// server rather than stored.
+// server rather than stored. An object above minio-go's single-PUT size
+// (16 MiB) goes up in parts; whether the server applies If-None-Match to
+// the completion of a multipart upload varies, which is harmless for
+// files (same name, same bytes) and manifests are small.
 func (t *S3Target) Put(ctx context.Context, name string, r io.Reader, size int64) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
-	opts := minio.PutObjectOptions{SendContentMd5: true, ContentType: "application/octet-stream"}
+	// DisableContentSha256: over http minio-go would otherwise sign the
+	// body as a stream of signed chunks (over https it never does). Some
+	// S3 servers store such parts still chunk-encoded (gofakes3, in the
+	// e2e tests), and an empty body would go out without a
+	// Content-Length, which S3 refuses. The Content-MD5 of every PUT (or
+	// part) still lets the server refuse a damaged upload.
+	opts := minio.PutObjectOptions{SendContentMd5: true, DisableContentSha256: true, ContentType: "application/octet-stream"}
 	opts.SetMatchETagExcept("*")
-	if size == 0 {
-		// Over http minio-go signs a PUT as a stream of chunks; for an
-		// empty body (Pebble's marker files) that request goes out with
-		// no Content-Length, which S3 refuses (MissingContentLength).
-		// An ordinary signed PUT sends Content-Length: 0.
-		opts.DisableContentSha256 = true
-	}
 	if _, err := t.c.PutObject(ctx, t.bucket, t.key(name), r, size, opts); err != nil {
 		if resp := minio.ToErrorResponse(err); resp.Code == "PreconditionFailed" || resp.StatusCode == http.StatusPreconditionFailed {
 			return fmt.Errorf("put %s: %w", name, ErrExist)

@@ -200,6 +200,20 @@ func TestBackupS3(t *testing.T) {
 			t.Errorf("get %s = %q, %v; want %q (the first put's)", name, got, err, body)
 		}
 	}
+	// A table larger than minio-go's single-PUT size goes up in parts.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 20<<20/16)
+	if err := tg.Put(ctx, "big/obj", bytes.NewReader(big), int64(len(big))); err != nil {
+		t.Fatalf("put of %d bytes: %v", len(big), err)
+	}
+	if r, err := tg.Get(ctx, "big/obj"); err != nil {
+		t.Fatal(err)
+	} else {
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || !bytes.Equal(got, big) {
+			t.Errorf("get of the %d-byte object: %d bytes, %v", len(big), len(got), err)
+		}
+	}
 	if objs, err := tg.List(ctx, "files/"); err != nil || len(objs) != 2 || objs[0].Name != "files/obj0" || objs[1].Size != 5 {
 		t.Errorf("list = %+v, %v", objs, err)
 	}
