@@ -21,6 +21,7 @@ import (
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/datadir"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/internal/failpoint"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/raftlog"
 )
@@ -258,6 +259,7 @@ func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 			return nil, fmt.Errorf("backup: upload %s: %w", e.Name(), err)
 		}
 		if uploaded {
+			failpoint.Hit("backup/after-file-upload")
 			m.NewFiles++
 			m.NewBytes += uint64(size)
 			b.stats.filesUploaded.Add(1)
@@ -276,6 +278,7 @@ func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
 	// Invariant 1: every file is durable in the target by now.
+	failpoint.Hit("backup/before-manifest")
 	if err := t.Put(ctx, manifestName(m.Version), bytes.NewReader(raw), int64(len(raw))); err != nil {
 		return nil, fmt.Errorf("backup: write manifest of version %d: %w", m.Version, err)
 	}
