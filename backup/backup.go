@@ -74,8 +74,8 @@ type Config struct {
 //     the highest manifest in the target, the manifest's Put fails rather
 //     than overwrite, and Prune never deletes the newest manifest.
 //
-// Concurrency: Create may be called from any goroutine; calls are
-// serialised. It runs alongside the applier: the checkpoint is consistent
+// Concurrency: Create and Prune may be called from any goroutine; calls
+// are serialised. It runs alongside the applier: the checkpoint is consistent
 // by itself.
 type Backuper struct {
 	cfg Config
@@ -145,9 +145,8 @@ func (b *Backuper) Stats() Stats {
 // Run takes a version every interval until ctx is done, then returns
 // ctx's error; a failed version is logged, counted (Stats.Failures) and
 // tried again at the next tick, where the upload resumes (invariant 1).
-// With keep set (KeepLast or KeepWithin), every version is followed by a
-// Prune: the one writer of the target prunes, so Create and Prune never
-// overlap (package comment, "Concurrency").
+// With keep set (KeepLast or KeepWithin), every version is followed by
+// b.Prune, which never overlaps a Create.
 func (b *Backuper) Run(ctx context.Context, interval time.Duration, keep Retention) error {
 	if interval <= 0 {
 		return fmt.Errorf("backup: interval %s, want more than 0", interval)
@@ -168,7 +167,7 @@ func (b *Backuper) Run(ctx context.Context, interval time.Duration, keep Retenti
 			continue
 		}
 		if keep.KeepLast > 0 || keep.KeepWithin > 0 {
-			if _, err := Prune(ctx, b.cfg.Target, keep); err != nil {
+			if _, err := b.Prune(ctx, keep); err != nil {
 				b.cfg.Logger.Warn("backup: prune failed", zap.Error(err))
 			}
 		}
@@ -204,6 +203,16 @@ func (b *Backuper) Create(ctx context.Context) (*Manifest, error) {
 	b.stats.lastSuccessUnixNano.Store(m.Created.UnixNano())
 	b.stats.lastDurationNs.Store(int64(time.Since(start)))
 	return m, nil
+}
+
+// Prune runs Prune on the Backuper's target, serialised with Create: a
+// member that takes versions prunes through its Backuper, so that a prune
+// never deletes a file a version being written found present and did not
+// upload (package comment, "Concurrency").
+func (b *Backuper) Prune(ctx context.Context, r Retention) (PruneReport, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return Prune(ctx, b.cfg.Target, r)
 }
 
 // create is Create under mu.
