@@ -23,7 +23,7 @@ lint:
 
 # Packages whose state is shared between goroutines run under the race detector.
 race:
-	$(GO) test -race -count=1 ./node/... ./apply/... ./propose/... ./raftlog/... ./engine/... ./mvcc/... ./member/... ./transport/... ./snapshot/... ./maintenance/... ./logcompact/... ./watch ./lease/... ./auth/... ./server
+	$(GO) test -race -count=1 ./node/... ./apply/... ./propose/... ./raftlog/... ./engine/... ./mvcc/... ./member/... ./transport/... ./snapshot/... ./maintenance/... ./logcompact/... ./watch ./lease/... ./auth/... ./server ./backup/...
 
 unit:
 	$(GO) test -count=1 ./...

@@ -11,6 +11,10 @@ import (
 // bins are built once by TestMain and shared by every test.
 var bins testutil.Binaries
 
+// binDir is where TestMain built bins, removed when the tests end; tools
+// only a few tests need are built there on demand (testutil.BuildTool).
+var binDir string
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -27,6 +31,7 @@ func run(m *testing.M) int {
 		return 2
 	}
 	defer os.RemoveAll(dir)
+	binDir = dir
 	bins, err = testutil.BuildBinaries(root, dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: building etcd and etcdctl from tools/ failed:", err)

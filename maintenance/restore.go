@@ -23,8 +23,12 @@ type RestoreConfig struct {
 	// Backup is the file `etcdctl snapshot save` wrote: in etcd's format
 	// (etcd's or strata's snapshot, or an etcd member's member/snap/db),
 	// or in the format strata's snapshots had before they were etcd's
-	// (snapshot/FORMAT.md).
-	Backup  string
+	// (snapshot/FORMAT.md). Ignored when Source is set.
+	Backup string
+	// Source, if not nil, gives the records to restore instead of Backup
+	// (package backup: the keys of a downloaded engine checkpoint). It is
+	// called once, after the data directory's engine is open.
+	Source  RestoreSource
 	Name    string
 	DataDir string
 	// InitialCluster maps member names to peer URLs; with the token it
@@ -36,6 +40,14 @@ type RestoreConfig struct {
 	// cut its power). The backup is read from the real file system.
 	FS vfs.FS
 }
+
+// RestoreSource writes every record of what is restored to sink, in
+// strictly increasing key order, the engine's reserved keys included (the
+// applied-index key says which raft index the records hold), and returns
+// that applied index and the number of records written. Restore filters
+// the records (restoreFilter) before they reach the new engine, so a
+// source passes them as they were.
+type RestoreSource func(sink snapshot.Sink) (applied, records uint64, err error)
 
 // RestoreResult describes a restored data directory.
 type RestoreResult struct {
@@ -97,14 +109,15 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 	if _, ok := cfg.InitialCluster[cfg.Name]; !ok {
 		return RestoreResult{}, fmt.Errorf("--initial-cluster has no member named %q (--name)", cfg.Name)
 	}
-	f, err := os.Open(cfg.Backup)
-	if err != nil {
-		return RestoreResult{}, fmt.Errorf("open backup: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return RestoreResult{}, fmt.Errorf("stat backup: %w", err)
+	source := cfg.Source
+	etcdFormat := false
+	if source == nil {
+		strataFormat, err := isStrataBackup(cfg.Backup)
+		if err != nil {
+			return RestoreResult{}, err
+		}
+		etcdFormat = !strataFormat
+		source = backupFileSource(cfg.Backup)
 	}
 	fs := cfg.FS
 	engineDir := datadir.Engine(cfg.DataDir)
@@ -116,15 +129,11 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 		return RestoreResult{}, fmt.Errorf("open engine: %w", err)
 	}
 	defer eng.Close()
-	prefix := make([]byte, 8)
-	if _, err := f.ReadAt(prefix, 0); err != nil && st.Size() >= 8 {
-		return RestoreResult{}, fmt.Errorf("read backup: %w", err)
-	}
 	var applied, records uint64
-	if snapshot.Kind(prefix) == snapshot.KindFull {
-		applied, records, err = restoreStrataBackup(cfg, eng, f, st.Size())
-	} else {
+	if etcdFormat {
 		applied, records, err = restoreEtcd(cfg, eng)
+	} else {
+		applied, records, err = restoreRecords(cfg, eng, source)
 	}
 	if err != nil {
 		return RestoreResult{}, err
@@ -142,18 +151,18 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 	return RestoreResult{MemberID: id.MemberID, ClusterID: id.ClusterID, AppliedIndex: applied, Records: records}, nil
 }
 
-// restoreStrataBackup installs a backup in the format strata's snapshots
-// had before they were etcd's (snapshot/FORMAT.md) into eng.
-func restoreStrataBackup(cfg RestoreConfig, eng *pebbleengine.Engine, f io.ReaderAt, size int64) (applied, records uint64, err error) {
+// restoreRecords installs the records source gives into eng, through one
+// table.
+func restoreRecords(cfg RestoreConfig, eng *pebbleengine.Engine, source RestoreSource) (applied, records uint64, err error) {
 	table := filepath.Join(cfg.DataDir, "restore.sst")
 	w, err := eng.NewSnapshotWriter(table)
 	if err != nil {
 		return 0, 0, err
 	}
-	applied, records, err = snapshot.ReadBackup(f, size, restoreFilter{w})
+	applied, records, err = source(restoreFilter{w})
 	if err != nil {
 		w.Abort()
-		return 0, 0, fmt.Errorf("read backup %s: %w", cfg.Backup, err)
+		return 0, 0, err
 	}
 	if err := w.Finish(); err != nil {
 		return 0, 0, err
@@ -163,6 +172,22 @@ func restoreStrataBackup(cfg RestoreConfig, eng *pebbleengine.Engine, f io.Reade
 	}
 	_ = cfg.FS.Remove(table)
 	return applied, records, nil
+}
+
+// isStrataBackup reports whether the file at path is in the format strata's
+// snapshots had before they were etcd's: it starts as a full snapshot
+// stream does (snapshot.Kind).
+func isStrataBackup(path string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("open backup: %w", err)
+	}
+	defer f.Close()
+	prefix := make([]byte, 8)
+	if _, err := io.ReadFull(f, prefix); err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return false, fmt.Errorf("read backup: %w", err)
+	}
+	return snapshot.Kind(prefix) == snapshot.KindFull, nil
 }
 
 // importBatchVersions bounds the key versions restoreEtcd writes in one
@@ -222,6 +247,26 @@ func restoreEtcd(cfg RestoreConfig, eng *pebbleengine.Engine) (applied, records 
 		return 0, 0, fmt.Errorf("commit restored state: %w", err)
 	}
 	return contents.ConsistentIndex, records, nil
+}
+
+// backupFileSource reads the backup file `etcdctl snapshot save` wrote.
+func backupFileSource(path string) RestoreSource {
+	return func(sink snapshot.Sink) (uint64, uint64, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			return 0, 0, fmt.Errorf("open backup: %w", err)
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return 0, 0, fmt.Errorf("stat backup: %w", err)
+		}
+		applied, records, err := snapshot.ReadBackup(f, st.Size(), sink)
+		if err != nil {
+			return 0, 0, fmt.Errorf("read backup %s: %w", path, err)
+		}
+		return applied, records, nil
+	}
 }
 
 // restoreDropped are the keys a restore leaves out: the old cluster's

@@ -6,6 +6,9 @@
 //	strata inspect log --data-dir D --entries  print its entries as JSON
 //	strata restore --data-dir NEW ... FILE build a data dir from a backup
 //	strata health [--endpoint URL]         exit 0 if the member is healthy
+//	strata restore --from URL [--version N] --data-dir NEW ...
+//	                                       the same from an incremental backup
+//	strata backup create|list|verify|prune incremental backups of engine files
 //
 // The member accepts etcd's flags under etcd's names and meanings, also as
 // ETCD_* environment variables (a flag given on the command line wins), so
@@ -37,6 +40,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "health" {
 		os.Exit(runHealth(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "backup" {
+		os.Exit(runBackup(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(runMember(os.Args[1:]))
 }

@@ -8,16 +8,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-kv/strata/backup"
 	"github.com/strata-kv/strata/maintenance"
 	"github.com/strata-kv/strata/member"
 )
 
 // runRestore is `strata restore`, etcdutl snapshot restore's counterpart:
 // it builds a new member's data directory from a backup that `etcdctl
-// snapshot save` downloaded from a strata member (snapshot/FORMAT.md).
+// snapshot save` downloaded from a strata member (snapshot/FORMAT.md), or,
+// with --from, from a version of an incremental backup (backup/FORMAT.md).
 //
 //	strata restore --data-dir NEW --name NAME --initial-cluster NAME=URL,...
 //	    [--initial-advertise-peer-urls URL] [--initial-cluster-token TOKEN] FILE
+//	strata restore --from URL [--version N] --data-dir NEW ... (same flags, no FILE)
 //
 // Start the member on NEW with the same --name, --initial-cluster and
 // --initial-cluster-token: it bootstraps the new cluster's raft log over
@@ -29,14 +32,25 @@ func runRestore(args []string) int {
 	peerURLs := fs.String("initial-advertise-peer-urls", "http://127.0.0.1:2380", "This member's peer URLs.")
 	cluster := fs.String("initial-cluster", "", "The new cluster, name=peerURL,... (default \"<name>=<initial-advertise-peer-urls>\").")
 	token := fs.String("initial-cluster-token", "etcd-cluster", "Initial cluster token for the new cluster.")
+	var tf targetFlags
+	fs.StringVar(&tf.url, "from", "", "Restore from an incremental backup target (file:///dir or s3://bucket/prefix) instead of a backup file.")
+	tf.registerS3(fs)
+	version := fs.Uint64("version", 0, "With --from: the version to restore (0: the latest).")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "strata restore: want exactly one backup file argument")
+	switch {
+	case tf.url != "" && fs.NArg() != 0:
+		fmt.Fprintln(os.Stderr, "strata restore: --from restores from a target; give no backup file")
+		return 2
+	case tf.url == "" && fs.NArg() != 1:
+		fmt.Fprintln(os.Stderr, "strata restore: want exactly one backup file argument, or --from URL")
+		return 2
+	case tf.url == "" && *version != 0:
+		fmt.Fprintln(os.Stderr, "strata restore: --version needs --from")
 		return 2
 	}
 	if *dataDir == "" {
@@ -53,6 +67,14 @@ func runRestore(args []string) int {
 	if urls := splitURLs(*peerURLs); !sameURLs(urls, members[*name]) {
 		fmt.Fprintf(os.Stderr, "strata restore: --initial-advertise-peer-urls %v differ from --initial-cluster's %v for %q\n", urls, members[*name], *name)
 		return 2
+	}
+	if tf.url != "" {
+		return restoreFromTarget(&tf, *version, backup.RestoreConfig{
+			DataDir:             *dataDir,
+			Name:                *name,
+			InitialCluster:      members,
+			InitialClusterToken: *token,
+		}, os.Stdout, os.Stderr)
 	}
 	res, err := maintenance.Restore(maintenance.RestoreConfig{
 		Backup:              fs.Arg(0),

@@ -78,6 +78,13 @@ type Options struct {
 	// Every Put reads the key's previous version, so the cache matters.
 	CacheSize int64
 
+	// ReadOnly opens an existing engine without changing any of its files
+	// (a checkpoint being backed up or restored from): commits, flushes
+	// and checkpoints fail (Pebble's read-only DB has no OPTIONS file of
+	// its own to copy), Close does not flush, and the format is not
+	// ratcheted.
+	ReadOnly bool
+
 	// memTableSize overrides Pebble's memtable size; tests set it small to
 	// provoke automatic flushes.
 	memTableSize uint64
@@ -126,6 +133,13 @@ func Open(dir string, opts Options) (*Engine, error) {
 		// format; a new store starts at the newest, an old one ratchets.
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             zapLogger{opts.Logger.Sugar()},
+		ReadOnly:           opts.ReadOnly,
+	}
+	if opts.ReadOnly {
+		// Ratcheting the format writes a marker file; a read-only
+		// engine reads whatever format it finds.
+		po.FormatMajorVersion = 0
+		po.ErrorIfNotExists = true
 	}
 	// Bloom filters let a Get skip the tables that do not hold the key: every
 	// Put reads its key's previous version, often in vain for new keys.
@@ -297,7 +311,7 @@ func (e *Engine) DiskSize() int64 { return int64(e.db.Metrics().DiskSpaceUsage()
 // the DB.
 func (e *Engine) Close() error {
 	var ferr error
-	if !e.wal {
+	if !e.wal && !e.opts.ReadOnly {
 		ferr = e.Flush()
 	}
 	if err := e.db.Close(); err != nil {

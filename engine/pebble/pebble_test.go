@@ -278,3 +278,57 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+// TestReadOnly: a read-only engine reads what was committed, refuses
+// writes, does not exist unless created before, and changes no file, not
+// even on Close.
+func TestReadOnly(t *testing.T) {
+	fs := vfs.NewMem()
+	if _, err := Open("db", Options{FS: fs, ReadOnly: true}); err == nil {
+		t.Fatal("a read-only open of a missing engine succeeded")
+	}
+	e := openMem(t, fs, Options{})
+	b := e.NewBatch()
+	if err := b.Set([]byte("k1"), []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(7); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files := func() map[string]int64 {
+		names, err := fs.List("db")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int64{}
+		for _, n := range names {
+			st, err := fs.Stat(fs.PathJoin("db", n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[n] = st.Size()
+		}
+		return out
+	}
+	before := files()
+	ro := openMem(t, fs, Options{ReadOnly: true})
+	if got := scan(t, ro); got["k1"] != "v1" || ro.AppliedIndex() != 7 {
+		t.Errorf("read-only engine holds %v at applied index %d, want k1=v1 at 7", got, ro.AppliedIndex())
+	}
+	wb := ro.NewBatch()
+	if err := wb.Set([]byte("k2"), []byte("v2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := wb.Commit(8); err == nil {
+		t.Error("a read-only engine committed a batch")
+	}
+	if err := ro.Close(); err != nil {
+		t.Fatalf("close read-only: %v", err)
+	}
+	if after := files(); !maps.Equal(before, after) {
+		t.Errorf("a read-only open changed the files: before %v, after %v", before, after)
+	}
+}

@@ -93,3 +93,15 @@ func RepoRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// BuildTool builds the package pkg (e.g. "./cmd/s3server") of the tools
+// module under repoRoot into dir and returns the binary's path. Tests that
+// need a tool few tests use build it on demand with this, rather than every
+// end-to-end run building it in BuildBinaries.
+func BuildTool(repoRoot, dir, pkg string) (string, error) {
+	out := filepath.Join(dir, filepath.Base(pkg))
+	if err := goBuild(filepath.Join(repoRoot, "tools"), "-o", out, pkg); err != nil {
+		return "", err
+	}
+	return out, nil
+}

@@ -1,0 +1,572 @@
+package backup
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+
+	"github.com/strata-kv/strata/apply"
+	"github.com/strata-kv/strata/datadir"
+	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/internal/failpoint"
+	"github.com/strata-kv/strata/mvcc"
+	"github.com/strata-kv/strata/raftlog"
+)
+
+// Checkpointer is the engine as a backup sees it: engine.Engine's
+// Checkpoint, a consistent copy of the engine's files in a new directory
+// (flushed first, since the WAL is off: docs/design.md, durability rule 3)
+// and the applied index the copy holds.
+type Checkpointer interface {
+	Checkpoint(dir string) (appliedIndex uint64, err error)
+}
+
+// Config is everything a Backuper works with, given at construction.
+type Config struct {
+	// Engine is the engine to back up: a running member's, or a stopped
+	// member's opened read-only (CreateOffline).
+	Engine Checkpointer
+	// Target receives the versions.
+	Target Target
+	// ID is the identity of the data directory (datadir.ReadID), recorded
+	// in each manifest.
+	ID datadir.ID
+	// Term, if not nil, gives the term of the raft entry at an index (a
+	// running member: its raft log's Term, the raft.Storage method). An
+	// error or nil Term records term 0: unknown (FORMAT.md).
+	Term func(index uint64) (uint64, error)
+	// StagingDir is where checkpoints are taken, each in a new directory
+	// removed afterwards. It must be on the engine's file system, so that
+	// Pebble hard-links the tables instead of copying them; empty means
+	// os.TempDir().
+	StagingDir string
+	// Now is the clock for manifests' creation times; nil is time.Now.
+	Now    func() time.Time
+	Logger *zap.Logger
+}
+
+// Backuper takes versions of one engine into one target.
+//
+// Invariants (FORMAT.md, "Invariants"):
+//  1. A manifest is written last, only after every file it names is
+//     durable in the target: Create uploads the files the target lacks,
+//     each Put returning only once the object is durable, and puts the
+//     manifest only after the last of them succeeded. A failure before
+//     that leaves only files no manifest names, which the next Create
+//     reuses (the upload resumes where it stopped) and Prune removes.
+//  2. Files are never overwritten (Put creates only if absent; a name is
+//     its content's hash) and never deleted while a kept manifest names
+//     them (Prune deletes manifests first, then only unnamed files).
+//  3. A version number is never reused: the next version is one more than
+//     the highest manifest in the target, the manifest's Put fails rather
+//     than overwrite, and Prune never deletes the newest manifest.
+//
+// Concurrency: Create and Prune may be called from any goroutine; calls
+// are serialised. It runs alongside the applier: the checkpoint is consistent
+// by itself.
+type Backuper struct {
+	cfg Config
+	mu  sync.Mutex // serialises Create; guards sums
+	// sums remembers the hash of every immutable engine file (tables and
+	// blob files) hashed so far, by name and size: Pebble never reuses a
+	// file number in one engine and never changes such a file, so a
+	// continuous backup hashes only the files created since the last one
+	// instead of the whole engine every time. Guarded by mu.
+	sums map[fileKey]string
+
+	stats struct {
+		versions, failures                  atomic.Uint64
+		lastVersion, lastIndex              atomic.Uint64
+		lastSuccessUnixNano, lastDurationNs atomic.Int64
+		filesUploaded, bytesUploaded        atomic.Uint64
+		filesReused, bytesHashed            atomic.Uint64
+	}
+}
+
+// fileKey names an immutable engine file in sums.
+type fileKey struct {
+	name string
+	size int64
+}
+
+// immutable reports whether Pebble never rewrites the file name once
+// written (tables and blob files); MANIFEST, OPTIONS and markers change.
+func immutable(name string) bool {
+	ext := filepath.Ext(name)
+	return ext == ".sst" || ext == ".blob"
+}
+
+// Stats are a Backuper's counters since it was made, for metrics.
+type Stats struct {
+	// Versions and Failures count Create calls that wrote a version and
+	// that failed.
+	Versions, Failures uint64
+	// LastVersion, LastIndex, LastSuccess and LastDuration describe the
+	// last version written (zero before the first).
+	LastVersion, LastIndex uint64
+	LastSuccess            time.Time
+	LastDuration           time.Duration
+	// FilesUploaded and BytesUploaded count what the target lacked;
+	// FilesReused the files the target already held.
+	FilesUploaded, BytesUploaded, FilesReused uint64
+	// BytesHashed counts the bytes read to hash files (unchanged tables
+	// are hashed once per Backuper).
+	BytesHashed uint64
+}
+
+// Stats returns the Backuper's counters; safe from any goroutine.
+func (b *Backuper) Stats() Stats {
+	st := Stats{
+		Versions: b.stats.versions.Load(), Failures: b.stats.failures.Load(),
+		LastVersion: b.stats.lastVersion.Load(), LastIndex: b.stats.lastIndex.Load(),
+		LastDuration:  time.Duration(b.stats.lastDurationNs.Load()),
+		FilesUploaded: b.stats.filesUploaded.Load(), BytesUploaded: b.stats.bytesUploaded.Load(),
+		FilesReused: b.stats.filesReused.Load(), BytesHashed: b.stats.bytesHashed.Load(),
+	}
+	if ns := b.stats.lastSuccessUnixNano.Load(); ns != 0 {
+		st.LastSuccess = time.Unix(0, ns).UTC()
+	}
+	return st
+}
+
+// Run takes a version every interval until ctx is done, then returns
+// ctx's error; a failed version is logged, counted (Stats.Failures) and
+// tried again at the next tick, where the upload resumes (invariant 1).
+// With keep set (KeepLast or KeepWithin), every version is followed by
+// b.Prune, which never overlaps a Create.
+func (b *Backuper) Run(ctx context.Context, interval time.Duration, keep Retention) error {
+	if interval <= 0 {
+		return fmt.Errorf("backup: interval %s, want more than 0", interval)
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		if _, err := b.Create(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			b.cfg.Logger.Warn("backup: version failed; next try at the next interval", zap.Error(err))
+			continue
+		}
+		if keep.KeepLast > 0 || keep.KeepWithin > 0 {
+			if _, err := b.Prune(ctx, keep); err != nil {
+				b.cfg.Logger.Warn("backup: prune failed", zap.Error(err))
+			}
+		}
+	}
+}
+
+// New returns a Backuper; it starts nothing.
+func New(cfg Config) *Backuper {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	return &Backuper{cfg: cfg}
+}
+
+// Create takes a new version: a checkpoint of the engine, the files the
+// target lacks uploaded, then the manifest. It returns the manifest
+// written.
+func (b *Backuper) Create(ctx context.Context) (*Manifest, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	start := time.Now()
+	m, err := b.create(ctx)
+	if err != nil {
+		b.stats.failures.Add(1)
+		return nil, err
+	}
+	b.stats.versions.Add(1)
+	b.stats.lastVersion.Store(m.Version)
+	b.stats.lastIndex.Store(m.RaftIndex)
+	b.stats.lastSuccessUnixNano.Store(m.Created.UnixNano())
+	b.stats.lastDurationNs.Store(int64(time.Since(start)))
+	return m, nil
+}
+
+// Prune runs Prune on the Backuper's target, serialised with Create: a
+// member that takes versions prunes through its Backuper, so that a prune
+// never deletes a file a version being written found present and did not
+// upload (package comment, "Concurrency").
+func (b *Backuper) Prune(ctx context.Context, r Retention) (PruneReport, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return Prune(ctx, b.cfg.Target, r)
+}
+
+// create is Create under mu.
+func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
+	staging, err := os.MkdirTemp(b.cfg.StagingDir, "strata-backup-")
+	if err != nil {
+		return nil, fmt.Errorf("backup: staging directory: %w", err)
+	}
+	defer os.RemoveAll(staging)
+	cpDir := filepath.Join(staging, "engine")
+	created := b.cfg.Now().UTC()
+	applied, err := b.cfg.Engine.Checkpoint(cpDir)
+	if err != nil {
+		return nil, fmt.Errorf("backup: %w", err)
+	}
+	m, err := readCheckpointMeta(cpDir)
+	if err != nil {
+		return nil, fmt.Errorf("backup: %w", err)
+	}
+	if m.RaftIndex != applied {
+		return nil, fmt.Errorf("backup: checkpoint reads applied index %d, the engine said %d", m.RaftIndex, applied)
+	}
+	m.Created = created
+	m.ClusterID, m.MemberID = ID(b.cfg.ID.ClusterID), ID(b.cfg.ID.MemberID)
+	if b.cfg.Term != nil && applied > 0 {
+		if term, err := b.cfg.Term(applied); err == nil {
+			m.RaftTerm = term
+		} else {
+			b.cfg.Logger.Info("backup: term of the applied entry unknown", zap.Uint64("index", applied), zap.Error(err))
+		}
+	}
+	t := b.cfg.Target
+	entries, err := os.ReadDir(cpDir)
+	if err != nil {
+		return nil, fmt.Errorf("backup: list checkpoint: %w", err)
+	}
+	// sums becomes b.sums: the hashes of this checkpoint's immutable
+	// files, so that the cache forgets the tables compacted away.
+	sums := map[fileKey]string{}
+	defer func() { b.sums = sums }()
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			return nil, fmt.Errorf("backup: checkpoint holds %s, not a regular file", e.Name())
+		}
+		p := filepath.Join(cpDir, e.Name())
+		sum, size, err := b.hash(p, e, sums)
+		if err != nil {
+			return nil, fmt.Errorf("backup: %w", err)
+		}
+		m.Files = append(m.Files, File{Name: e.Name(), SHA256: sum, Size: size})
+		uploaded, err := putFileIfAbsent(ctx, t, p, sum, size)
+		if err != nil {
+			return nil, fmt.Errorf("backup: upload %s: %w", e.Name(), err)
+		}
+		if uploaded {
+			failpoint.Hit("backup/after-file-upload")
+			m.NewFiles++
+			m.NewBytes += uint64(size)
+			b.stats.filesUploaded.Add(1)
+			b.stats.bytesUploaded.Add(uint64(size))
+		} else {
+			b.stats.filesReused.Add(1)
+		}
+	}
+	last, err := latestVersion(ctx, t)
+	if err != nil {
+		return nil, fmt.Errorf("backup: %w", err)
+	}
+	m.Version = last + 1
+	raw, err := EncodeManifest(m)
+	if err != nil {
+		return nil, fmt.Errorf("backup: %w", err)
+	}
+	// Invariant 1: every file is durable in the target by now.
+	failpoint.Hit("backup/before-manifest")
+	if err := t.Put(ctx, manifestName(m.Version), bytes.NewReader(raw), int64(len(raw))); err != nil {
+		return nil, fmt.Errorf("backup: write manifest of version %d: %w", m.Version, err)
+	}
+	b.cfg.Logger.Info("backup: version written", zap.Uint64("version", m.Version), zap.Uint64("index", m.RaftIndex),
+		zap.Int64("revision", m.Revision), zap.Int("files", len(m.Files)), zap.Uint64("new-files", m.NewFiles), zap.Uint64("new-bytes", m.NewBytes))
+	return m, nil
+}
+
+// hash returns the hex SHA-256 and size of the checkpoint's file at p,
+// from b.sums for an immutable file hashed before, and records an
+// immutable file's hash in next. REQUIRES: b.mu held.
+func (b *Backuper) hash(p string, e os.DirEntry, next map[fileKey]string) (string, int64, error) {
+	info, err := e.Info()
+	if err != nil {
+		return "", 0, fmt.Errorf("hash %s: %w", p, err)
+	}
+	key := fileKey{name: e.Name(), size: info.Size()}
+	if sum, ok := b.sums[key]; ok && immutable(key.name) {
+		next[key] = sum
+		return sum, key.size, nil
+	}
+	sum, size, err := hashFile(p)
+	if err != nil {
+		return "", 0, err
+	}
+	b.stats.bytesHashed.Add(uint64(size))
+	if immutable(key.name) && size == key.size {
+		next[key] = sum
+	}
+	return sum, size, nil
+}
+
+// putFileIfAbsent uploads the file at p as files/<sum> unless the target
+// has it, and reports whether it uploaded. An object already there of
+// another size is corrupt: it is reported, never overwritten (invariant 2).
+func putFileIfAbsent(ctx context.Context, t Target, p, sum string, size int64) (bool, error) {
+	name := fileName(sum)
+	obj, err := t.Stat(ctx, name)
+	switch {
+	case err == nil:
+		if obj.Size != size {
+			return false, fmt.Errorf("%w: %s holds %d bytes, its hash says %d", ErrCorrupt, name, obj.Size, size)
+		}
+		return false, nil
+	case !errors.Is(err, ErrNotExist):
+		return false, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	// The file is read a second time here (it was hashed first): a table
+	// is immutable and the checkpoint is ours, so the bytes are the same.
+	if err := t.Put(ctx, name, f, size); err != nil {
+		if errors.Is(err, ErrExist) {
+			return false, nil // another writer's identical bytes
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// hashFile returns the hex SHA-256 and size of the file at p.
+func hashFile(p string) (string, int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", 0, fmt.Errorf("hash %s: %w", p, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, fmt.Errorf("hash %s: %w", p, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// readCheckpointMeta opens the checkpoint in dir read-only and reads the
+// raft and MVCC state it holds, as a member starting on it would: the
+// applied index, the conf state the applier keeps, the revision and the
+// compact revision. Reading the copy, not the live engine, makes them
+// exactly the checkpoint's.
+func readCheckpointMeta(dir string) (*Manifest, error) {
+	eng, err := pebbleengine.Open(dir, pebbleengine.Options{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint: %w", err)
+	}
+	defer eng.Close()
+	cluster, err := apply.ReadClusterState(eng)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint: %w", err)
+	}
+	revs, err := mvcc.ReadRevisionState(eng)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint: %w", err)
+	}
+	return &Manifest{
+		RaftIndex:       eng.AppliedIndex(),
+		ConfState:       confStateOf(cluster.ConfState),
+		Revision:        revs.Rev,
+		CompactRevision: revs.CompactRev,
+	}, nil
+}
+
+// latestVersion returns the highest version whose manifest the target
+// holds, 0 if none.
+func latestVersion(ctx context.Context, t Target) (uint64, error) {
+	objs, err := t.List(ctx, manifestsPrefix)
+	if err != nil {
+		return 0, err
+	}
+	var last uint64
+	for _, o := range objs {
+		if v, ok := parseManifestName(o.Name); ok {
+			last = max(last, v)
+		}
+	}
+	return last, nil
+}
+
+// versions returns the versions whose manifests the target holds, in
+// increasing order.
+func versions(ctx context.Context, t Target) ([]uint64, error) {
+	objs, err := t.List(ctx, manifestsPrefix)
+	if err != nil {
+		return nil, err
+	}
+	var out []uint64
+	for _, o := range objs {
+		if v, ok := parseManifestName(o.Name); ok {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// ReadManifest reads and checks the manifest of version (0: the latest).
+func ReadManifest(ctx context.Context, t Target, version uint64) (*Manifest, error) {
+	if version == 0 {
+		last, err := latestVersion(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		if last == 0 {
+			return nil, fmt.Errorf("%s holds no backup version", t)
+		}
+		version = last
+	}
+	r, err := t.Get(ctx, manifestName(version))
+	if errors.Is(err, ErrNotExist) {
+		return nil, fmt.Errorf("%s has no version %d: %w", t, version, ErrNotExist)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	raw, err := io.ReadAll(io.LimitReader(r, maxManifestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read manifest of version %d: %w", version, err)
+	}
+	m, err := DecodeManifest(raw)
+	if err != nil {
+		return nil, fmt.Errorf("version %d: %w", version, err)
+	}
+	if m.Version != version {
+		return nil, fmt.Errorf("%w: %s holds version %d", ErrCorrupt, manifestName(version), m.Version)
+	}
+	return m, nil
+}
+
+// CreateOffline backs up the data directory of a stopped member into t:
+// it refuses a directory a running member holds (its LOCK), takes the
+// checkpoint from a copy of the engine, so no file of the data directory
+// changes, and reads
+// the term of the applied entry from the raft log (without changing it;
+// a log split over several --log-dir is not read, and the term is then
+// recorded as unknown). The version holds what the engine had flushed: a
+// member stopped cleanly flushes everything it applied; one that was
+// killed holds less, and the raft log the rest.
+func CreateOffline(ctx context.Context, dataDir string, t Target, logger *zap.Logger) (*Manifest, error) {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	id, ok, err := datadir.ReadID(vfs.Default, dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("backup %s: %w", dataDir, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("backup %s: not a strata data directory (no identity file)", dataDir)
+	}
+	lock, err := vfs.Default.Lock(datadir.Lock(dataDir))
+	if err != nil {
+		return nil, fmt.Errorf("backup %s: is a member running on it? %w", dataDir, err)
+	}
+	defer lock.Close()
+	// The engine is copied first (tables hard-linked, the rest copied) and
+	// the copy opened: a read-only Pebble DB cannot take a checkpoint, and
+	// opening the member's own engine for writing would change its files.
+	staging, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dataDir)), ".strata-backup-")
+	if err != nil {
+		return nil, fmt.Errorf("backup %s: staging directory: %w", dataDir, err)
+	}
+	defer os.RemoveAll(staging)
+	copyDir := filepath.Join(staging, "engine")
+	if err := copyEngine(datadir.Engine(dataDir), copyDir); err != nil {
+		return nil, fmt.Errorf("backup %s: %w", dataDir, err)
+	}
+	eng, err := pebbleengine.Open(copyDir, pebbleengine.Options{Logger: logger.Named("engine"), CacheSize: 8 << 20})
+	if err != nil {
+		return nil, fmt.Errorf("backup %s: open a copy of the engine: %w", dataDir, err)
+	}
+	defer eng.Close()
+	b := New(Config{Engine: eng, Target: t, ID: id, Term: offlineTerm(datadir.Log(dataDir)), StagingDir: staging, Logger: logger})
+	return b.Create(ctx)
+}
+
+// copyEngine copies a stopped engine's directory from src to the new dst:
+// tables and blob files, which Pebble never changes once written, as hard
+// links (copied if the link fails); every other file (MANIFEST, OPTIONS,
+// markers), which an open engine rewrites or appends to, as a copy. The
+// engine's LOCK is left out.
+func copyEngine(src, dst string) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return fmt.Errorf("copy engine: %w", err)
+	}
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return fmt.Errorf("copy engine: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if name == "LOCK" || !e.Type().IsRegular() {
+			continue
+		}
+		from, to := filepath.Join(src, name), filepath.Join(dst, name)
+		if ext := filepath.Ext(name); ext == ".sst" || ext == ".blob" {
+			if err := os.Link(from, to); err == nil {
+				continue
+			}
+		}
+		if err := copyFile(from, to); err != nil {
+			return fmt.Errorf("copy engine: %w", err)
+		}
+	}
+	return nil
+}
+
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copy %s: %w", from, err)
+	}
+	return out.Close()
+}
+
+// offlineTerm reads the term of an entry from a stopped member's raft log
+// in dir, read-only.
+func offlineTerm(dir string) func(uint64) (uint64, error) {
+	return func(index uint64) (uint64, error) {
+		_, ents, err := raftlog.ReadEntries(vfs.Default, dir)
+		if err != nil {
+			return 0, err
+		}
+		for _, e := range ents {
+			if e.GetIndex() == index {
+				return e.GetTerm(), nil
+			}
+		}
+		return 0, fmt.Errorf("the log in %s no longer holds entry %d", dir, index)
+	}
+}

@@ -1,0 +1,144 @@
+package backup
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func sampleManifest() *Manifest {
+	return &Manifest{
+		Version: 3, Created: time.Date(2026, 11, 25, 8, 0, 0, 0, time.UTC), ClusterID: 0xc1, MemberID: 0xa1,
+		RaftIndex: 120, RaftTerm: 2, ConfState: ConfState{Voters: []uint64{1, 2, 3}}, Revision: 99, CompactRevision: -1,
+		Files: []File{
+			{Name: "000005.sst", SHA256: strings.Repeat("ab", 32), Size: 1000},
+			{Name: "MANIFEST-000001", SHA256: strings.Repeat("cd", 32), Size: 100},
+		},
+		NewFiles: 1, NewBytes: 100,
+	}
+}
+
+// TestManifestRoundTrip: what EncodeManifest writes, DecodeManifest reads
+// back equal, and the object names sort as the versions do.
+func TestManifestRoundTrip(t *testing.T) {
+	m := sampleManifest()
+	raw, err := EncodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeManifest(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(m)
+	b, _ := json.Marshal(got)
+	if !bytes.Equal(a, b) {
+		t.Errorf("round trip:\n%s\n%s", a, b)
+	}
+	if manifestName(9) >= manifestName(10) || manifestName(3) != "manifests/00000000000000000003.json" {
+		t.Errorf("manifest names %s %s %s", manifestName(3), manifestName(9), manifestName(10))
+	}
+	for name, want := range map[string]uint64{manifestName(12): 12, "manifests/12.json": 0, "manifests/00000000000000000000.json": 0, "files/x": 0} {
+		if v, _ := parseManifestName(name); v != want {
+			t.Errorf("parseManifestName(%q) = %d, want %d", name, v, want)
+		}
+	}
+}
+
+// TestDecodeManifestRefuses: every damage the format guards against.
+func TestDecodeManifestRefuses(t *testing.T) {
+	good, err := EncodeManifest(sampleManifest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// reencode edits a good manifest and wraps it with a correct
+	// checksum, so that the body's own checks are reached.
+	reencode := func(edit func(m *Manifest)) []byte {
+		m := sampleManifest()
+		edit(m)
+		body, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mustEnvelope(t, body)
+	}
+	tests := []struct {
+		name string
+		raw  []byte
+		want string
+	}{
+		{name: "not JSON", raw: []byte("{"), want: "envelope"},
+		{name: "flipped body byte", raw: bytes.Replace(good, []byte(`"revision":99`), []byte(`"revision":98`), 1), want: "checksum mismatch"},
+		{name: "other format", raw: bytes.Replace(good, []byte(`"format":1`), []byte(`"format":2`), 1), want: "format 2"},
+		{name: "path in a file name", raw: reencode(func(m *Manifest) { m.Files[0].Name = "../x" }), want: "not a plain name"},
+		{name: "dot file name", raw: reencode(func(m *Manifest) { m.Files[0].Name = ".." }), want: "not a plain name"},
+		{name: "duplicate file name", raw: reencode(func(m *Manifest) { m.Files[1].Name = m.Files[0].Name }), want: "named twice"},
+		{name: "short hash", raw: reencode(func(m *Manifest) { m.Files[0].SHA256 = "ab" }), want: "64 lowercase hex"},
+		{name: "upper-case hash", raw: reencode(func(m *Manifest) { m.Files[0].SHA256 = strings.Repeat("AB", 32) }), want: "64 lowercase hex"},
+		{name: "negative size", raw: reencode(func(m *Manifest) { m.Files[0].Size = -1 }), want: "size -1"},
+		{name: "version 0", raw: reencode(func(m *Manifest) { m.Version = 0 }), want: "version 0"},
+		{name: "no files", raw: reencode(func(m *Manifest) { m.Files = nil }), want: "no files"},
+		{name: "more new than all", raw: reencode(func(m *Manifest) { m.NewFiles = 3 }), want: "exceed"},
+		{name: "unknown field", raw: mustEnvelope(t, []byte(`{"version":1,"files":[{"name":"a","sha256":"`+strings.Repeat("ab", 32)+`","size":1}],"extra":1}`)), want: "unknown field"},
+		{name: "too large", raw: bytes.Repeat([]byte(" "), maxManifestBytes+1), want: "above the limit"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeManifest(tc.raw)
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("DecodeManifest = %v, want ErrCorrupt saying %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := EncodeManifest(&Manifest{Version: 1}); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("EncodeManifest of a manifest without files = %v, want a refusal", err)
+	}
+}
+
+// mustEnvelope wraps body in an envelope with its correct checksum.
+func mustEnvelope(t testing.TB, body []byte) []byte {
+	t.Helper()
+	sum := sha256Hex(body)
+	raw, err := json.Marshal(envelope{Format: Format, SHA256: sum, Body: body})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// FuzzDecodeManifest: no input panics the decoder; whatever it accepts
+// encodes again and decodes to the same manifest.
+func FuzzDecodeManifest(f *testing.F) {
+	good, err := EncodeManifest(sampleManifest())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte(`{"format":1,"sha256":"","body":{}}`))
+	f.Add(mustEnvelope(f, []byte(`{"version":1,"files":[{"name":"a","sha256":"`+strings.Repeat("0", 64)+`","size":0}]}`)))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		m, err := DecodeManifest(raw)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		again, err := EncodeManifest(m)
+		if err != nil {
+			t.Fatalf("accepted manifest does not encode: %v", err)
+		}
+		m2, err := DecodeManifest(again)
+		if err != nil {
+			t.Fatalf("re-encoded manifest does not decode: %v", err)
+		}
+		a, _ := json.Marshal(m)
+		b, _ := json.Marshal(m2)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("round trip changed the manifest:\n%s\n%s", a, b)
+		}
+	})
+}

@@ -1,0 +1,178 @@
+package backup
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+
+	"github.com/strata-kv/strata/datadir"
+	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/maintenance"
+	"github.com/strata-kv/strata/snapshot"
+)
+
+// RestoreConfig says which version to restore and which new member and
+// cluster the new data directory starts, in etcdutl snapshot restore's
+// terms (as maintenance.RestoreConfig).
+type RestoreConfig struct {
+	// Version to restore; 0 means the latest.
+	Version uint64
+	// DataDir is the new data directory; it must not exist.
+	DataDir string
+	// Name, InitialCluster and InitialClusterToken give the new member
+	// and cluster IDs, as at a cluster's bootstrap: a new cluster ID
+	// unless the same members and token are given again.
+	Name                string
+	InitialCluster      map[string][]string
+	InitialClusterToken string
+	Logger              *zap.Logger
+}
+
+// RestoreResult describes a restored data directory.
+type RestoreResult struct {
+	maintenance.RestoreResult
+	// Manifest is the version restored.
+	Manifest *Manifest
+}
+
+// Restore builds a new data directory from a version in t (FORMAT.md,
+// "Restore"): it downloads every file of the version into a staging
+// directory beside DataDir, checking each against its hash and size, then
+// rewrites the staged engine into DataDir through maintenance.Restore,
+// which drops the old cluster's membership, conf state, alarms and index
+// rows, zeroes the applied index and writes the new identity. A member
+// started on DataDir with the same --name, --initial-cluster and
+// --initial-cluster-token bootstraps the new cluster's raft log over the
+// restored data.
+//
+// An existing DataDir, a missing version, a missing or corrupt file are
+// errors, and leave neither DataDir nor the staging directory behind.
+func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.DataDir == "" {
+		return RestoreResult{}, errors.New("restore: no data directory given")
+	}
+	if _, err := os.Stat(cfg.DataDir); err == nil {
+		return RestoreResult{}, fmt.Errorf("restore: data-dir %q exists; restore builds a new one", cfg.DataDir)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return RestoreResult{}, fmt.Errorf("restore: %w", err)
+	}
+	if _, ok := cfg.InitialCluster[cfg.Name]; !ok {
+		return RestoreResult{}, fmt.Errorf("restore: --initial-cluster has no member named %q (--name)", cfg.Name)
+	}
+	m, err := ReadManifest(ctx, t, cfg.Version)
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("restore: %w", err)
+	}
+	staging := filepath.Clean(cfg.DataDir) + ".download"
+	if err := os.RemoveAll(staging); err != nil {
+		return RestoreResult{}, fmt.Errorf("restore: remove the leftover of an earlier restore: %w", err)
+	}
+	defer os.RemoveAll(staging)
+	engineDir := filepath.Join(staging, "engine")
+	if err := datadir.MkdirAllSynced(vfs.Default, engineDir); err != nil {
+		return RestoreResult{}, fmt.Errorf("restore: %w", err)
+	}
+	for _, f := range m.Files {
+		if err := download(ctx, t, f, filepath.Join(engineDir, f.Name)); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
+		}
+	}
+	eng, err := pebbleengine.Open(engineDir, pebbleengine.Options{ReadOnly: true, Logger: cfg.Logger.Named("engine")})
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("restore version %d: open the downloaded engine: %w", m.Version, err)
+	}
+	defer eng.Close()
+	res, err := maintenance.Restore(maintenance.RestoreConfig{
+		Source:              engineSource(eng, m),
+		Name:                cfg.Name,
+		DataDir:             cfg.DataDir,
+		InitialCluster:      cfg.InitialCluster,
+		InitialClusterToken: cfg.InitialClusterToken,
+		Logger:              cfg.Logger,
+	})
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
+	}
+	return RestoreResult{RestoreResult: res, Manifest: m}, nil
+}
+
+// engineSource gives maintenance.Restore every key of the downloaded
+// engine, the reserved ones included, from one consistent view.
+func engineSource(eng *pebbleengine.Engine, m *Manifest) maintenance.RestoreSource {
+	return func(sink snapshot.Sink) (uint64, uint64, error) {
+		v, err := eng.NewExportView()
+		if err != nil {
+			return 0, 0, err
+		}
+		defer v.Close()
+		if v.AppliedIndex() != m.RaftIndex {
+			return 0, 0, fmt.Errorf("%w: the files hold applied index %d, the manifest says %d", ErrCorrupt, v.AppliedIndex(), m.RaftIndex)
+		}
+		var n uint64
+		err = v.ForEach(func(key, value []byte) error {
+			n++
+			return sink.Add(key, value)
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		return v.AppliedIndex(), n, nil
+	}
+}
+
+// download writes the file f of a version to p, checking its size and
+// hash as it goes, and syncs it.
+func download(ctx context.Context, t Target, f File, p string) error {
+	r, err := t.Get(ctx, fileName(f.SHA256))
+	if err != nil {
+		return fmt.Errorf("download %s: %w", f.Name, err)
+	}
+	defer r.Close()
+	out, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("download %s: %w", f.Name, err)
+	}
+	h := sha256.New()
+	// One byte more than the size, to see a longer object.
+	n, err := io.Copy(io.MultiWriter(out, h), io.LimitReader(&ctxReader{ctx: ctx, r: r}, f.Size+1))
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("download %s: %w", f.Name, err)
+	}
+	if err := checkContent(f, n, h.Sum(nil)); err != nil {
+		return fmt.Errorf("download %s: %w", f.Name, err)
+	}
+	return nil
+}
+
+// checkContent compares what was read of f's object with its manifest
+// entry.
+func checkContent(f File, n int64, sum []byte) error {
+	switch {
+	case n > f.Size:
+		return fmt.Errorf("%w: %s holds more than the %d bytes the manifest says", ErrCorrupt, fileName(f.SHA256), f.Size)
+	case n < f.Size:
+		return fmt.Errorf("%w: %s holds %d bytes, the manifest says %d", ErrCorrupt, fileName(f.SHA256), n, f.Size)
+	}
+	if got := hex.EncodeToString(sum); got != f.SHA256 {
+		return fmt.Errorf("%w: %s has sha256 %s", ErrCorrupt, fileName(f.SHA256), got)
+	}
+	return nil
+}

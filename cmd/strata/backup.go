@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/strata-kv/strata/backup"
+)
+
+const backupUsage = `usage:
+  strata backup create --data-dir DIR --target URL   back up a stopped member's engine (a new version)
+  strata backup list   --target URL [--json]         the versions, oldest first
+  strata backup verify --target URL [--version N]    check every file of a version (default the latest)
+  strata backup prune  --target URL [--keep-last N] [--keep-within D]
+                                                     delete other versions, then the files none kept names
+  strata restore --from URL [--version N] --data-dir NEW ...   build a data dir from a version
+
+URL is file:///dir or s3://bucket/prefix. For s3, --s3-endpoint, --s3-region and the
+credentials default to AWS_ENDPOINT_URL, AWS_REGION and AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.`
+
+// runBackup is `strata backup`: incremental backups of engine files to a
+// target (package backup, backup/FORMAT.md).
+func runBackup(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, backupUsage)
+		return 2
+	}
+	cmd, args := args[0], args[1:]
+	fs := flag.NewFlagSet("strata backup "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var tf targetFlags
+	tf.register(fs)
+	ctx := context.Background()
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "strata backup %s: %v\n", cmd, err)
+		return 1
+	}
+	parse := func() int {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return 2
+		}
+		if fs.NArg() != 0 {
+			fmt.Fprintf(stderr, "strata backup %s: unexpected arguments %q\n", cmd, fs.Args())
+			return 2
+		}
+		if tf.url == "" {
+			fmt.Fprintf(stderr, "strata backup %s: --target is required\n", cmd)
+			return 2
+		}
+		return -1
+	}
+	switch cmd {
+	case "create":
+		dataDir := fs.String("data-dir", "", "The data directory of a stopped member.")
+		if code := parse(); code >= 0 {
+			return code
+		}
+		if *dataDir == "" {
+			fmt.Fprintln(stderr, "strata backup create: --data-dir is required")
+			return 2
+		}
+		t, err := tf.open(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		start := time.Now()
+		m, err := backup.CreateOffline(ctx, *dataDir, t, nil)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "version %d of %s: raft index %d, term %d, revision %d, %d files (%d bytes), uploaded %d files (%d bytes) in %s\n",
+			m.Version, t, m.RaftIndex, m.RaftTerm, m.Revision, len(m.Files), m.Size(), m.NewFiles, m.NewBytes, time.Since(start).Round(time.Millisecond))
+		return 0
+	case "list":
+		asJSON := fs.Bool("json", false, "Print JSON, an array of manifests, for scripts.")
+		if code := parse(); code >= 0 {
+			return code
+		}
+		t, err := tf.open(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		list, err := backup.List(ctx, t)
+		if err != nil {
+			return fail(err)
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if list == nil {
+				list = []*backup.Manifest{}
+			}
+			if err := enc.Encode(list); err != nil {
+				return fail(err)
+			}
+			return 0
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "VERSION\tCREATED\tINDEX\tTERM\tREVISION\tCOMPACT-REVISION\tFILES\tSIZE\tNEW-FILES\tNEW-BYTES")
+		for _, m := range list {
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", m.Version, m.Created.Format(time.RFC3339), m.RaftIndex, m.RaftTerm,
+				m.Revision, m.CompactRevision, len(m.Files), m.Size(), m.NewFiles, m.NewBytes)
+		}
+		if err := tw.Flush(); err != nil {
+			return fail(err)
+		}
+		return 0
+	case "verify":
+		version := fs.Uint64("version", 0, "The version to verify (0: the latest).")
+		if code := parse(); code >= 0 {
+			return code
+		}
+		t, err := tf.open(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		rep, err := backup.Verify(ctx, t, *version)
+		if err != nil {
+			for _, b := range rep.Bad {
+				fmt.Fprintf(stdout, "bad: %s\n", b)
+			}
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "version %d of %s: %d files (%d bytes) match their sha256\n", rep.Version, t, rep.Files, rep.Bytes)
+		return 0
+	case "prune":
+		keepLast := fs.Int("keep-last", 0, "Keep the newest N versions.")
+		keepWithin := fs.Duration("keep-within", 0, "Keep the versions created within this duration (e.g. 168h). The newest version is always kept.")
+		if code := parse(); code >= 0 {
+			return code
+		}
+		t, err := tf.open(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		rep, err := backup.Prune(ctx, t, backup.Retention{KeepLast: *keepLast, KeepWithin: *keepWithin})
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "kept versions %v, deleted versions %v, deleted %d files (%d bytes)\n", rep.Kept, rep.Deleted, rep.FilesDeleted, rep.BytesFreed)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "strata backup: unknown command %q\n%s\n", cmd, backupUsage)
+		return 2
+	}
+}
+
+// targetFlags name a backup target and how to reach it.
+type targetFlags struct {
+	url  string
+	opts backup.TargetOptions
+}
+
+func (f *targetFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.url, "target", "", "The backup target: file:///dir or s3://bucket/prefix.")
+	f.registerS3(fs)
+}
+
+func (f *targetFlags) registerS3(fs *flag.FlagSet) {
+	fs.StringVar(&f.opts.Endpoint, "s3-endpoint", "", "S3 endpoint, host:port or http(s)://host:port (default AWS_ENDPOINT_URL, else s3.amazonaws.com).")
+	fs.StringVar(&f.opts.Region, "s3-region", "", "S3 region (default AWS_REGION).")
+	fs.StringVar(&f.opts.AccessKey, "s3-access-key", "", "S3 access key (default AWS_ACCESS_KEY_ID).")
+	fs.StringVar(&f.opts.SecretKey, "s3-secret-key", "", "S3 secret key (default AWS_SECRET_ACCESS_KEY; prefer the variable: a flag shows in the process list).")
+	fs.BoolVar(&f.opts.Insecure, "s3-insecure", false, "Use http for an --s3-endpoint given without a scheme.")
+}
+
+func (f *targetFlags) open(ctx context.Context) (backup.Target, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return backup.OpenTarget(ctx, f.url, f.opts)
+}
+
+// restoreFromTarget is `strata restore --from URL`: a version of an
+// incremental backup into a new data directory.
+func restoreFromTarget(tf *targetFlags, version uint64, cfg backup.RestoreConfig, stdout, stderr io.Writer) int {
+	ctx := context.Background()
+	t, err := tf.open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "strata restore: %v\n", err)
+		return 1
+	}
+	cfg.Version = version
+	res, err := backup.Restore(ctx, t, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "strata restore: %v\n", err)
+		return 1
+	}
+	m := res.Manifest
+	fmt.Fprintf(stdout, "restored version %d of %s (raft index %d, revision %d, %d records) into %s: member %x of cluster %x\n",
+		m.Version, t, m.RaftIndex, m.Revision, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
+	return 0
+}
