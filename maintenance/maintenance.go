@@ -64,8 +64,9 @@ type Config struct {
 	// PeerTLS dials peers for their HashKV.
 	PeerTLS tlsconfig.Info
 	// TempDir holds a snapshot's database while it is built (etcd's
-	// format needs a file); on the data directory's file system, so that
-	// it has room for a copy of the data.
+	// format needs a file, on the operating system's file system): best
+	// the data directory's, which has room for a copy of the data; empty
+	// means the system's temporary directory.
 	TempDir string
 	// InitialCorruptCheck and CorruptCheckTime are etcd's corruption
 	// checks (--experimental-initial-corrupt-check, --corrupt-check-time;

@@ -390,7 +390,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.maintainer = maintenance.New(maintenance.Config{
 		MemberID: m.memberID, ClusterID: m.clusterID,
 		Engine: m.engine, Store: m.store, State: m.applier, Raft: m, Proposer: m.proposer,
-		PeerTLS: cfg.TLS.Peer, TempDir: cfg.DataDir,
+		PeerTLS: cfg.TLS.Peer, TempDir: snapshotTempDir(cfg),
 		InitialCorruptCheck: cfg.InitialCorruptCheck, CorruptCheckTime: cfg.CorruptCheckTime,
 		Logger: cfg.Logger.Named("maintenance"),
 	})
@@ -594,4 +594,14 @@ func (m *Member) closeStores() error {
 		errs = append(errs, m.lock.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// snapshotTempDir is where a snapshot's database is built: bbolt writes to
+// the operating system's file system, so the data directory when the
+// member's files are there, else the system's temporary directory.
+func snapshotTempDir(cfg Config) string {
+	if cfg.FS == vfs.Default {
+		return cfg.DataDir
+	}
+	return ""
 }

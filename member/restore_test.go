@@ -19,6 +19,7 @@ import (
 	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/maintenance"
 	"github.com/strata-kv/strata/mvcc"
+	"github.com/strata-kv/strata/snapshot"
 )
 
 // TestRestoreDropsIndexRevisionRows restores a backup of a member that
@@ -278,4 +279,58 @@ func TestRestorePowerCut(t *testing.T) {
 		t.Fatalf("no clone of %d held the restored data dir: the last one must", len(clones))
 	}
 	t.Logf("%d power cuts during a restore: %d with the whole data dir, %d with none", len(clones), whole, len(clones)-whole)
+}
+
+// TestRestoreOlderFormat: a backup in the format strata's snapshots had
+// before they were etcd's (snapshot/FORMAT.md, written here as the earlier
+// release's Maintainer did) still restores, with its revision and keys.
+func TestRestoreOlderFormat(t *testing.T) {
+	const name = "ro"
+	src := startInMemory(t, vfs.NewMem(), name, func(*Config) {})
+	for i := range 20 {
+		res, err := src.Propose(context.Background(), &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte(fmt.Sprint(i % 5)), Value: []byte(fmt.Sprint(i))}})
+		if err != nil || res.Err != nil {
+			t.Fatalf("put: %v %v", err, res.Err)
+		}
+	}
+	wantRev := src.Store().Rev()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "older.db")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := src.engine.NewExportView()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snapshot.WriteBackup(f, view.AppliedIndex(), view.ForEach); err != nil {
+		t.Fatal(err)
+	}
+	view.Close()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "restored")
+	if _, err := maintenance.Restore(maintenance.RestoreConfig{Backup: path, Name: name, DataDir: data,
+		InitialCluster: map[string][]string{name: {"http://127.0.0.1:2380"}}, InitialClusterToken: name + "-test"}); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := pebbleengine.Open(filepath.Join(data, "engine"), pebbleengine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	store, err := mvcc.Open(eng, mvcc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	got, err := store.Range(&pb.RangeRequest{Key: []byte("4")})
+	if err != nil || store.Rev() != wantRev || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "19" {
+		t.Fatalf("restored: revision %d (want %d), key 4 = %v, %v", store.Rev(), wantRev, got, err)
+	}
 }

@@ -8,8 +8,9 @@ import (
 	"io"
 )
 
-// A backup is what the Maintenance service's Snapshot RPC streams and what
-// `etcdctl snapshot save` stores: a snapshot stream (the format above),
+// A backup, in the format the Maintenance service's Snapshot RPC streamed
+// before it streamed etcd's own (package etcddb), and which strata restore
+// still reads: a snapshot stream (the format above),
 // zero padding to a multiple of BackupAlign bytes, then the SHA-256 of
 // everything before it. The shape is etcd's (a bbolt file, whose size is a
 // multiple of its page size, followed by its SHA-256): etcdctl accepts a
