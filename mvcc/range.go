@@ -109,39 +109,76 @@ func (v view) getAtHistory(key []byte, rev int64) (*mvccpb.KeyValue, error) {
 }
 
 func (v view) rangeCurrent(key, end []byte, limit int64, countOnly bool) ([]*mvccpb.KeyValue, int64, error) {
-	upper := prefixEnd(prefixCurrent)
-	if len(end) > 0 {
-		upper = currentKey(end)
-	}
-	it := v.r.NewIter(currentKey(key), upper)
 	var kvs []*mvccpb.KeyValue
 	var count int64
-	for ok := it.First(); ok; ok = it.Next() {
+	err := v.visitCurrent(key, end, func(decode func() (*mvccpb.KeyValue, error)) error {
 		count++
 		if countOnly || (limit > 0 && int64(len(kvs)) >= limit) {
-			continue
+			return nil
 		}
-		kv, err := decodeKV(it.Value())
-		if err != nil {
-			_ = it.Close()
-			return nil, 0, err
+		kv, err := decode()
+		if err == nil {
+			kvs = append(kvs, kv)
 		}
-		kvs = append(kvs, kv)
-	}
-	if err := it.Close(); err != nil {
-		return nil, 0, fmt.Errorf("range [%q, %q): %w", key, end, err)
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
 	}
 	return kvs, count, nil
 }
 
 func (v view) rangeHistory(key, end []byte, rev, limit int64, countOnly bool) ([]*mvccpb.KeyValue, int64, error) {
+	var kvs []*mvccpb.KeyValue
+	var count int64
+	err := v.visitHistory(key, end, rev, func(decode func() (*mvccpb.KeyValue, error)) error {
+		count++
+		if countOnly || (limit > 0 && int64(len(kvs)) >= limit) {
+			return nil
+		}
+		kv, err := decode()
+		if err == nil {
+			kvs = append(kvs, kv)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return kvs, count, nil
+}
+
+// visitCurrent calls fn for each live key in [key, end) (end empty: to
+// the end of the key space), in key order, with a function that decodes
+// its current version: a caller that only counts never decodes.
+func (v view) visitCurrent(key, end []byte, fn func(decode func() (*mvccpb.KeyValue, error)) error) error {
+	upper := prefixEnd(prefixCurrent)
+	if len(end) > 0 {
+		upper = currentKey(end)
+	}
+	it := v.r.NewIter(currentKey(key), upper)
+	decode := func() (*mvccpb.KeyValue, error) { return decodeKV(it.Value()) }
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := fn(decode); err != nil {
+			_ = it.Close()
+			return err
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("range [%q, %q): %w", key, end, err)
+	}
+	return nil
+}
+
+// visitHistory is visitCurrent at revision rev: for each key in [key, end)
+// live at rev, its version at rev (already decoded: telling a live
+// version from a deletion needs it).
+func (v view) visitHistory(key, end []byte, rev int64, fn func(decode func() (*mvccpb.KeyValue, error)) error) error {
 	upper := prefixEnd(prefixHistory)
 	if len(end) > 0 {
 		upper = historyPrefix(end)
 	}
 	it := v.r.NewIter(historyPrefix(key), upper)
-	var kvs []*mvccpb.KeyValue
-	var count int64
 	var err error
 	for ok := it.First(); ok; {
 		var k []byte
@@ -154,9 +191,8 @@ func (v view) rangeHistory(key, end []byte, rev, limit int64, countOnly bool) ([
 				break
 			}
 			if kv.ModRevision != 0 {
-				count++
-				if !countOnly && (limit <= 0 || int64(len(kvs)) < limit) {
-					kvs = append(kvs, kv)
+				if err = fn(func() (*mvccpb.KeyValue, error) { return kv, nil }); err != nil {
+					break
 				}
 			}
 		}
@@ -165,10 +201,7 @@ func (v view) rangeHistory(key, end []byte, rev, limit int64, countOnly bool) ([
 	if cerr := it.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("range [%q, %q) at %d: %w", key, end, rev, cerr)
 	}
-	if err != nil {
-		return nil, 0, err
-	}
-	return kvs, count, nil
+	return err
 }
 
 // checkRange is etcd's pre-check of a Range inside a Txn: a bad revision

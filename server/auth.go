@@ -244,8 +244,9 @@ func (a *Auth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 	return handler(srv, &authStream{ServerStream: ss, a: a, ai: ai, ctx: auth.NewContext(ss.Context(), ai)})
 }
 
-// authStream checks each watch a stream creates: read access to its range.
-// A refused create is answered as etcd answers it (a created-and-canceled
+// authStream checks what a stream asks to read: a RangeStream's range
+// (refused with etcd's permission error, as Range is), and each watch it
+// creates. A refused create is answered as etcd answers it (a created-and-canceled
 // response with watch ID -1 and the permission error as the reason) and
 // never reaches the Watch handler.
 //
@@ -272,6 +273,13 @@ func (s *authStream) RecvMsg(m any) error {
 	for {
 		if err := s.ServerStream.RecvMsg(m); err != nil {
 			return err
+		}
+		if r, ok := m.(*pb.RangeRequest); ok {
+			// RangeStream's one request: checked as Range is.
+			if err := s.a.s.IsRangePermitted(s.ai, r.Key, r.RangeEnd); err != nil {
+				return authError(err)
+			}
+			return nil
 		}
 		w, ok := m.(*pb.WatchRequest)
 		if !ok || w.GetCreateRequest() == nil {

@@ -18,6 +18,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/apply"
@@ -124,13 +126,36 @@ func (s *KV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, 
 	return resp, nil
 }
 
-// RangeStream answers a range in one message: strata does not chunk yet.
+// RangeStream answers a range in chunks, as etcd 3.7's does (what
+// Kubernetes' LIST uses for large ranges): the keys in disjoint chunks of
+// about --max-request-bytes each, read from one consistent view, and the
+// header, more and count on the final chunk. Custom sort orders and
+// revision filters are refused with etcd's Unimplemented errors.
 func (s *KV) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingServer[pb.RangeStreamResponse]) error {
-	resp, err := s.Range(stream.Context(), r)
-	if err != nil {
+	if err := checkRange(r); err != nil {
 		return err
 	}
-	return stream.Send(&pb.RangeStreamResponse{RangeResponse: resp})
+	if r.SortOrder != pb.RangeRequest_NONE && (r.SortTarget != pb.RangeRequest_KEY || r.SortOrder != pb.RangeRequest_ASCEND) {
+		return status.Error(codes.Unimplemented, "RangeStream does not support custom sort orders")
+	}
+	if r.MinModRevision != 0 || r.MaxModRevision != 0 || r.MinCreateRevision != 0 || r.MaxCreateRevision != 0 {
+		return status.Error(codes.Unimplemented, "RangeStream does not support revision filters")
+	}
+	if !r.Serializable {
+		if err := s.barrier(stream.Context()); err != nil {
+			return err
+		}
+	}
+	err := s.b.Store().RangeStream(r, s.limits.MaxRequestBytes, func(resp *pb.RangeResponse) error {
+		if resp.Header != nil {
+			fillHeader(s.b, &resp.Header, resp.Header.Revision)
+		}
+		return stream.Send(&pb.RangeStreamResponse{RangeResponse: resp})
+	})
+	if err != nil {
+		return toGRPCError(err)
+	}
+	return nil
 }
 
 // Put writes a key.
