@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/RaduBerinde/btreemap"
@@ -83,10 +84,10 @@ type frozen struct {
 // Engine is engine.Engine on a bbolt file with an in-memory overlay.
 //
 // Invariants:
-//  1. The bbolt file is written only by read-write transactions taken
-//     under flushMu (flush, snapshot install); each is committed with
-//     bbolt's fsyncs, so the file always holds the state of a completed
-//     commit.
+//  1. The bbolt file is written only under flushMu: by read-write
+//     transactions (flush, snapshot install), each committed with bbolt's
+//     fsyncs, and by CompactAll's rename of a synced copy holding the same
+//     state; so the file always holds the state of a completed commit.
 //  2. Every Commit writes its batch, its tails and engine.AppliedIndexKey
 //     into the overlay under mu in one step: a reader sees all of a batch
 //     or none, and a frozen overlay holds whole batches only, ending with
@@ -120,7 +121,10 @@ type Engine struct {
 	path   string
 	opts   Options
 	logger *zap.Logger
-	db     *bolt.DB
+	// db is the open bbolt file; CompactAll replaces it (compact.go).
+	// Writers load it under flushMu, readers acquire it.
+	db       atomic.Pointer[handle]
+	retiring sync.WaitGroup // handles replaced by CompactAll, until closed
 
 	mu struct {
 		sync.Mutex
@@ -166,14 +170,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	}
 	path := filepath.Join(dir, FileName)
 	_, statErr := os.Stat(path)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:         openTimeout,
-		InitialMmapSize: opts.InitialMmapSize,
-		// The freelist is rebuilt by a scan on open instead of being
-		// written by every flush.
-		NoFreelistSync: true,
-		FreelistType:   bolt.FreelistMapType,
-	})
+	db, err := openBolt(path, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open bbolt engine in %s: %w", dir, err)
 	}
@@ -184,7 +181,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("open bbolt engine in %s: %w", dir, err)
 		}
 	}
-	e := &Engine{dir: dir, path: path, opts: opts, logger: opts.Logger, db: db,
+	e := &Engine{dir: dir, path: path, opts: opts, logger: opts.Logger,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	e.mu.mem = newLayer()
 	e.mu.cond.L = &e.mu.Mutex
@@ -220,8 +217,21 @@ func Open(dir string, opts Options) (*Engine, error) {
 	e.applied.Store(applied)
 	e.durable.Store(applied)
 	e.mu.gen = gen
+	e.db.Store(newHandle(db, opts.Logger))
 	go e.flusher()
 	return e, nil
+}
+
+// openBolt opens the bbolt file with the engine's settings: bbolt's
+// ordinary synced commits (each flush is one), and the freelist rebuilt
+// by a scan on open instead of written by every flush.
+func openBolt(path string, opts Options) (*bolt.DB, error) {
+	return bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:         openTimeout,
+		InitialMmapSize: opts.InitialMmapSize,
+		NoFreelistSync:  true,
+		FreelistType:    bolt.FreelistMapType,
+	})
 }
 
 func decodeIndex(v []byte) (uint64, error) {
@@ -354,7 +364,7 @@ func (e *Engine) flushFrozenLocked() error {
 		}
 		f := e.mu.frozen[0]
 		e.mu.Unlock()
-		err := e.db.Update(func(tx *bolt.Tx) error {
+		err := e.db.Load().db.Update(func(tx *bolt.Tx) error {
 			b := tx.Bucket(dataBucket)
 			var err error
 			f.tree.AscendFunc(btreemap.Min[[]byte](), btreemap.Max[[]byte](), func(k []byte, en entry) bool {
@@ -416,7 +426,9 @@ func (e *Engine) Checkpoint(dir string) (uint64, error) {
 	if err := mkdirSynced(dir); err != nil {
 		return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
 	}
-	tx, err := e.db.Begin(false)
+	h := e.acquireHandle()
+	defer h.release()
+	tx, err := h.db.Begin(false)
 	if err != nil {
 		return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
 	}
@@ -432,36 +444,35 @@ func (e *Engine) Checkpoint(dir string) (uint64, error) {
 	return idx, nil
 }
 
-// CompactAll implements engine.Engine as far as this engine can today: it
-// flushes. bbolt reuses freed pages but never shrinks its file; rewriting
-// it into a compact copy (bbolt's Compact) and swapping it in under live
-// readers is unfinished.
-func (e *Engine) CompactAll() error {
-	if err := e.Flush(); err != nil {
-		return fmt.Errorf("compact all: %w", err)
-	}
-	return nil
-}
-
-// DiskSize implements engine.Engine: the size of the bbolt file.
+// DiskSize implements engine.Engine: the bytes the bbolt file occupies on
+// disk (as du counts them). bbolt grows its file by truncating it in steps
+// of 16 MiB, so the file's length overstates what is written there; its
+// allocated blocks do not.
 func (e *Engine) DiskSize() int64 {
 	st, err := os.Stat(e.path)
 	if err != nil {
 		return 0
 	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return sys.Blocks * 512
+	}
 	return st.Size()
 }
 
 // Close stops the flusher, flushes (so that a clean restart has nothing
-// to replay) and closes bbolt, which waits for open read transactions.
+// to replay) and closes bbolt once every open view is closed.
 func (e *Engine) Close() error {
 	var err error
 	e.closeOnce.Do(func() {
 		close(e.stop)
 		<-e.done
 		ferr := e.Flush()
-		if cerr := e.db.Close(); cerr != nil {
-			err = fmt.Errorf("close bbolt engine in %s: %w", e.dir, cerr)
+		h := e.db.Load()
+		h.retire()
+		<-h.closed
+		e.retiring.Wait()
+		if h.err != nil {
+			err = fmt.Errorf("close bbolt engine in %s: %w", e.dir, h.err)
 			return
 		}
 		err = ferr

@@ -230,23 +230,25 @@ func TestPowerCut(t *testing.T) {
 		opts       Options
 		flushEvery int // explicit Flush on average every flushEvery batches; 0: never
 		tornMeta   bool
+		compact    bool // CompactAll now and then: the file is replaced
 	}{
 		{name: "explicit-flushes", opts: Options{}, flushEvery: 15},
 		{name: "background-flushes", opts: Options{MemBytes: 8 << 10}},
 		{name: "both", opts: Options{MemBytes: 16 << 10}, flushEvery: 30},
 		{name: "torn-last-commit", opts: Options{MemBytes: 8 << 10}, flushEvery: 20, tornMeta: true},
 		{name: "sync-commits", opts: Options{SyncCommits: true}},
+		{name: "compactions", opts: Options{MemBytes: 8 << 10}, flushEvery: 30, compact: true},
 	}
 	for _, tc := range tests {
 		for seed := uint64(1); seed <= 2; seed++ {
 			t.Run(fmt.Sprintf("%s/seed=%d", tc.name, seed), func(t *testing.T) {
-				powerCut(t, seed, tc.opts, tc.flushEvery, tc.tornMeta)
+				powerCut(t, seed, tc.opts, tc.flushEvery, tc.tornMeta, tc.compact)
 			})
 		}
 	}
 }
 
-func powerCut(t *testing.T, seed uint64, opts Options, flushEvery int, tornMeta bool) {
+func powerCut(t *testing.T, seed uint64, opts Options, flushEvery int, tornMeta, compact bool) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	e := open(t, filepath.Join(t.TempDir(), "db"), opts)
 	defer e.Close()
@@ -273,6 +275,11 @@ func powerCut(t *testing.T, seed uint64, opts Options, flushEvery int, tornMeta 
 		states = append(states, st)
 		if flushEvery > 0 && rng.IntN(flushEvery) == 0 {
 			if err := e.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if compact && rng.IntN(40) == 0 {
+			if err := e.CompactAll(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -514,7 +521,8 @@ func TestKeyLimits(t *testing.T) {
 // TestConcurrentReadersSeeWholeBatches runs readers (scans, snapshots,
 // point reads) against a writer whose every batch sets all keys to its own
 // index, while overlays are frozen and flushed in the background and,
-// now and then, a snapshot is installed: every view must show all keys
+// now and then, a snapshot is installed or the file compacted and swapped:
+// every view must show all keys
 // equal (one whole batch or install, never a mix) and never older than
 // a view taken before it by the same reader.
 func TestConcurrentReadersSeeWholeBatches(t *testing.T) {
@@ -580,6 +588,11 @@ func TestConcurrentReadersSeeWholeBatches(t *testing.T) {
 	}
 	value := func(i uint64) []byte { return fmt.Appendf(nil, "%08d", i) }
 	for i := uint64(1); i <= 600; i++ {
+		if i%100 == 50 {
+			if err := e.CompactAll(); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if i%150 == 0 {
 			// Install a snapshot at i: every key at i.
 			path := filepath.Join(stageDir, fmt.Sprint(i))
@@ -613,4 +626,86 @@ func TestConcurrentReadersSeeWholeBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestCompactAll: after most keys are deleted, CompactAll shrinks the file;
+// a snapshot and an iterator opened before it keep reading the old file,
+// commits during and after it land, and everything survives a reopen.
+func TestCompactAll(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir, Options{})
+	value := make([]byte, 1000)
+	want := map[string]string{}
+	for i := range 20 {
+		b := e.NewBatch()
+		for j := range 100 {
+			k := fmt.Sprintf("k%02d%03d", i, j)
+			_ = b.Set([]byte(k), value)
+			want[k] = string(value)
+		}
+		if err := b.Commit(uint64(i + 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Written to the file, so that deleting them leaves free pages there.
+	if err := e.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	b := e.NewBatch()
+	if err := b.DeleteRange([]byte("k01"), []byte("k20")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(21); err != nil {
+		t.Fatal(err)
+	}
+	for k := range want {
+		if k >= "k01" {
+			delete(want, k)
+		}
+	}
+	if err := e.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	before := e.DiskSize()
+	snap := e.NewSnapshot()
+	it := e.NewIter([]byte("k"), []byte("l"))
+	if !it.First() {
+		t.Fatal("iterator before CompactAll is empty")
+	}
+	if err := e.CompactAll(); err != nil {
+		t.Fatal(err)
+	}
+	after := e.DiskSize()
+	if after >= before/2 {
+		t.Fatalf("CompactAll: %d bytes before, %d after", before, after)
+	}
+	n := 1
+	for it.Next() {
+		n++
+	}
+	if err := it.Close(); err != nil || n != len(want) {
+		t.Fatalf("iterator across CompactAll read %d keys (%v), want %d", n, err, len(want))
+	}
+	if got := scan(t, snap); !maps.Equal(got, want) {
+		t.Fatalf("snapshot across CompactAll: %d keys, want %d", len(got), len(want))
+	}
+	_ = snap.Close()
+	b = e.NewBatch()
+	_ = b.Set([]byte("knew"), []byte("x"))
+	if err := b.Commit(22); err != nil {
+		t.Fatal(err)
+	}
+	want["knew"] = "x"
+	if got := scan(t, e); !maps.Equal(got, want) {
+		t.Fatalf("after CompactAll: %d keys, want %d", len(got), len(want))
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = open(t, dir, Options{})
+	defer e.Close()
+	if got := scan(t, e); !maps.Equal(got, want) || e.AppliedIndex() != 22 {
+		t.Fatalf("reopened after CompactAll at %d with %d keys, want 22 and %d", e.AppliedIndex(), len(got), len(want))
+	}
+	t.Logf("%d bytes before CompactAll, %d after", before, after)
 }

@@ -55,8 +55,10 @@
 //   - Keys: bbolt refuses empty keys and keys above 32768 bytes; Set
 //     returns an error for them (an etcd key near that size does not fit
 //     this engine's MVCC keys).
-//   - bbolt never shrinks its file (freed pages are reused), so CompactAll
-//     only flushes: rewriting the file into a smaller one is unfinished.
+//   - bbolt never shrinks its file (freed pages are reused). CompactAll
+//     copies every key into a new file and swaps it in while reads go on
+//     (compact.go); meanwhile flushes wait, so commits stall if the
+//     overlay fills, and the disk holds both files.
 //   - A raft snapshot is installed in one bbolt transaction, which holds
 //     the whole new state's dirty pages in memory until it commits.
 //   - bbolt remaps its file when it outgrows the mapping, and a remap

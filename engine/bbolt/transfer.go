@@ -186,7 +186,7 @@ func (e *Engine) InstallSnapshot(path string) (uint64, error) {
 	gen := e.mu.gen + 1
 	e.mu.Unlock()
 	var applied uint64
-	err = e.db.Update(func(tx *bolt.Tx) error {
+	err = e.db.Load().db.Update(func(tx *bolt.Tx) error {
 		if err := tx.DeleteBucket(dataBucket); err != nil {
 			return err
 		}

@@ -35,6 +35,8 @@ func (e *Engine) overlays() ([]*layer, uint64) {
 // (Engine invariant 6).
 type view struct {
 	layers []*layer // newest first
+	h      *handle  // acquired; released by close
+	closed bool
 	tx     *bolt.Tx
 	bucket *bolt.Bucket
 }
@@ -43,13 +45,16 @@ type view struct {
 // order (invariant 6).
 func (e *Engine) newView() (*view, error) {
 	layers, gen := e.overlays()
-	tx, err := e.db.Begin(false)
+	h := e.acquireHandle()
+	tx, err := h.db.Begin(false)
 	if err != nil {
+		h.release()
 		return nil, fmt.Errorf("begin bbolt read transaction: %w", err)
 	}
 	fileGen, err := decodeIndex(tx.Bucket(metaBucket).Get(genKey))
 	if err != nil {
 		_ = tx.Rollback()
+		h.release()
 		return nil, fmt.Errorf("read install generation: %w", err)
 	}
 	if fileGen != gen {
@@ -57,10 +62,18 @@ func (e *Engine) newView() (*view, error) {
 		// belong to the state it replaced.
 		layers = nil
 	}
-	return &view{layers: layers, tx: tx, bucket: tx.Bucket(dataBucket)}, nil
+	return &view{layers: layers, h: h, tx: tx, bucket: tx.Bucket(dataBucket)}, nil
 }
 
-func (v *view) close() error { return v.tx.Rollback() }
+func (v *view) close() error {
+	if v.closed {
+		return nil
+	}
+	v.closed = true
+	err := v.tx.Rollback()
+	v.h.release()
+	return err
+}
 
 // lookup finds key in layers, newest first.
 func lookup(layers []*layer, key []byte) (entry, bool) {
