@@ -169,6 +169,10 @@ func Open(dir string, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("open bbolt engine in %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, FileName)
+	// A compaction's copy left by a crash before its rename is incomplete.
+	if err := os.Remove(path + ".compact"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("open bbolt engine in %s: %w", dir, err)
+	}
 	_, statErr := os.Stat(path)
 	db, err := openBolt(path, opts)
 	if err != nil {

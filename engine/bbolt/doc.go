@@ -9,6 +9,8 @@
 //	<dir>/bbolt.db   one bbolt file: bucket "data" holds every engine key,
 //	                 engine.AppliedIndexKey included; bucket "meta" holds
 //	                 the install generation (see InstallSnapshot)
+//	<dir>/bbolt.db.compact   CompactAll's copy until it is renamed over
+//	                 bbolt.db (removed on Open if a crash left it)
 //
 // # Why an in-memory overlay
 //
