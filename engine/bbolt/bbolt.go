@@ -116,6 +116,9 @@ type frozen struct {
 // error; flushMu serialises bbolt writers. Lock order: flushMu before mu.
 // No bbolt read transaction is begun while mu is held, and Commit releases
 // its batch's read transaction before it may wait for the flusher.
+// Goroutines: Open starts the flusher, which Close stops; CompactAll starts
+// one that waits for the replaced file's last reader, which Close waits
+// for.
 type Engine struct {
 	dir    string
 	path   string
@@ -150,6 +153,7 @@ type Engine struct {
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
+	closed    atomic.Bool // set by Close: reads fail instead of waiting for a handle
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -430,7 +434,10 @@ func (e *Engine) Checkpoint(dir string) (uint64, error) {
 	if err := mkdirSynced(dir); err != nil {
 		return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
 	}
-	h := e.acquireHandle()
+	h, err := e.acquireHandle()
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
+	}
 	defer h.release()
 	tx, err := h.db.Begin(false)
 	if err != nil {
@@ -471,6 +478,7 @@ func (e *Engine) Close() error {
 		close(e.stop)
 		<-e.done
 		ferr := e.Flush()
+		e.closed.Store(true)
 		h := e.db.Load()
 		h.retire()
 		<-h.closed
@@ -484,16 +492,23 @@ func (e *Engine) Close() error {
 	return err
 }
 
-// mkdirSynced creates dir and syncs its parent if it did not exist
-// (durability rule 7).
+// mkdirSynced creates dir and its missing parents, syncing each parent
+// after creating a child in it (durability rule 7).
 func mkdirSynced(dir string) error {
+	dir = filepath.Clean(dir)
 	if _, err := os.Stat(dir); err == nil {
 		return nil
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirSynced(parent); err != nil {
+			return err
+		}
 	}
-	return syncDir(filepath.Dir(dir))
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	return syncDir(parent)
 }
 
 func syncDir(dir string) error {

@@ -709,3 +709,19 @@ func TestCompactAll(t *testing.T) {
 	}
 	t.Logf("%d bytes before CompactAll, %d after", before, after)
 }
+
+// TestReadAfterClose: reads after Close fail instead of waiting for a file
+// that will never come back.
+func TestReadAfterClose(t *testing.T) {
+	e := open(t, filepath.Join(t.TempDir(), "a", "b"), Options{})
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Get([]byte("k")); !errors.Is(err, errClosedEngine) {
+		t.Fatalf("Get after Close: %v", err)
+	}
+	it := e.NewIter(nil, nil)
+	if it.First() || !errors.Is(it.Close(), errClosedEngine) {
+		t.Fatal("iterator after Close")
+	}
+}

@@ -1,6 +1,7 @@
 package bbolt
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -83,14 +84,20 @@ func (h *handle) close() {
 	close(h.closed)
 }
 
+// errClosedEngine is returned by reads after Close.
+var errClosedEngine = errors.New("bbolt engine closed")
+
 // acquireHandle returns the current handle with a reference taken.
-func (e *Engine) acquireHandle() *handle {
+func (e *Engine) acquireHandle() (*handle, error) {
 	for {
+		if e.closed.Load() {
+			return nil, errClosedEngine
+		}
 		if h := e.db.Load(); h.acquire() {
-			return h
+			return h, nil
 		}
 		// Retired between the load and the acquire: a compaction has
-		// already stored its successor.
+		// already stored its successor, or Close has retired it.
 	}
 }
 

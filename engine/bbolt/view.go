@@ -45,7 +45,10 @@ type view struct {
 // order (invariant 6).
 func (e *Engine) newView() (*view, error) {
 	layers, gen := e.overlays()
-	h := e.acquireHandle()
+	h, err := e.acquireHandle()
+	if err != nil {
+		return nil, err
+	}
 	tx, err := h.db.Begin(false)
 	if err != nil {
 		h.release()
