@@ -60,7 +60,10 @@ func scan(t *testing.T, r engine.Reader) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	it := r.NewIter([]byte("k"), []byte("l"))
-	for ok := it.First(); ok; ok = it.Next() {
+	for ok, n := it.First(), 0; ok; ok, n = it.Next(), n+1 {
+		if n > 1e6 {
+			t.Fatal("scan does not end") // a broken iterator, not a hung test
+		}
 		out[string(it.Key())] = string(it.Value())
 	}
 	if err := it.Close(); err != nil {
@@ -176,7 +179,9 @@ func check(t *testing.T, rng *rand.Rand, what string, r engine.Reader, m map[str
 	defer it.Close()
 	var back []string
 	for ok := it.Last(); ok; ok = it.Prev() {
-		back = append(back, string(it.Key()))
+		if back = append(back, string(it.Key())); len(back) > len(want) {
+			t.Fatalf("%s: [%s, %s) backwards: %v, more than %v", what, lo, hi, back, want)
+		}
 	}
 	slices.Reverse(back)
 	if !slices.Equal(back, want) {
@@ -723,5 +728,113 @@ func TestReadAfterClose(t *testing.T) {
 	it := e.NewIter(nil, nil)
 	if it.First() || !errors.Is(it.Close(), errClosedEngine) {
 		t.Fatal("iterator after Close")
+	}
+}
+
+// TestIteratorWalk drives one iterator through long random sequences of
+// positioning calls (First, Last, SeekGE, SeekLT, Next, Prev) over data
+// spread across every layer a read merges (the file, a frozen overlay, the
+// overlay, a batch's own writes, with deletions in each hiding keys below
+// them) and checks each answer against a sorted list.
+func TestIteratorWalk(t *testing.T) {
+	for seed := uint64(1); seed <= 8; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 11))
+			e := open(t, t.TempDir(), Options{})
+			defer e.Close()
+			m := map[string]string{}
+			key := func() string { return fmt.Sprintf("k%02d", rng.IntN(40)) }
+			write := func(b engine.Batch, i int) {
+				for range 15 {
+					k := key()
+					if rng.IntN(3) == 0 {
+						_ = b.Delete([]byte(k))
+						delete(m, k)
+					} else {
+						v := fmt.Sprintf("%s@%d", k, i)
+						_ = b.Set([]byte(k), []byte(v))
+						m[k] = v
+					}
+				}
+			}
+			// Layer by layer: the file, a frozen overlay, the overlay.
+			for i := range 3 {
+				b := e.NewBatch()
+				write(b, i)
+				if err := b.Commit(uint64(i + 1)); err != nil {
+					t.Fatal(err)
+				}
+				switch i {
+				case 0:
+					if err := e.Flush(); err != nil {
+						t.Fatal(err)
+					}
+				case 1:
+					e.mu.Lock()
+					e.freezeLocked() // frozen, not flushed: the flusher is not kicked
+					e.mu.Unlock()
+				}
+			}
+			b := e.NewBatch()
+			defer b.Close()
+			write(b, 3)
+			keys := slices.Sorted(maps.Keys(m))
+			lo, hi := key(), key()
+			if hi < lo {
+				lo, hi = hi, lo
+			}
+			var want []string
+			for _, k := range keys {
+				if k >= lo && k < hi {
+					want = append(want, k)
+				}
+			}
+			for _, r := range []engine.Reader{b} {
+				it := r.NewIter([]byte(lo), []byte(hi))
+				pos := -1 // index into want; -1 or len(want): invalid
+				for step := range 300 {
+					var ok bool
+					var what string
+					switch op := rng.IntN(6); {
+					case op == 0:
+						what, ok = "First", it.First()
+						pos = 0
+					case op == 1:
+						what, ok = "Last", it.Last()
+						pos = len(want) - 1
+					case op == 2:
+						k := key()
+						what, ok = "SeekGE "+k, it.SeekGE([]byte(k))
+						pos, _ = slices.BinarySearch(want, k)
+					case op == 3:
+						k := key()
+						what, ok = "SeekLT "+k, it.SeekLT([]byte(k))
+						i, _ := slices.BinarySearch(want, k)
+						pos = i - 1
+					case op == 4 && pos >= 0 && pos < len(want):
+						what, ok = "Next", it.Next()
+						pos++
+					case op == 5 && pos >= 0 && pos < len(want):
+						what, ok = "Prev", it.Prev()
+						pos--
+					default:
+						continue
+					}
+					valid := pos >= 0 && pos < len(want)
+					if ok != valid || it.Valid() != valid {
+						t.Fatalf("step %d %s in [%s, %s): valid %v, want %v (want %v)", step, what, lo, hi, ok, valid, want)
+					}
+					if valid && (string(it.Key()) != want[pos] || string(it.Value()) != m[want[pos]]) {
+						t.Fatalf("step %d %s in [%s, %s): at %s=%s, want %s=%s", step, what, lo, hi, it.Key(), it.Value(), want[pos], m[want[pos]])
+					}
+					if !valid {
+						pos = -1
+					}
+				}
+				if err := it.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }
