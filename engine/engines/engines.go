@@ -68,6 +68,9 @@ func Open(name, dir string, opts Options) (engine.Transferable, error) {
 	if err := Check(name); err != nil {
 		return nil, err
 	}
+	if err := checkForeign(name, dir, opts.FS); err != nil {
+		return nil, err
+	}
 	switch name {
 	case Bbolt:
 		if opts.FS != nil && opts.FS != vfs.Default {
@@ -124,4 +127,27 @@ func (b bboltEngine) NewSnapshotWriter(path string) (engine.SnapshotWriter, erro
 		return nil, err
 	}
 	return w, nil
+}
+
+// checkForeign refuses a directory that holds the other engine's files: an
+// engine opened there would start empty beside them, silently. (The data
+// directory's identity is the first check, datadir.LoadOrCreateID; this
+// one also covers a directory opened without it.)
+func checkForeign(name, dir string, fs vfs.FS) error {
+	if fs == nil {
+		fs = vfs.Default
+	}
+	names, err := fs.List(dir)
+	if err != nil {
+		return nil // not there yet: the engine creates it
+	}
+	for _, n := range names {
+		switch {
+		case name == Bbolt && (n == "CURRENT" || strings.HasPrefix(n, "MANIFEST-")):
+			return fmt.Errorf("open %s engine in %s: the directory holds a %s engine (%s)", name, dir, Pebble, n)
+		case name != Bbolt && n == bboltengine.FileName:
+			return fmt.Errorf("open %s engine in %s: the directory holds a %s engine (%s)", Pebble, dir, Bbolt, n)
+		}
+	}
+	return nil
 }

@@ -133,3 +133,31 @@ func TestSnapshotAcrossEngines(t *testing.T) {
 		}
 	}
 }
+
+// TestForeignEngineRefused: an engine is not opened over the other's files.
+func TestForeignEngineRefused(t *testing.T) {
+	tests := []struct{ first, second, wantErr string }{
+		{first: Pebble, second: Bbolt, wantErr: "the directory holds a pebble engine"},
+		{first: Bbolt, second: Pebble, wantErr: "the directory holds a bbolt engine (bbolt.db)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.first+"-then-"+tc.second, func(t *testing.T) {
+			dir := t.TempDir()
+			e, err := Open(tc.first, dir, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Open(tc.second, dir, Options{}); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Open(%s) over %s: %v, want %q", tc.second, tc.first, err, tc.wantErr)
+			}
+			e, err = Open(tc.first, dir, Options{})
+			if err != nil {
+				t.Fatalf("reopen %s: %v", tc.first, err)
+			}
+			_ = e.Close()
+		})
+	}
+}
