@@ -4,8 +4,9 @@
 // go through it, so the layout is written down once.
 //
 //	<data-dir>/LOCK       flock held while the member runs
-//	<data-dir>/identity   member and cluster IDs, written once
-//	<data-dir>/engine/    the engine (Pebble, no WAL of its own)
+//	<data-dir>/identity   member and cluster IDs and the engine's name, written once
+//	<data-dir>/engine/    the engine the identity names: Pebble (no WAL of its
+//	                      own) or bbolt (engine/bbolt.db)
 //	<data-dir>/log/       the raft log, unless --log-dir names other places
 //	<data-dir>/snap/      raft snapshots received and not yet installed
 //
@@ -17,6 +18,10 @@
 //  2. Every directory is created with its parent synced after, so that a
 //     power cut cannot bring back an engine or log directory whose entry in
 //     its parent was lost (a member would then bootstrap a new cluster).
+//  3. The engine is chosen once, when the identity is written, and the
+//     identity names it; an identity without a name predates the choice
+//     and means DefaultEngine. A directory is opened only with the engine
+//     its identity names (LoadOrCreateID refuses any other).
 package datadir
 
 import (
@@ -56,6 +61,67 @@ type ID struct {
 	// Joined is set for a member added to a running cluster: it starts
 	// with an empty log instead of bootstrapping one.
 	Joined bool `json:"joined,omitempty"`
+	// Engine names the storage engine the directory was bootstrapped with
+	// (--engine); empty means DefaultEngine (invariant 3).
+	Engine string `json:"engine,omitempty"`
+}
+
+// DefaultEngine is the engine of a directory whose identity names none:
+// every directory written before the engine could be chosen holds Pebble.
+const DefaultEngine = "pebble"
+
+// ErrEngineMismatch is returned when a data directory is opened with an
+// engine other than the one it was bootstrapped with.
+var ErrEngineMismatch = errors.New("data directory holds another engine")
+
+// EngineName returns the engine the identity names (invariant 3).
+func (id ID) EngineName() string {
+	if id.Engine == "" {
+		return DefaultEngine
+	}
+	return id.Engine
+}
+
+// CheckEngine returns nil if requested ("" meaning DefaultEngine) is the
+// engine id names, else an ErrEngineMismatch error naming both.
+func CheckEngine(dataDir string, id ID, requested string) error {
+	if requested == "" {
+		requested = DefaultEngine
+	}
+	if have := id.EngineName(); have != requested {
+		return fmt.Errorf("%w: %s was bootstrapped with the %q engine and cannot be opened with --engine %s (start with --engine %s)",
+			ErrEngineMismatch, dataDir, have, requested, have)
+	}
+	return nil
+}
+
+// LoadOrCreateID returns the data directory's identity after checking
+// that it names engineName ("" meaning DefaultEngine). A directory without
+// one gets the identity create returns, with engineName recorded in it,
+// written once (invariants 1 and 3): a member calls it before opening its
+// engine.
+func LoadOrCreateID(fs vfs.FS, dataDir, engineName string, create func() (ID, error)) (ID, error) {
+	if engineName == "" {
+		engineName = DefaultEngine
+	}
+	id, ok, err := ReadID(fs, dataDir)
+	if err != nil {
+		return ID{}, err
+	}
+	if ok {
+		if err := CheckEngine(dataDir, id, engineName); err != nil {
+			return ID{}, err
+		}
+		return id, nil
+	}
+	if id, err = create(); err != nil {
+		return ID{}, err
+	}
+	id.Engine = engineName
+	if err := WriteID(fs, dataDir, id); err != nil {
+		return ID{}, err
+	}
+	return id, nil
 }
 
 // ReadID reads the identity of the data directory; ok is false if it has

@@ -1,6 +1,7 @@
 package datadir
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -71,5 +72,72 @@ func TestIdentitySurvivesPowerCut(t *testing.T) {
 		if err != nil || ok != tc.wantOK || (ok && id != want) {
 			t.Fatalf("%s: ReadID = %+v, %v, %v; want ok=%v and %+v", tc.name, id, ok, err, tc.wantOK, want)
 		}
+	}
+}
+
+// TestEngineChoice: the engine is recorded when the identity is created,
+// a restart with the same engine (or, for an identity that predates the
+// choice, with Pebble) is accepted, and another engine is refused with an
+// error naming both.
+func TestEngineChoice(t *testing.T) {
+	bootstrap := func() (ID, error) { return ID{Name: "a", MemberID: 1, ClusterID: 2}, nil }
+	tests := []struct {
+		name     string
+		existing *ID    // identity already in the directory; nil: none
+		first    string // engine of the first start (when existing is nil)
+		restart  string
+		wantErr  string
+	}{
+		{name: "default then default", first: "", restart: ""},
+		{name: "default then pebble", first: "", restart: "pebble"},
+		{name: "bbolt then bbolt", first: "bbolt", restart: "bbolt"},
+		{name: "bbolt then pebble", first: "bbolt", restart: "pebble",
+			wantErr: `was bootstrapped with the "bbolt" engine and cannot be opened with --engine pebble (start with --engine bbolt)`},
+		{name: "pebble then bbolt", first: "pebble", restart: "bbolt",
+			wantErr: `was bootstrapped with the "pebble" engine and cannot be opened with --engine bbolt (start with --engine pebble)`},
+		{name: "old identity then pebble", existing: &ID{Name: "a", MemberID: 1, ClusterID: 2}, restart: "pebble"},
+		{name: "old identity then bbolt", existing: &ID{Name: "a", MemberID: 1, ClusterID: 2}, restart: "bbolt",
+			wantErr: `was bootstrapped with the "pebble" engine`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			if err := MkdirAllSynced(fs, "data"); err != nil {
+				t.Fatal(err)
+			}
+			if tc.existing != nil {
+				if err := WriteID(fs, "data", *tc.existing); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				id, err := LoadOrCreateID(fs, "data", tc.first, bootstrap)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := tc.first
+				if want == "" {
+					want = DefaultEngine
+				}
+				if id.Engine != want || id.MemberID != 1 {
+					t.Fatalf("created identity %+v, want engine %q", id, want)
+				}
+			}
+			id, err := LoadOrCreateID(fs, "data", tc.restart, func() (ID, error) {
+				t.Fatal("restart created a new identity")
+				return ID{}, nil
+			})
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("restart: %v", err)
+				}
+				if id.MemberID != 1 || id.ClusterID != 2 {
+					t.Fatalf("restart read %+v", id)
+				}
+				return
+			}
+			if !errors.Is(err, ErrEngineMismatch) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("restart error %v, want ErrEngineMismatch with %q", err, tc.wantErr)
+			}
+		})
 	}
 }

@@ -13,7 +13,9 @@
 // is <= D is in durable files and survives a power cut. The raft log may drop
 // an entry only once it is <= D (docs/design.md, durability rules 2-4).
 //
-// Implementations live in sub-packages: engine/pebble is the default.
+// Implementations live in sub-packages: engine/pebble is the default,
+// engine/bbolt the B+tree baseline (seed 001); engine/engines opens either
+// by name.
 package engine
 
 import "errors"

@@ -44,6 +44,7 @@ func Run(t *testing.T, open Opener) {
 		{"Checkpoint", testCheckpoint},
 		{"CloseDiscardsBatch", testBatchClose},
 		{"CommitWithTails", testCommitWith},
+		{"DeleteRangeThenWrite", testDeleteRange},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })
@@ -307,4 +308,32 @@ func testCommitWith(t *testing.T, open Opener) {
 		t.Fatal("CommitWith below the applied index succeeded")
 	}
 	_ = b.Close()
+}
+
+// testDeleteRange: a range deletion in a batch hides the committed keys and
+// the batch's own earlier writes in its range, not those outside it, and a
+// write after it in the same batch is seen, before and after the commit.
+func testDeleteRange(t *testing.T, open Opener) {
+	e := open(t, t.TempDir())
+	defer e.Close()
+	commit(t, e, 1, func(b engine.Batch) {
+		for _, s := range []string{"a", "b", "c", "d", "g"} {
+			_ = b.Set(k(s), []byte("1"))
+		}
+	})
+	b := e.NewBatch()
+	defer b.Close()
+	_ = b.Set(k("e"), []byte("2"))
+	if err := b.DeleteRange(k("b"), k("f")); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Set(k("c"), []byte("3"))
+	if _, err := b.Get(k("b")); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("batch Get(b) after DeleteRange: err = %v, want ErrNotFound", err)
+	}
+	want(t, "batch scan", all(t, b), "t/a=1", "t/c=3", "t/g=1")
+	if err := b.Commit(2); err != nil {
+		t.Fatal(err)
+	}
+	want(t, "engine scan after commit", all(t, e), "t/a=1", "t/c=3", "t/g=1")
 }

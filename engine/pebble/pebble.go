@@ -56,9 +56,9 @@ import (
 )
 
 // AppliedIndexKey is the reserved key under which every Commit stores the
-// applied raft index, as an 8-byte big-endian integer (a wire format: do not
-// change it).
-var AppliedIndexKey = []byte("\x00\x00engine/applied-index")
+// applied raft index, as an 8-byte big-endian integer: engine.AppliedIndexKey,
+// shared by every engine (a wire format: do not change it).
+var AppliedIndexKey = engine.AppliedIndexKey
 
 // DefaultCacheSize is the block cache size used when Options.CacheSize is 0
 // (Pebble's own default, 8 MiB, made BenchmarkApplyPut read index blocks

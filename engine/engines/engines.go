@@ -1,0 +1,153 @@
+// Package engines opens a storage engine by the name chosen with --engine,
+// so that the member's wiring is one call and knows no engine package:
+//
+//	eng, err := engines.Open(cfg.Engine, datadir.Engine(cfg.DataDir), engines.Options{...})
+//
+// Every engine it opens is an engine.Transferable: besides engine.Engine it
+// exports a consistent view of its whole content, stages a received one in
+// a file, and installs it (raft snapshots, backups, restore). Exports carry
+// the same keys, engine.AppliedIndexKey included, whatever the engine, so a
+// snapshot streamed from a member on one engine installs into a member on
+// another.
+//
+// The engine a data directory holds is recorded in its identity (package
+// datadir, LoadOrCreateID); this package only opens what it is told to.
+package engines
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+
+	"github.com/strata-kv/strata/engine"
+	bboltengine "github.com/strata-kv/strata/engine/bbolt"
+	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+)
+
+// The engines' names, as --engine takes them.
+const (
+	Pebble = "pebble" // the default: Pebble's LSM tree, WAL off (engine/pebble)
+	Bbolt  = "bbolt"  // etcd's B+tree, behind an in-memory overlay (engine/bbolt)
+)
+
+// Default is the engine used when none is named (datadir.DefaultEngine).
+const Default = Pebble
+
+// Names lists the engines, the default first.
+func Names() []string { return []string{Pebble, Bbolt} }
+
+// Check returns nil if name ("" meaning Default) names an engine, else an
+// error listing the engines.
+func Check(name string) error {
+	if name == "" || slices.Contains(Names(), name) {
+		return nil
+	}
+	return fmt.Errorf("unknown engine %q: --engine takes %s", name, strings.Join(Names(), " or "))
+}
+
+// Options configure Open.
+type Options struct {
+	// FS is the file system; nil means the operating system's. Only Pebble
+	// runs on another (an in-memory or crashable one): bbolt writes
+	// through the operating system's files, and refuses any other FS.
+	FS vfs.FS
+	// EnableWAL asks for the double-logging baseline (--engine-wal): Pebble
+	// turns its WAL on and syncs every commit; bbolt, which has no WAL,
+	// flushes and syncs every commit (bbolt.Options.SyncCommits).
+	EnableWAL bool
+	// Logger receives the engine's log lines; nil means zap.NewNop().
+	Logger *zap.Logger
+}
+
+// Open opens (creating if needed) the engine named name ("" meaning
+// Default) in dir.
+func Open(name, dir string, opts Options) (engine.Transferable, error) {
+	if err := Check(name); err != nil {
+		return nil, err
+	}
+	if err := checkForeign(name, dir, opts.FS); err != nil {
+		return nil, err
+	}
+	switch name {
+	case Bbolt:
+		if opts.FS != nil && opts.FS != vfs.Default {
+			return nil, fmt.Errorf("open %s engine in %s: it works on the operating system's files only, not on %T", name, dir, opts.FS)
+		}
+		e, err := bboltengine.Open(dir, bboltengine.Options{SyncCommits: opts.EnableWAL, Logger: opts.Logger})
+		if err != nil {
+			return nil, err
+		}
+		return bboltEngine{e}, nil
+	default:
+		e, err := pebbleengine.Open(dir, pebbleengine.Options{FS: opts.FS, EnableWAL: opts.EnableWAL, Logger: opts.Logger})
+		if err != nil {
+			return nil, err
+		}
+		return pebbleEngine{e}, nil
+	}
+}
+
+// pebbleEngine adapts engine/pebble's concrete export types to the
+// engine.Transferable interface.
+type pebbleEngine struct{ *pebbleengine.Engine }
+
+func (p pebbleEngine) NewExportView() (engine.ExportView, error) {
+	v, err := p.Engine.NewExportView()
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func (p pebbleEngine) NewSnapshotWriter(path string) (engine.SnapshotWriter, error) {
+	w, err := p.Engine.NewSnapshotWriter(path)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// bboltEngine adapts engine/bbolt's concrete export types likewise.
+type bboltEngine struct{ *bboltengine.Engine }
+
+func (b bboltEngine) NewExportView() (engine.ExportView, error) {
+	v, err := b.Engine.NewExportView()
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func (b bboltEngine) NewSnapshotWriter(path string) (engine.SnapshotWriter, error) {
+	w, err := b.Engine.NewSnapshotWriter(path)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// checkForeign refuses a directory that holds the other engine's files: an
+// engine opened there would start empty beside them, silently. (The data
+// directory's identity is the first check, datadir.LoadOrCreateID; this
+// one also covers a directory opened without it.)
+func checkForeign(name, dir string, fs vfs.FS) error {
+	if fs == nil {
+		fs = vfs.Default
+	}
+	names, err := fs.List(dir)
+	if err != nil {
+		return nil // not there yet: the engine creates it
+	}
+	for _, n := range names {
+		switch {
+		case name == Bbolt && (n == "CURRENT" || strings.HasPrefix(n, "MANIFEST-")):
+			return fmt.Errorf("open %s engine in %s: the directory holds a %s engine (%s)", name, dir, Pebble, n)
+		case name != Bbolt && n == bboltengine.FileName:
+			return fmt.Errorf("open %s engine in %s: the directory holds a %s engine (%s)", Pebble, dir, Bbolt, n)
+		}
+	}
+	return nil
+}
