@@ -16,6 +16,10 @@ type ExportView interface {
 	// ForEach calls fn with every key and value of the view in key order.
 	// The slices passed to fn are valid only during the call.
 	ForEach(fn func(key, value []byte) error) error
+	// Reader reads the view, for the packages that decode their own
+	// records from it (an etcd-format snapshot: mvcc, auth, apply). It is
+	// valid until Close.
+	Reader() Reader
 	// Close releases the view.
 	Close() error
 }

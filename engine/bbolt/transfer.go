@@ -69,6 +69,9 @@ func (x *ExportView) ForEach(fn func(key, value []byte) error) error {
 	return it.Close()
 }
 
+// Reader reads the view (engine.ExportView); valid until Close.
+func (x *ExportView) Reader() engine.Reader { return &snapshot{v: x.v} }
+
 // Close releases the view.
 func (x *ExportView) Close() error { return x.v.close() }
 
