@@ -326,3 +326,69 @@ func TestLogger(t *testing.T) {
 	}
 	t.Logf("the logger's entries equal member %s's committed entries over %d indexes", c.Members[f].Name(), compared)
 }
+
+// TestLoggerGap stops the logger while the members compact their logs past
+// what it holds: the leader then sends it a snapshot, the logger records
+// the gap, holds the log only after it, and refuses Recover below it.
+func TestLoggerGap(t *testing.T) {
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3,
+		Flags: []string{"--snapshot-count=200", "--snapshot-catchup-entries=10"}})
+	cli := c.Client(t)
+	defer cli.Close()
+	lp := startLogger(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		_, err := cli.MemberAddAsLearner(ctx, []string{lp.peerURL})
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "unhealthy cluster") || ctx.Err() != nil {
+			t.Fatalf("member add --learner: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out, err := runStrata(t, "logger", "join", "--data-dir="+lp.dir, "--name=L1",
+		"--advertise-peer-urls="+lp.peerURL, "--endpoints="+c.Endpoints()[0]); err != nil {
+		t.Fatalf("strata logger join: %v\n%s", err, out)
+	}
+	lp.Launch()
+	st := lp.waitCommit(t, memberCommit(t, c), 30*time.Second)
+	cid, heldBefore := st.ClusterID, st.LastIndex
+
+	lp.Kill()
+	for i := 0; i < 1000; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := cli.Put(ctx, fmt.Sprintf("k/%d", i), "v")
+		cancel()
+		if err != nil {
+			t.Fatalf("put %d with the logger down: %v", i, err)
+		}
+	}
+	lp.Launch()
+	commit := memberCommit(t, c)
+	st = lp.waitCommit(t, commit, 60*time.Second)
+	if len(st.Gaps) == 0 {
+		t.Fatalf("the logger caught up without a gap (%+v): the members did not compact their logs past %d", st, heldBefore)
+	}
+	g := st.Gaps[len(st.Gaps)-1]
+	t.Logf("gap: %v; status %+v", g, st)
+	if g.SnapshotIndex <= heldBefore || st.FirstIndex != g.SnapshotIndex+1 {
+		t.Fatalf("gap at %d, first index %d; want a snapshot past %d and the log held from after it", g.SnapshotIndex, st.FirstIndex, heldBefore)
+	}
+	if _, err := lp.recover(t, cid, 1, commit); status.Code(err) != codes.OutOfRange || !strings.Contains(err.Error(), "never received") {
+		t.Fatalf("recover [1, %d] across the gap: %v, want OutOfRange naming the gap", commit, err)
+	}
+	// Entries written after the snapshot are held and served.
+	for i := 0; i < 10; i++ {
+		if _, err := cli.Put(context.Background(), fmt.Sprintf("after/%d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit = memberCommit(t, c)
+	lp.waitCommit(t, commit, 30*time.Second)
+	ents, err := lp.recover(t, cid, st.FirstIndex, commit)
+	if err != nil || uint64(len(ents)) != commit-st.FirstIndex+1 {
+		t.Fatalf("recover [%d, %d] after the gap: %d entries, %v", st.FirstIndex, commit, len(ents), err)
+	}
+}
