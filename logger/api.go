@@ -17,6 +17,7 @@ import (
 //	service Logger {
 //	  rpc Status(StatusRequest) returns (StatusResponse);
 //	  rpc Recover(RecoverRequest) returns (stream RecoverResponse);
+//	  rpc Truncate(TruncateRequest) returns (TruncateResponse);
 //	}
 //	message StatusRequest   { uint64 cluster_id = 1; }           // 0: every cluster
 //	message StatusResponse  { repeated ClusterStatus clusters = 1; }
@@ -25,7 +26,9 @@ import (
 //	  uint64 first_index = 3; uint64 last_index = 4; uint64 commit_index = 5;
 //	  uint64 bytes = 6;       uint64 leader_commit = 7; uint64 lag = 8;
 //	  uint64 leader = 9;      repeated Gap gaps = 10;
+//	  repeated Truncation truncations = 11; uint64 truncation_point = 12;
 //	}
+//	message Truncation { uint64 member_id = 1; uint64 index = 2; }
 //	message Gap {
 //	  uint64 snapshot_index = 1; uint64 snapshot_term = 2;
 //	  uint64 discarded_first = 3; uint64 discarded_last = 4;
@@ -33,6 +36,8 @@ import (
 //	}
 //	message RecoverRequest  { uint64 cluster_id = 1; uint64 first = 2; uint64 last = 3; }
 //	message RecoverResponse { repeated raftpb.Entry entries = 1; }
+//	message TruncateRequest  { uint64 cluster_id = 1; uint64 member_id = 2; uint64 index = 3; }
+//	message TruncateResponse { uint64 truncation_point = 1; repeated Truncation truncations = 2; }
 //
 // Field numbers are wire format: never renumber them, only add new ones.
 
@@ -73,6 +78,21 @@ type ClusterStatus struct {
 	// Gaps are the snapshots the leader sent instead of entries, oldest
 	// first.
 	Gaps []Gap
+	// Truncations are the voters' Truncate requests (the highest of
+	// each), by member ID; TruncationPoint is the index up to which they
+	// let the log be truncated (0: none yet).
+	Truncations     []Truncation
+	TruncationPoint uint64
+}
+
+// TruncateRequest is a member's request to drop the entries <= Index.
+type TruncateRequest struct{ ClusterID, MemberID, Index uint64 }
+
+// TruncateResponse is the truncation point after the request, and every
+// voter's request.
+type TruncateResponse struct {
+	TruncationPoint uint64
+	Truncations     []Truncation
 }
 
 // RecoverRequest asks for the entries [First, Last] of a cluster.
@@ -109,7 +129,84 @@ const (
 	fRecLast    protowire.Number = 3
 
 	fRecEntries protowire.Number = 1
+
+	fStTruncations     protowire.Number = 11
+	fStTruncationPoint protowire.Number = 12
+
+	fTrMember protowire.Number = 1
+	fTrIndex  protowire.Number = 2
+
+	fTruncCluster protowire.Number = 1
+	fTruncMember  protowire.Number = 2
+	fTruncIndex   protowire.Number = 3
+
+	fTruncRespPoint       protowire.Number = 1
+	fTruncRespTruncations protowire.Number = 2
 )
+
+func appendTruncations(b []byte, n protowire.Number, ts []Truncation) []byte {
+	for _, t := range ts {
+		tb := appendUint(nil, fTrMember, t.MemberID)
+		tb = appendUint(tb, fTrIndex, t.Index)
+		b = appendBytes(b, n, tb)
+	}
+	return b
+}
+
+func decodeTruncation(b []byte) (Truncation, error) {
+	var t Truncation
+	err := decodeFields(b, func(n protowire.Number, v uint64) error {
+		switch n {
+		case fTrMember:
+			t.MemberID = v
+		case fTrIndex:
+			t.Index = v
+		}
+		return nil
+	}, nil)
+	return t, err
+}
+
+func (m *TruncateRequest) marshal() ([]byte, error) {
+	b := appendUint(nil, fTruncCluster, m.ClusterID)
+	b = appendUint(b, fTruncMember, m.MemberID)
+	return appendUint(b, fTruncIndex, m.Index), nil
+}
+
+func (m *TruncateRequest) unmarshal(b []byte) error {
+	return decodeFields(b, func(n protowire.Number, v uint64) error {
+		switch n {
+		case fTruncCluster:
+			m.ClusterID = v
+		case fTruncMember:
+			m.MemberID = v
+		case fTruncIndex:
+			m.Index = v
+		}
+		return nil
+	}, nil)
+}
+
+func (m *TruncateResponse) marshal() ([]byte, error) {
+	b := appendUint(nil, fTruncRespPoint, m.TruncationPoint)
+	return appendTruncations(b, fTruncRespTruncations, m.Truncations), nil
+}
+
+func (m *TruncateResponse) unmarshal(b []byte) error {
+	return decodeFields(b, func(n protowire.Number, v uint64) error {
+		if n == fTruncRespPoint {
+			m.TruncationPoint = v
+		}
+		return nil
+	}, func(n protowire.Number, v []byte) error {
+		if n != fTruncRespTruncations {
+			return nil
+		}
+		t, err := decodeTruncation(v)
+		m.Truncations = append(m.Truncations, t)
+		return err
+	})
+}
 
 func appendUint(b []byte, n protowire.Number, v uint64) []byte {
 	if v == 0 {
@@ -207,7 +304,7 @@ func (c *ClusterStatus) marshal() []byte {
 	}{
 		{fStCluster, c.ClusterID}, {fStMember, c.MemberID}, {fStFirst, c.FirstIndex}, {fStLast, c.LastIndex},
 		{fStCommit, c.CommitIndex}, {fStBytes, c.Bytes}, {fStLeaderCommit, c.LeaderCommit}, {fStLag, c.Lag},
-		{fStLeader, c.Leader},
+		{fStLeader, c.Leader}, {fStTruncationPoint, c.TruncationPoint},
 	} {
 		b = appendUint(b, f.n, f.v)
 	}
@@ -225,7 +322,7 @@ func (c *ClusterStatus) marshal() []byte {
 		}
 		b = appendBytes(b, fStGaps, gb)
 	}
-	return b
+	return appendTruncations(b, fStTruncations, c.Truncations)
 }
 
 func (c *ClusterStatus) unmarshal(b []byte) error {
@@ -249,9 +346,16 @@ func (c *ClusterStatus) unmarshal(b []byte) error {
 			c.Lag = v
 		case fStLeader:
 			c.Leader = v
+		case fStTruncationPoint:
+			c.TruncationPoint = v
 		}
 		return nil
 	}, func(n protowire.Number, v []byte) error {
+		if n == fStTruncations {
+			t, err := decodeTruncation(v)
+			c.Truncations = append(c.Truncations, t)
+			return err
+		}
 		if n != fStGaps {
 			return nil
 		}

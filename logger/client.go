@@ -49,6 +49,18 @@ func (c *Client) Status(ctx context.Context, clusterID uint64) ([]*ClusterStatus
 	return resp.Clusters, nil
 }
 
+// Truncate asks the logger, on behalf of member memberID (a voter of the
+// cluster), to drop the entries <= index. It returns the truncation point
+// after the request (the log is truncated up to it once the logger holds
+// it committed) and every voter's request.
+func (c *Client) Truncate(ctx context.Context, clusterID, memberID, index uint64) (*TruncateResponse, error) {
+	resp := &TruncateResponse{}
+	if err := c.conn.Invoke(ctx, truncateMethod, &TruncateRequest{ClusterID: clusterID, MemberID: memberID, Index: index}, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
 // Recover calls fn with the committed entries [first, last] of a cluster,
 // in index order, batch by batch. An error from fn ends the stream and is
 // returned; a refusal is the server's gRPC status (InvalidArgument,

@@ -55,6 +55,9 @@ type ClusterRecord struct {
 	PeerURLs []string `json:"peer_urls"`
 	// Peers are the other members' peer URLs, by member ID.
 	Peers map[uint64][]string `json:"peers"`
+	// Voters are the members whose Truncate requests count (the
+	// cluster's voters; the logger never is one).
+	Voters []uint64 `json:"voters"`
 	// Joined is when Join wrote the record.
 	Joined time.Time `json:"joined"`
 }

@@ -100,7 +100,11 @@ func recordFor(resp *pb.MemberListResponse, cfg JoinConfig) (*ClusterRecord, err
 		}
 		known = append(known, fmt.Sprintf("%x=%s", m.ID, strings.Join(m.PeerURLs, ",")))
 		rec.Peers[m.ID] = slices.Clone(m.PeerURLs)
+		if !m.IsLearner {
+			rec.Voters = append(rec.Voters, m.ID)
+		}
 	}
+	slices.Sort(rec.Voters)
 	if rec.MemberID == 0 {
 		return nil, fmt.Errorf("%w %v in cluster %x (its members: %s); add it first with etcdctl member add %s --learner --peer-urls=%s",
 			ErrNotAdded, cfg.AdvertisePeerURLs, cid, strings.Join(known, " "), cmp.Or(cfg.Name, "NAME"), strings.Join(cfg.AdvertisePeerURLs, ","))

@@ -27,6 +27,9 @@ type Log interface {
 	Append(entries []*raftpb.Entry, hs *raftpb.HardState) error
 	// ApplySnapshot discards the log and restarts it after the snapshot.
 	ApplySnapshot(meta *raftpb.SnapshotMetadata) error
+	// Compact drops the entries <= index (Truncate); nil keeps the conf
+	// state.
+	Compact(index uint64, cs *raftpb.ConfState) error
 }
 
 // Sender sends raft messages to peers without blocking (transport.Transport).
@@ -154,9 +157,11 @@ type learnerConfig struct {
 //     entries are appended, and the gap is recorded before the Ready's
 //     messages are sent; a crash between the restart and the record is
 //     repaired at open (reconcileGaps).
-//  3. The log is never truncated except by a snapshot's restart; nothing
-//     is applied; the learner never campaigns (it is a learner, or before it
-//     learns a configuration, not in its own configuration).
+//  3. The log is truncated only by a snapshot's restart and by Truncate,
+//     never past the voters' truncation point, the commit index, or the
+//     last committed entry raft handed over; nothing is applied; the
+//     learner never campaigns (it is a learner, or before it learns a
+//     configuration, not in its own configuration).
 //  4. commit (published) never exceeds the last index appended durably, so
 //     Recover serves only durable, committed entries.
 type learner struct {
@@ -167,7 +172,11 @@ type learner struct {
 	// Owned by run.
 	hs              *raftpb.HardState // the latest raft reported
 	persistedCommit uint64
-	peers           map[uint64][]string
+	// delivered is the last committed entry raft handed over (and so
+	// will not read again): truncation never passes it, or raft would
+	// find the entries it still has to hand over gone.
+	delivered uint64
+	peers     map[uint64][]string
 
 	// Published by run.
 	commit atomic.Uint64
@@ -175,9 +184,17 @@ type learner struct {
 	done   chan struct{}
 	err    atomic.Pointer[error]
 
+	// trimTo is the truncation point the Truncate requests reached
+	// (truncate.go); trimc wakes run to truncate up to it.
+	trimTo atomic.Uint64
+	trimc  chan struct{}
+
 	mu struct {
 		sync.Mutex
 		gaps []Gap
+		// voters are the cluster's voters, as the membership changes
+		// the learner saw say.
+		voters map[uint64]bool
 	}
 }
 
@@ -219,14 +236,20 @@ func newLearner(cfg learnerConfig) (*learner, error) {
 		rn:              rn,
 		hs:              hs,
 		persistedCommit: hs.GetCommit(),
+		delivered:       applied,
 		peers:           maps.Clone(cfg.Record.Peers),
 		done:            make(chan struct{}),
+		trimc:           make(chan struct{}, 1),
 	}
 	if l.peers == nil {
 		l.peers = map[uint64][]string{}
 	}
 	l.commit.Store(applied)
 	l.mu.gaps = cfg.Gaps
+	l.mu.voters = map[uint64]bool{}
+	for _, v := range cfg.Record.Voters {
+		l.mu.voters[v] = true
+	}
 	return l, nil
 }
 
@@ -249,6 +272,9 @@ func (l *learner) loop(ctx context.Context) error {
 	ticker := time.NewTicker(l.cfg.TickInterval)
 	defer ticker.Stop()
 	in := l.cfg.Inbox
+	if err := l.trim(); err != nil {
+		return err
+	}
 	for {
 		if l.rn.HasReady() {
 			if err := l.handleReady(); err != nil {
@@ -278,6 +304,10 @@ func (l *learner) loop(ctx context.Context) error {
 			}
 		case f := <-in.ctrlc:
 			f(l.rn)
+		case <-l.trimc:
+			if err := l.trim(); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -290,7 +320,8 @@ func (l *learner) step(m *raftpb.Message) {
 
 // handleReady performs one Ready in raft's order: the snapshot (the gap),
 // the entries and HardState with one sync, the messages, the committed
-// membership changes, Advance.
+// membership changes, Advance; then the truncation the voters asked for,
+// if the commit index now reaches more of it.
 func (l *learner) handleReady() error {
 	rd := l.rn.Ready()
 	if rd.SoftState != nil {
@@ -328,6 +359,9 @@ func (l *learner) handleReady() error {
 	if len(rd.Messages) > 0 {
 		l.cfg.Sender.Send(rd.Messages)
 	}
+	if n := len(rd.CommittedEntries); n > 0 {
+		l.delivered = rd.CommittedEntries[n-1].GetIndex()
+	}
 	for _, e := range rd.CommittedEntries {
 		if e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2 {
 			if err := l.followMembership(e); err != nil {
@@ -336,7 +370,8 @@ func (l *learner) handleReady() error {
 		}
 	}
 	l.rn.Advance(rd)
-	return nil
+	// A truncation point past the commit index waited for it.
+	return l.trim()
 }
 
 func (l *learner) publishCommit(c uint64) {
@@ -370,6 +405,7 @@ func (l *learner) restartAfter(meta *raftpb.SnapshotMetadata) error {
 	l.mu.gaps = gaps
 	l.mu.Unlock()
 	l.commit.Store(max(l.commit.Load(), meta.GetIndex()))
+	l.delivered = max(l.delivered, meta.GetIndex())
 	l.lg.Warn("the leader sent a snapshot: the logger holds the log only after it", zap.Stringer("gap", g))
 	return nil
 }
@@ -423,6 +459,17 @@ func (l *learner) followMembership(e *raftpb.Entry) error {
 			continue
 		}
 		switch ch.GetType() {
+		case raftpb.ConfChangeAddNode:
+			l.setVoter(id, true)
+			changed = true
+		case raftpb.ConfChangeAddLearnerNode:
+			l.setVoter(id, false)
+			changed = true
+		case raftpb.ConfChangeRemoveNode:
+			l.setVoter(id, false)
+			changed = true
+		}
+		switch ch.GetType() {
 		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode, raftpb.ConfChangeUpdateNode:
 			if len(m.PeerURLs) == 0 {
 				continue
@@ -447,6 +494,7 @@ func (l *learner) followMembership(e *raftpb.Entry) error {
 	}
 	rec := *l.cfg.Record
 	rec.Peers = maps.Clone(l.peers)
+	rec.Voters = l.voters()
 	return writeRecord(l.cfg.FS, l.cfg.Dir, &rec)
 }
 
@@ -459,8 +507,9 @@ func (l *learner) gaps() []Gap {
 
 // reconcileGaps records the gap of a snapshot whose log restart a crash
 // separated from its record (invariant 2): the log's snapshot point is
-// above the last gap recorded.
-func reconcileGaps(fs vfs.FS, dir string, log Log, gaps []Gap, now time.Time) ([]Gap, error) {
+// above the last gap recorded and above truncatedTo, the truncation point
+// recorded (a truncation moves the snapshot point too, and is no gap).
+func reconcileGaps(fs vfs.FS, dir string, log Log, gaps []Gap, truncatedTo uint64, now time.Time) ([]Gap, error) {
 	first, err := log.FirstIndex()
 	if err != nil {
 		return nil, err
@@ -470,7 +519,7 @@ func reconcileGaps(fs vfs.FS, dir string, log Log, gaps []Gap, now time.Time) ([
 	if len(gaps) > 0 {
 		recorded = gaps[len(gaps)-1].SnapshotIndex
 	}
-	if point == 0 || point <= recorded {
+	if point == 0 || point <= recorded || point <= truncatedTo {
 		return gaps, nil
 	}
 	term, err := log.Term(point)

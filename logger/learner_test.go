@@ -35,6 +35,7 @@ import (
 //	respond                       the leader steps what the learner sent
 //	stabilize                     all of the above until quiet
 //	tick-leader                   the leader's clock ticks (a heartbeat)
+//	truncate index                the voters' truncation point reaches index
 //	fail-append                   the learner's next Append fails (its fsync)
 //	compact-leader index          the leader takes a snapshot at index and truncates its log
 //	restart                       the learner's process dies and starts again from its disk
@@ -60,6 +61,9 @@ type learnerEnv struct {
 	rec   *ClusterRecord
 	sent  []*raftpb.Message // sent by the learner, not delivered yet
 	trace []string
+	// truncatedTo is the truncation point the script asked for (the
+	// logger keeps it in truncations.json).
+	truncatedTo uint64
 }
 
 // recordingLog is the learner's raftlog, recording each write in the
@@ -90,6 +94,11 @@ func (l *recordingLog) Append(entries []*raftpb.Entry, hs *raftpb.HardState) err
 func (l *recordingLog) ApplySnapshot(meta *raftpb.SnapshotMetadata) error {
 	l.env.record("L: restart the log after snapshot %d/%d", meta.GetTerm(), meta.GetIndex())
 	return l.Log.ApplySnapshot(meta)
+}
+
+func (l *recordingLog) Compact(index uint64, cs *raftpb.ConfState) error {
+	l.env.record("L: truncate the log up to %d", index)
+	return l.Log.Compact(index, cs)
 }
 
 type recordingSender struct{ env *learnerEnv }
@@ -149,7 +158,7 @@ func (env *learnerEnv) openLearner() {
 	env.log = &recordingLog{Log: l, env: env}
 	gaps, err := readGaps(env.fs, "/c")
 	if err == nil {
-		gaps, err = reconcileGaps(env.fs, "/c", env.log, gaps, time.Unix(0, 0))
+		gaps, err = reconcileGaps(env.fs, "/c", env.log, gaps, env.truncatedTo, time.Unix(0, 0))
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -270,6 +279,16 @@ func (env *learnerEnv) handle(t *testing.T, td *datadriven.TestData) string {
 	case "tick-leader":
 		env.leader.Tick()
 		env.leaderReady()
+	case "truncate":
+		idx, err := strconv.ParseUint(td.CmdArgs[0].Key, 10, 64)
+		if err != nil {
+			td.Fatalf(t, "index: %v", err)
+		}
+		env.truncatedTo = max(env.truncatedTo, idx)
+		env.ln.requestTrim(idx)
+		if err := env.ln.trim(); err != nil {
+			env.record("L: truncate failed: %v", err)
+		}
 	case "fail-append":
 		env.log.failNext = true
 	case "compact-leader":
@@ -293,6 +312,7 @@ func (env *learnerEnv) handle(t *testing.T, td *datadriven.TestData) string {
 		}
 		env.toL, env.sent = nil, nil
 		env.openLearner()
+		env.ln.requestTrim(env.truncatedTo)
 		env.leader.ReportUnreachable(2)
 		env.record("L: restarted")
 	case "status":

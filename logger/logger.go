@@ -93,6 +93,12 @@ type cluster struct {
 	log *raftlog.Log
 	tr  *transport.Transport
 	ln  *learner
+
+	// trunc serialises Truncate requests and their record.
+	trunc struct {
+		sync.Mutex
+		requests map[uint64]uint64 // voter -> highest index it asked
+	}
 }
 
 // Open locks the data directory and opens (recovers) the log of every
@@ -159,13 +165,17 @@ func (l *Logger) openCluster(id uint64) error {
 	if err != nil {
 		return fmt.Errorf("logger: open the raft log of cluster %x: %w", id, err)
 	}
-	gaps, err := readGaps(l.fs, dir)
+	requests, err := readTruncations(l.fs, dir)
+	var gaps []Gap
 	if err == nil {
-		gaps, err = reconcileGaps(l.fs, dir, log, gaps, time.Now())
+		gaps, err = readGaps(l.fs, dir)
+	}
+	if err == nil {
+		gaps, err = reconcileGaps(l.fs, dir, log, gaps, truncationPoint(requests, rec.Voters), time.Now())
 	}
 	if err != nil {
 		log.Close()
-		return fmt.Errorf("logger: gap record of cluster %x: %w", id, err)
+		return fmt.Errorf("logger: gap and truncation records of cluster %x: %w", id, err)
 	}
 	inbox := NewInbox()
 	tr := transport.New(transport.Config{
@@ -191,8 +201,12 @@ func (l *Logger) openCluster(id uint64) error {
 		log.Close()
 		return fmt.Errorf("logger: cluster %x: %w", id, err)
 	}
+	c := &cluster{rec: rec, dir: dir, log: log, tr: tr, ln: ln}
+	c.trunc.requests = requests
+	// A truncation recorded before a crash is done when the learner runs.
+	ln.requestTrim(truncationPoint(requests, ln.voters()))
 	l.mu.Lock()
-	l.mu.clusters[id] = &cluster{rec: rec, dir: dir, log: log, tr: tr, ln: ln}
+	l.mu.clusters[id] = c
 	l.mu.Unlock()
 	first, _ := log.FirstIndex()
 	last, _ := log.LastIndex()

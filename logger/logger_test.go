@@ -249,3 +249,122 @@ func FuzzAPIDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestTruncationPoint(t *testing.T) {
+	voters := []uint64{1, 2, 3}
+	tests := []struct {
+		name     string
+		requests map[uint64]uint64
+		want     uint64
+	}{
+		{name: "none", requests: map[uint64]uint64{}, want: 0},
+		{name: "one of three", requests: map[uint64]uint64{1: 50}, want: 0},
+		{name: "two of three: the lower", requests: map[uint64]uint64{1: 50, 2: 40}, want: 40},
+		{name: "three of three: the second highest", requests: map[uint64]uint64{1: 50, 2: 40, 3: 90}, want: 50},
+		{name: "a learner does not count", requests: map[uint64]uint64{1: 50, 7: 40}, want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := truncationPoint(tt.requests, voters); got != tt.want {
+				t.Fatalf("truncationPoint(%v) = %d, want %d", tt.requests, got, tt.want)
+			}
+		})
+	}
+	if got := truncationPoint(map[uint64]uint64{1: 5}, nil); got != 0 {
+		t.Fatalf("no voters: %d", got)
+	}
+}
+
+// TestTruncate runs a logger (no leader reachable: its log is what
+// newDataDir wrote) and truncates it through the API: one voter of three
+// trims nothing, two trim at the lower index, never past the commit index,
+// and a restart keeps the requests and finds no gap in the truncation.
+func TestTruncate(t *testing.T) {
+	dir := newDataDir(t, 0, 30, 25)
+	rec, err := readRecord(vfs.Default, clusterDir(dir, 0xc1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Voters = []uint64{1, 3, 4}
+	if err := writeRecord(vfs.Default, clusterDir(dir, 0xc1), rec); err != nil {
+		t.Fatal(err)
+	}
+	start := func() *Logger {
+		l, err := Open(Config{DataDir: dir, ListenPeerURLs: []string{"http://127.0.0.1:0"}, ListenClientURLs: []string{"http://127.0.0.1:0"}, TickInterval: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	l := start()
+	firstIndex := func(want uint64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			st, err := l.Status(context.Background(), &StatusRequest{ClusterID: 0xc1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := st.Clusters[0].FirstIndex; got == want {
+				return
+			} else if time.Now().After(deadline) {
+				t.Fatalf("first index %d, want %d", got, want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	ctx := context.Background()
+	refusals := []struct {
+		name string
+		req  *TruncateRequest
+		want codes.Code
+	}{
+		{name: "unknown cluster", req: &TruncateRequest{ClusterID: 0xc2, MemberID: 1, Index: 5}, want: codes.NotFound},
+		{name: "index 0", req: &TruncateRequest{ClusterID: 0xc1, MemberID: 1, Index: 0}, want: codes.InvalidArgument},
+		{name: "not a member", req: &TruncateRequest{ClusterID: 0xc1, MemberID: 9, Index: 5}, want: codes.FailedPrecondition},
+	}
+	for _, tt := range refusals {
+		if _, err := l.Truncate(ctx, tt.req); status.Code(err) != tt.want {
+			t.Errorf("%s: Truncate: %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	resp, err := l.Truncate(ctx, &TruncateRequest{ClusterID: 0xc1, MemberID: 1, Index: 20})
+	if err != nil || resp.TruncationPoint != 0 {
+		t.Fatalf("Truncate from one voter of three: %+v, %v", resp, err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	firstIndex(1)
+	resp, err = l.Truncate(ctx, &TruncateRequest{ClusterID: 0xc1, MemberID: 3, Index: 10})
+	if err != nil || resp.TruncationPoint != 10 || len(resp.Truncations) != 2 {
+		t.Fatalf("Truncate from two voters of three: %+v, %v", resp, err)
+	}
+	firstIndex(11)
+	err = l.Recover(ctx, &RecoverRequest{ClusterID: 0xc1, First: 5, Last: 15}, func(*RecoverResponse) error { return nil })
+	if status.Code(err) != codes.OutOfRange || !strings.Contains(err.Error(), "truncated at the request of a majority") {
+		t.Fatalf("Recover of a truncated range: %v", err)
+	}
+	// Past the commit index (25): the log keeps what is not committed.
+	if _, err := l.Truncate(ctx, &TruncateRequest{ClusterID: 0xc1, MemberID: 4, Index: 29}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Truncate(ctx, &TruncateRequest{ClusterID: 0xc1, MemberID: 3, Index: 28}); err != nil {
+		t.Fatal(err)
+	}
+	firstIndex(26)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = start()
+	defer l.Close()
+	st, err := l.Status(ctx, &StatusRequest{ClusterID: 0xc1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := st.Clusters[0]
+	if c.FirstIndex != 26 || len(c.Gaps) != 0 || c.TruncationPoint != 28 || len(c.Truncations) != 3 {
+		t.Fatalf("after a restart: %+v", c)
+	}
+}

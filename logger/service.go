@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -14,9 +17,10 @@ import (
 
 // The logger API service, written by hand (api.go has its .proto).
 const (
-	serviceName   = "strata.logger.Logger"
-	statusMethod  = "/" + serviceName + "/Status"
-	recoverMethod = "/" + serviceName + "/Recover"
+	serviceName    = "strata.logger.Logger"
+	statusMethod   = "/" + serviceName + "/Status"
+	recoverMethod  = "/" + serviceName + "/Recover"
+	truncateMethod = "/" + serviceName + "/Truncate"
 )
 
 // recoverBatchBytes bounds the entries of one RecoverResponse (at least one
@@ -27,6 +31,7 @@ const recoverBatchBytes = 1 << 20
 type apiServer interface {
 	Status(ctx context.Context, req *StatusRequest) (*StatusResponse, error)
 	Recover(ctx context.Context, req *RecoverRequest, send func(*RecoverResponse) error) error
+	Truncate(ctx context.Context, req *TruncateRequest) (*TruncateResponse, error)
 }
 
 var apiDesc = grpc.ServiceDesc{
@@ -40,6 +45,15 @@ var apiDesc = grpc.ServiceDesc{
 				return nil, err
 			}
 			return srv.(apiServer).Status(ctx, req)
+		},
+	}, {
+		MethodName: "Truncate",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			req := &TruncateRequest{}
+			if err := dec(req); err != nil {
+				return nil, err
+			}
+			return srv.(apiServer).Truncate(ctx, req)
 		},
 	}},
 	Streams: []grpc.StreamDesc{{
@@ -93,7 +107,66 @@ func (c *cluster) status() *ClusterStatus {
 	if st.LeaderCommit > last {
 		st.Lag = st.LeaderCommit - last
 	}
+	st.Truncations, st.TruncationPoint = c.truncations()
 	return st
+}
+
+// truncations returns the voters' requests and the truncation point.
+func (c *cluster) truncations() ([]Truncation, uint64) {
+	c.trunc.Lock()
+	defer c.trunc.Unlock()
+	voters := c.ln.voters()
+	var ts []Truncation
+	for _, v := range voters {
+		if idx, ok := c.trunc.requests[v]; ok {
+			ts = append(ts, Truncation{MemberID: v, Index: idx})
+		}
+	}
+	return ts, truncationPoint(c.trunc.requests, voters)
+}
+
+// Truncate records a voter's request to drop the entries <= req.Index
+// (durably, before answering) and truncates the log up to the lowest index
+// more than half of the voters asked for, once the logger holds it
+// committed. A request lower than the member's earlier one changes
+// nothing. Refused: an unknown cluster (NotFound), index 0
+// (InvalidArgument), a member that is not a voter of the cluster
+// (FailedPrecondition).
+func (l *Logger) Truncate(ctx context.Context, req *TruncateRequest) (*TruncateResponse, error) {
+	c := l.cluster(req.ClusterID)
+	if c == nil {
+		return nil, status.Errorf(codes.NotFound, "logger serves no cluster %x", req.ClusterID)
+	}
+	if req.Index == 0 {
+		return nil, status.Error(codes.InvalidArgument, "truncate: index 0")
+	}
+	voters := c.ln.voters()
+	if !slices.Contains(voters, req.MemberID) {
+		return nil, status.Errorf(codes.FailedPrecondition, "truncate: member %x is not a voter of cluster %x (its voters: %s)",
+			req.MemberID, req.ClusterID, hexIDs(voters))
+	}
+	c.trunc.Lock()
+	if req.Index > c.trunc.requests[req.MemberID] {
+		next := maps.Clone(c.trunc.requests)
+		next[req.MemberID] = req.Index
+		if err := writeTruncations(l.fs, c.dir, next); err != nil {
+			c.trunc.Unlock()
+			return nil, status.Errorf(codes.Internal, "truncate: record the request of member %x: %v", req.MemberID, err)
+		}
+		c.trunc.requests = next
+	}
+	c.trunc.Unlock()
+	ts, point := c.truncations()
+	c.ln.requestTrim(point)
+	return &TruncateResponse{TruncationPoint: point, Truncations: ts}, nil
+}
+
+func hexIDs(ids []uint64) string {
+	var parts []string
+	for _, id := range ids {
+		parts = append(parts, fmt.Sprintf("%x", id))
+	}
+	return strings.Join(parts, " ")
 }
 
 // Recover streams the committed entries [req.First, req.Last] of a
@@ -143,7 +216,12 @@ func (c *cluster) checkHeld(first, last uint64) error {
 	commit := c.ln.commit.Load()
 	if first < held {
 		msg := fmt.Sprintf("recover [%d, %d] of cluster %x: the logger holds entries from %d on", first, last, c.rec.ClusterID, held)
-		if gaps := c.ln.gaps(); len(gaps) > 0 {
+		gaps := c.ln.gaps()
+		_, point := c.truncations()
+		switch {
+		case point >= held-1 && (len(gaps) == 0 || gaps[len(gaps)-1].SnapshotIndex < held-1):
+			msg += fmt.Sprintf(": the entries up to %d were truncated at the request of a majority of the voters", held-1)
+		case len(gaps) > 0:
 			msg += ": " + gaps[len(gaps)-1].String()
 		}
 		return status.Error(codes.OutOfRange, msg)
