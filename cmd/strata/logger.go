@@ -26,10 +26,13 @@ const loggerUsage = `usage:
   strata logger join --data-dir DIR --name NAME --advertise-peer-urls URLS --endpoints URLS
                                   record a cluster in DIR (the running logger serves it within a second)
   strata logger status  --endpoint URL [--cluster ID] [--json]
-                                  first and last index held, commit, bytes, lag, gaps, per cluster
+                                  first and last index held, commit, bytes, lag, gaps, truncation, per cluster
   strata logger recover --endpoint URL --cluster ID --first N --last M
                                   print the committed entries [N, M] as JSON, one per line
                                   (index, term, type, data in base64, as strata inspect log --entries)
+  strata logger truncate --endpoint URL --cluster ID --member ID --index N
+                                  member ID (a voter) asks to drop the entries <= N; the logger trims at the
+                                  lowest index more than half of the voters asked for, never before
 
 A logger keeps the raft logs of strata clusters as a learner that never votes and never applies
 (docs/logger.md). Add it to a cluster first, then join:
@@ -50,6 +53,8 @@ func runLogger(args []string, stdout, stderr io.Writer) int {
 			return runLoggerStatus(args[1:], stdout, stderr)
 		case "recover":
 			return runLoggerRecover(args[1:], stdout, stderr)
+		case "truncate":
+			return runLoggerTruncate(args[1:], stdout, stderr)
 		case "help":
 			fmt.Fprintln(stdout, loggerUsage)
 			return 0
@@ -212,14 +217,18 @@ func runLoggerStatus(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLUSTER\tMEMBER\tFIRST\tLAST\tCOMMIT\tBYTES\tLEADER COMMIT\tLAG\tGAP")
+	fmt.Fprintln(tw, "CLUSTER\tMEMBER\tFIRST\tLAST\tCOMMIT\tBYTES\tLEADER COMMIT\tLAG\tGAP\tTRUNCATION")
 	for _, st := range sts {
 		gap := "none"
 		if n := len(st.Gaps); n > 0 {
 			gap = fmt.Sprintf("up to %d (%d recorded)", st.Gaps[n-1].SnapshotIndex, n)
 		}
-		fmt.Fprintf(tw, "%x\t%x\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", st.ClusterID, st.MemberID, st.FirstIndex, st.LastIndex,
-			st.CommitIndex, st.Bytes, st.LeaderCommit, st.Lag, gap)
+		trunc := "none asked"
+		if len(st.Truncations) > 0 {
+			trunc = fmt.Sprintf("up to %d (%d of the voters asked)", st.TruncationPoint, len(st.Truncations))
+		}
+		fmt.Fprintf(tw, "%x\t%x\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", st.ClusterID, st.MemberID, st.FirstIndex, st.LastIndex,
+			st.CommitIndex, st.Bytes, st.LeaderCommit, st.Lag, gap, trunc)
 	}
 	_ = tw.Flush()
 	return 0
@@ -237,6 +246,10 @@ type clusterStatusJSON struct {
 	Lag          uint64   `json:"lag"`
 	Leader       string   `json:"leader"`
 	Gaps         []lg.Gap `json:"gaps"`
+	// Truncations are the voters' requests; TruncationPoint what they
+	// let go.
+	Truncations     []lg.Truncation `json:"truncations"`
+	TruncationPoint uint64          `json:"truncation_point"`
 }
 
 func statusJSON(st *lg.ClusterStatus) clusterStatusJSON {
@@ -244,6 +257,7 @@ func statusJSON(st *lg.ClusterStatus) clusterStatusJSON {
 		ClusterID: fmt.Sprintf("%x", st.ClusterID), MemberID: fmt.Sprintf("%x", st.MemberID),
 		FirstIndex: st.FirstIndex, LastIndex: st.LastIndex, CommitIndex: st.CommitIndex, Bytes: st.Bytes,
 		LeaderCommit: st.LeaderCommit, Lag: st.Lag, Leader: fmt.Sprintf("%x", st.Leader), Gaps: st.Gaps,
+		Truncations: st.Truncations, TruncationPoint: st.TruncationPoint,
 	}
 }
 
@@ -282,5 +296,40 @@ func runLoggerRecover(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "strata logger recover: %v\n", err)
 		return 1
 	}
+	return 0
+}
+
+func runLoggerTruncate(args []string, stdout, stderr io.Writer) int {
+	fs := loggerFlagSet("strata logger truncate", stderr)
+	endpoint := fs.String("endpoint", "http://127.0.0.1:2479", "The logger's client URL.")
+	clusterHex := fs.String("cluster", "", "The cluster ID (hex). Required.")
+	memberHex := fs.String("member", "", "The member (hex ID, a voter of the cluster) on whose behalf to ask. Required.")
+	index := fs.Uint64("index", 0, "Drop the entries up to and including this index, once more than half of the voters asked. Required.")
+	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
+		return code
+	}
+	cid, err := parseHexID("cluster", *clusterHex)
+	var mid uint64
+	if err == nil {
+		mid, err = parseHexID("member", *memberHex)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger truncate: %v\n", err)
+		return 2
+	}
+	c, err := lg.Dial(*endpoint)
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger truncate: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.Truncate(ctx, cid, mid, *index)
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger truncate: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "recorded; the truncation point is %d (%d of the voters asked)\n", resp.TruncationPoint, len(resp.Truncations))
 	return 0
 }
