@@ -325,6 +325,55 @@ func TestLogger(t *testing.T) {
 		t.Fatalf("compared only %d entries with the member's log (%d writes)", compared, writes)
 	}
 	t.Logf("the logger's entries equal member %s's committed entries over %d indexes", c.Members[f].Name(), compared)
+
+	// Truncate: one voter of three trims nothing, two trim at the lower
+	// index; a member the cluster does not have is refused.
+	ml, err := cli.MemberList(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var voters []uint64
+	for _, m := range ml.Members {
+		if !m.IsLearner {
+			voters = append(voters, m.ID)
+		}
+	}
+	if len(voters) != 3 {
+		t.Fatalf("voters %v", voters)
+	}
+	truncate := func(member, index uint64) (string, error) {
+		return runStrata(t, "logger", "truncate", "--endpoint="+lp.clientURL, fmt.Sprintf("--cluster=%x", cid),
+			fmt.Sprintf("--member=%x", member), fmt.Sprintf("--index=%d", index))
+	}
+	if out, err := truncate(voters[0], 100); err != nil || !strings.Contains(out, "truncation point is 0") {
+		t.Fatalf("truncate from one voter: %v, %q", err, out)
+	}
+	if st, err := lp.status(); err != nil || st.FirstIndex != 1 {
+		t.Fatalf("after a truncate from one voter of three: %+v, %v", st, err)
+	}
+	if out, err := truncate(voters[1], 50); err != nil || !strings.Contains(out, "truncation point is 50") {
+		t.Fatalf("truncate from a second voter: %v, %q", err, out)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := lp.status()
+		if err == nil && st.FirstIndex == 51 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the logger did not truncate at 50: %+v, %v", st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := lp.recover(t, cid, 1, 60); status.Code(err) != codes.OutOfRange {
+		t.Fatalf("recover of a truncated range: %v", err)
+	}
+	if got, err := lp.recover(t, cid, 51, commit); err != nil || uint64(len(got)) != commit-50 {
+		t.Fatalf("recover [51, %d] after the truncation: %d entries, %v", commit, len(got), err)
+	}
+	if out, err := truncate(0xdead, 10); err == nil || !strings.Contains(out, "not a voter") {
+		t.Fatalf("truncate from a member the cluster does not have: %v, %q", err, out)
+	}
 }
 
 // TestLoggerGap stops the logger while the members compact their logs past
