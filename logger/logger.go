@@ -251,6 +251,7 @@ func (l *Logger) Start(ctx context.Context) error {
 	for _, c := range l.mu.clusters {
 		l.runLearner(c)
 	}
+	n := len(l.mu.clusters)
 	l.mu.Unlock()
 	l.wg.Add(1)
 	go func() {
@@ -258,7 +259,7 @@ func (l *Logger) Start(ctx context.Context) error {
 		l.scan()
 	}()
 	l.lg.Info("logger started", zap.Strings("listen-peer-urls", l.cfg.ListenPeerURLs),
-		zap.Strings("listen-client-urls", l.cfg.ListenClientURLs), zap.Int("clusters", len(l.mu.clusters)))
+		zap.Strings("listen-client-urls", l.cfg.ListenClientURLs), zap.Int("clusters", n))
 	return nil
 }
 
