@@ -441,3 +441,90 @@ func TestLoggerGap(t *testing.T) {
 		t.Fatalf("recover [%d, %d] after the gap: %d entries, %v", st.FirstIndex, commit, len(ents), err)
 	}
 }
+
+// addLoggerTo adds lp to cluster c as a learner and joins it.
+func addLoggerTo(t *testing.T, c *testutil.Cluster, lp *loggerProc) {
+	t.Helper()
+	cli := c.Client(t)
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		_, err := cli.MemberAddAsLearner(ctx, []string{lp.peerURL})
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "unhealthy cluster") || ctx.Err() != nil {
+			t.Fatalf("member add --learner: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out, err := runStrata(t, "logger", "join", "--data-dir="+lp.dir, "--name=L1",
+		"--advertise-peer-urls="+lp.peerURL, "--endpoints="+c.Endpoints()[0]); err != nil {
+		t.Fatalf("strata logger join: %v\n%s", err, out)
+	}
+}
+
+// TestLoggerTwoClusters has one logger serve two clusters of three on one
+// peer URL (streams routed by cluster ID): a cluster joined while the
+// logger runs is served within a second, each cluster's log is complete,
+// and a second logger on the same data directory is refused.
+func TestLoggerTwoClusters(t *testing.T) {
+	a := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3})
+	b := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3})
+	lp := startLogger(t)
+	addLoggerTo(t, a, lp)
+	lp.Launch()
+	addLoggerTo(t, b, lp) // joined while the logger runs
+	for i, c := range []*testutil.Cluster{a, b} {
+		cli := c.Client(t)
+		for j := 0; j < 100; j++ {
+			if _, err := cli.Put(context.Background(), fmt.Sprintf("c%d/%d", i, j), "v"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cli.Close()
+	}
+	commits := map[uint64]uint64{}
+	for _, c := range []*testutil.Cluster{a, b} {
+		cli := c.Client(t)
+		ml, err := cli.MemberList(context.Background())
+		cli.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		commits[ml.Header.ClusterId] = memberCommit(t, c)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		sts, err := lp.cli.Status(ctx, 0)
+		cancel()
+		done := err == nil && len(sts) == 2
+		for _, st := range sts {
+			if st.CommitIndex < commits[st.ClusterID] {
+				done = false
+			}
+		}
+		if done {
+			for _, st := range sts {
+				ents, err := lp.recover(t, st.ClusterID, 1, commits[st.ClusterID])
+				if err != nil || uint64(len(ents)) != commits[st.ClusterID] {
+					t.Fatalf("recover [1, %d] of cluster %x: %d entries, %v", commits[st.ClusterID], st.ClusterID, len(ents), err)
+				}
+				t.Logf("cluster %x: %+v", st.ClusterID, st)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the logger did not catch up with both clusters (%v): %+v, %v", commits, sts, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ports := testutil.FreePorts(t, 2)
+	out, err := runStrata(t, "logger", "--data-dir="+lp.dir, fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", ports[0]),
+		fmt.Sprintf("--listen-client-urls=http://127.0.0.1:%d", ports[1]))
+	if err == nil || !strings.Contains(out, "in use by another process") {
+		t.Fatalf("a second logger on the same data directory: %v, %q", err, out)
+	}
+}
