@@ -22,6 +22,10 @@ import (
 // --peer-urls=...).
 var ErrNotAdded = errors.New("logger: the cluster has no learner with the logger's peer URLs")
 
+// ErrWrongCluster means the endpoints answer for another cluster than the
+// one the operator named.
+var ErrWrongCluster = errors.New("logger join: wrong cluster")
+
 // JoinConfig is what Join needs.
 type JoinConfig struct {
 	// DataDir is the logger's data directory.
@@ -34,6 +38,9 @@ type JoinConfig struct {
 	// AdvertisePeerURLs are the logger's advertised peer URLs, as given to
 	// etcdctl member add --peer-urls.
 	AdvertisePeerURLs []string
+	// ClusterID, if not 0, is the cluster the operator means to join: Join
+	// refuses endpoints that answer for another.
+	ClusterID uint64
 	// Timeout bounds the question to each endpoint. 0: 5 s.
 	Timeout time.Duration
 	// FS is the file system. nil: vfs.Default.
@@ -86,6 +93,9 @@ func recordFor(resp *pb.MemberListResponse, cfg JoinConfig) (*ClusterRecord, err
 	cid := resp.GetHeader().GetClusterId()
 	if cid == 0 {
 		return nil, errors.New("logger join: the member list names no cluster ID")
+	}
+	if cfg.ClusterID != 0 && cfg.ClusterID != cid {
+		return nil, fmt.Errorf("%w: the endpoints answer for cluster %x, not %x", ErrWrongCluster, cid, cfg.ClusterID)
 	}
 	rec := &ClusterRecord{ClusterID: cid, Name: cfg.Name, PeerURLs: slices.Clone(cfg.AdvertisePeerURLs), Peers: map[uint64][]string{}, Joined: time.Now().UTC()}
 	var known []string

@@ -163,10 +163,11 @@ func TestJoinRecord(t *testing.T) {
 		{name: "not added", resp: list(0xc1, m1), wantErr: "add it first with etcdctl member add L1 --learner"},
 		{name: "added as a voter", resp: list(0xc1, m1, &pb.Member{ID: 9, PeerURLs: me}), wantErr: "must be added as a learner"},
 		{name: "no cluster ID", resp: list(0, m1), wantErr: "no cluster ID"},
+		{name: "another cluster than named", resp: list(0xc2, m1, &pb.Member{ID: 9, PeerURLs: me, IsLearner: true}), wantErr: "answer for cluster c2, not c1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rec, err := recordFor(tt.resp, JoinConfig{Name: "L1", AdvertisePeerURLs: me})
+			rec, err := recordFor(tt.resp, JoinConfig{Name: "L1", AdvertisePeerURLs: me, ClusterID: 0xc1})
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("recordFor: %v, want an error with %q", err, tt.wantErr)

@@ -23,7 +23,7 @@ import (
 const loggerUsage = `usage:
   strata logger --data-dir DIR --listen-peer-urls URLS --advertise-peer-urls URLS --listen-client-urls URLS
                                   run a logger: one raft learner for every cluster joined in DIR
-  strata logger join --data-dir DIR --name NAME --advertise-peer-urls URLS --endpoints URLS
+  strata logger join --data-dir DIR --name NAME --advertise-peer-urls URLS --endpoints URLS [--cluster-id ID]
                                   record a cluster in DIR (the running logger serves it within a second)
   strata logger status  --endpoint URL [--cluster ID] [--json]
                                   first and last index held, commit, bytes, lag, gaps, truncation, per cluster
@@ -152,6 +152,7 @@ func runLoggerJoin(args []string, stdout, stderr io.Writer) int {
 	advertisePeer := fs.String("advertise-peer-urls", "http://127.0.0.1:2480", "The logger's peer URLs, as given to etcdctl member add --peer-urls: they find the logger in the member list.")
 	endpoints := fs.String("endpoints", "", "Client URLs of the cluster's members, tried in turn. Required.")
 	timeout := fs.Duration("dial-timeout", 5*time.Second, "How long to wait for each endpoint's answer.")
+	clusterHex := fs.String("cluster-id", "", "The cluster ID (hex) the operator means to join: endpoints of another cluster are refused. Default: whichever they answer for.")
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -159,9 +160,17 @@ func runLoggerJoin(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "strata logger join: --data-dir and --endpoints are required")
 		return 2
 	}
+	var cid uint64
+	if *clusterHex != "" {
+		var err error
+		if cid, err = parseHexID("cluster-id", *clusterHex); err != nil {
+			fmt.Fprintf(stderr, "strata logger join: %v\n", err)
+			return 2
+		}
+	}
 	rec, err := lg.Join(context.Background(), lg.JoinConfig{
 		DataDir: *dataDir, Name: *name, Endpoints: splitURLs(*endpoints),
-		AdvertisePeerURLs: splitURLs(*advertisePeer), Timeout: *timeout,
+		AdvertisePeerURLs: splitURLs(*advertisePeer), Timeout: *timeout, ClusterID: cid,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "strata logger join: %v\n", err)
