@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -35,6 +36,8 @@ import (
 //	respond                       the leader steps what the learner sent
 //	stabilize                     all of the above until quiet
 //	tick-leader                   the leader's clock ticks (a heartbeat)
+//	add-member id [url]           the leader proposes adding a voter (add-learner: a learner;
+//	remove-member id              remove-member: removing one), url in its member record
 //	truncate index                the voters' truncation point reaches index
 //	fail-append                   the learner's next Append fails (its fsync)
 //	compact-leader index          the leader takes a snapshot at index and truncates its log
@@ -110,15 +113,22 @@ func (s recordingSender) Send(msgs []*raftpb.Message) {
 	s.env.sent = append(s.env.sent, msgs...)
 }
 
-type noPeers struct{}
+// recordingPeers records the learner's changes to its transport's peers.
+type recordingPeers struct{ env *learnerEnv }
 
-func (noPeers) AddPeer(uint64, []string)    {}
-func (noPeers) UpdatePeer(uint64, []string) {}
-func (noPeers) RemovePeer(uint64)           {}
+func (p recordingPeers) AddPeer(id uint64, urls []string) {
+	p.env.record("L: transport: add peer %d %v", id, urls)
+}
+
+func (p recordingPeers) UpdatePeer(id uint64, urls []string) {
+	p.env.record("L: transport: update peer %d %v", id, urls)
+}
+
+func (p recordingPeers) RemovePeer(id uint64) { p.env.record("L: transport: remove peer %d", id) }
 
 func newLearnerEnv(t *testing.T) *learnerEnv {
 	env := &learnerEnv{t: t, fs: vfs.NewMem(), storage: raft.NewMemoryStorage(),
-		rec: &ClusterRecord{ClusterID: 0xc1, MemberID: 2, Peers: map[uint64][]string{1: {"http://leader"}}}}
+		rec: &ClusterRecord{ClusterID: 0xc1, MemberID: 2, Peers: map[uint64][]string{1: {"http://leader"}}, Voters: []uint64{1}}}
 	rn, err := raft.NewRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: env.storage,
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, Logger: raftDiscard{}})
 	if err != nil {
@@ -164,7 +174,7 @@ func (env *learnerEnv) openLearner() {
 		t.Fatal(err)
 	}
 	env.ln, err = newLearner(learnerConfig{Record: env.rec, Dir: "/c", FS: env.fs, Log: env.log, Gaps: gaps,
-		Inbox: NewInbox(), Sender: recordingSender{env}, Peers: noPeers{}, TickInterval: time.Millisecond,
+		Inbox: NewInbox(), Sender: recordingSender{env}, Peers: recordingPeers{env}, TickInterval: time.Millisecond,
 		Now: func() time.Time { return time.Unix(0, 0) }})
 	if err != nil {
 		t.Fatal(err)
@@ -279,6 +289,24 @@ func (env *learnerEnv) handle(t *testing.T, td *datadriven.TestData) string {
 	case "tick-leader":
 		env.leader.Tick()
 		env.leaderReady()
+	case "add-member", "add-learner", "remove-member":
+		id, err := strconv.ParseUint(td.CmdArgs[0].Key, 10, 64)
+		if err != nil {
+			td.Fatalf(t, "member id: %v", err)
+		}
+		typ := map[string]raftpb.ConfChangeType{"add-member": raftpb.ConfChangeAddNode,
+			"add-learner": raftpb.ConfChangeAddLearnerNode, "remove-member": raftpb.ConfChangeRemoveNode}[td.Cmd]
+		cc := &raftpb.ConfChange{Type: typ.Enum(), NodeId: proto.Uint64(id)}
+		if len(td.CmdArgs) > 1 {
+			raw, err := proto.Marshal(&pb.Member{ID: id, PeerURLs: []string{td.CmdArgs[1].Key}})
+			if err != nil {
+				td.Fatalf(t, "member: %v", err)
+			}
+			cc.Context = raw
+		}
+		if err := env.leader.ProposeConfChange(cc); err != nil {
+			td.Fatalf(t, "propose conf change: %v", err)
+		}
 	case "truncate":
 		idx, err := strconv.ParseUint(td.CmdArgs[0].Key, 10, 64)
 		if err != nil {
@@ -321,6 +349,10 @@ func (env *learnerEnv) handle(t *testing.T, td *datadriven.TestData) string {
 		env.record("L: holds [%d, %d], commit %d", first, last, env.ln.commit.Load())
 		for _, g := range env.ln.gaps() {
 			env.record("L: gap: %s", g)
+		}
+		env.record("L: voters %v", env.ln.voters())
+		if rec, err := readRecord(env.fs, "/c"); err == nil {
+			env.record("L: cluster.json: peers %v voters %v", rec.Peers, rec.Voters)
 		}
 		if gaps, _ := readGaps(env.fs, "/c"); len(gaps) > 0 {
 			env.record("L: gaps.json holds %d gap(s)", len(gaps))
