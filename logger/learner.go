@@ -146,8 +146,9 @@ type learnerConfig struct {
 // (docs/logger.md).
 //
 // Concurrency: newLearner starts nothing; run is the learner's goroutine,
-// the only one that touches rn, writes the log and the gap record. status
-// and the fields marked published are safe from any goroutine.
+// the only one that touches rn, writes the log, the gap record and the
+// cluster record. gaps, voters, requestTrim and the fields marked
+// published are safe from any goroutine; mu guards gaps and voters.
 //
 // Invariants:
 //  1. A Ready's messages are sent only after its entries and HardState
@@ -181,8 +182,6 @@ type learner struct {
 	// Published by run.
 	commit atomic.Uint64
 	leader atomic.Uint64
-	done   chan struct{}
-	err    atomic.Pointer[error]
 
 	// trimTo is the truncation point the Truncate requests reached
 	// (truncate.go); trimc wakes run to truncate up to it.
@@ -238,7 +237,6 @@ func newLearner(cfg learnerConfig) (*learner, error) {
 		persistedCommit: hs.GetCommit(),
 		delivered:       applied,
 		peers:           maps.Clone(cfg.Record.Peers),
-		done:            make(chan struct{}),
 		trimc:           make(chan struct{}, 1),
 	}
 	if l.peers == nil {
@@ -258,13 +256,9 @@ func newLearner(cfg learnerConfig) (*learner, error) {
 func (l *learner) run(ctx context.Context) error {
 	err := l.loop(ctx)
 	if errors.Is(err, context.Canceled) {
-		err = nil
+		return nil
 	}
-	if err != nil {
-		l.err.Store(&err)
-		l.lg.Error("learner stopped", zap.Error(err))
-	}
-	close(l.done)
+	l.lg.Error("learner stopped", zap.Error(err))
 	return err
 }
 
