@@ -54,6 +54,11 @@
 // ActiveSince(peer) is when the current outgoing stream's handshake
 // succeeded.
 //
+// A process that is a member of several clusters (a logger,
+// docs/logger.md) serves them all on one peer URL through a Mux, which
+// reads each stream's hello and hands the stream to the Transport of the
+// cluster it names.
+//
 // # Why a hand-written service and codec
 //
 // The service has two methods and one message type (frame.go) whose only

@@ -108,14 +108,19 @@ func (t *Transport) checkHello(f *frame) error {
 	return nil
 }
 
-// recvHello reads and checks the first frame of an incoming stream, logging
-// a refusal: the refused side logs it too, but an operator may look here.
-func (t *Transport) recvHello(s grpc.ServerStream, what string) (*frame, error) {
+// readHello reads the first frame of an incoming stream.
+func readHello(s grpc.ServerStream, what string) (*frame, error) {
 	var hello frame
 	if err := s.RecvMsg(&hello); err != nil {
 		return nil, fmt.Errorf("receive %s hello: %w", what, err)
 	}
-	if err := t.checkHello(&hello); err != nil {
+	return &hello, nil
+}
+
+// acceptHello checks the hello of an incoming stream, logging a refusal:
+// the refused side logs it too, but an operator may look here.
+func (t *Transport) acceptHello(hello *frame, what string) (*frame, error) {
+	if err := t.checkHello(hello); err != nil {
 		t.lg.Warn("refused peer stream", zap.String("stream", what), zap.Error(err))
 		return nil, err
 	}
@@ -126,13 +131,22 @@ func (t *Transport) recvHello(s grpc.ServerStream, what string) (*frame, error) 
 		return nil, status.Error(codes.Unavailable, "peer transport stopped")
 	default:
 	}
-	return &hello, nil
+	return hello, nil
 }
 
 // serveMessages serves one peer's message stream: check the hello, answer
 // it, then hand every message of every batch to the Handler, in order.
 func (t *Transport) serveMessages(s grpc.ServerStream) error {
-	hello, err := t.recvHello(s, "messages")
+	hello, err := readHello(s, "messages")
+	if err != nil {
+		return err
+	}
+	return t.serveMessagesAfter(s, hello)
+}
+
+// serveMessagesAfter serves a message stream whose hello was read.
+func (t *Transport) serveMessagesAfter(s grpc.ServerStream, hello *frame) error {
+	hello, err := t.acceptHello(hello, "messages")
 	if err != nil {
 		return err
 	}
@@ -164,7 +178,16 @@ func (t *Transport) serveMessages(s grpc.ServerStream) error {
 // the next frames the data, which Snapshotter.Receive consumes; then the
 // MsgSnap goes to the Handler and an empty frame tells the sender it is done.
 func (t *Transport) serveSnapshot(s grpc.ServerStream) error {
-	hello, err := t.recvHello(s, "snapshot")
+	hello, err := readHello(s, "snapshot")
+	if err != nil {
+		return err
+	}
+	return t.serveSnapshotAfter(s, hello)
+}
+
+// serveSnapshotAfter serves a snapshot stream whose hello was read.
+func (t *Transport) serveSnapshotAfter(s grpc.ServerStream, hello *frame) error {
+	hello, err := t.acceptHello(hello, "snapshot")
 	if err != nil {
 		return err
 	}

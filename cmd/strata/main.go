@@ -9,6 +9,7 @@
 //	strata restore --from URL [--version N] --data-dir NEW ...
 //	                                       the same from an incremental backup
 //	strata backup create|list|verify|prune incremental backups of engine files
+//	strata logger [join|status|recover]    the logger service (docs/logger.md)
 //
 // The member accepts etcd's flags under etcd's names and meanings, also as
 // ETCD_* environment variables (a flag given on the command line wins), so
@@ -40,6 +41,9 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == "health" {
 		os.Exit(runHealth(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "logger" {
+		os.Exit(runLogger(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "backup" {
 		os.Exit(runBackup(os.Args[2:], os.Stdout, os.Stderr))

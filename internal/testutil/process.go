@@ -39,6 +39,11 @@ type Options struct {
 	Env []string
 	// ReadyTimeout bounds the wait for the first successful Get; 30 s if 0.
 	ReadyTimeout time.Duration
+	// Command, if set, is the whole command line after the binary, for a
+	// process that is not a member (a logger: strata logger ...); the
+	// member flags below are then not used, nor are the ports picked, and
+	// WaitReady does not apply.
+	Command []string
 
 	// The fields below are set by the cluster harness (StartCluster,
 	// Cluster.AddMember); a single-member test leaves them empty.
@@ -123,6 +128,9 @@ func (p *Process) pickPorts() {
 
 // Args are the command-line flags the process is started with.
 func (p *Process) Args() []string {
+	if p.opts.Command != nil {
+		return p.opts.Command
+	}
 	advertise := cmp.Or(p.opts.AdvertisePeerURL, p.peerURL)
 	args := []string{
 		"--name=" + p.opts.Name,

@@ -1,0 +1,344 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+
+	lg "github.com/strata-kv/strata/logger"
+)
+
+const loggerUsage = `usage:
+  strata logger --data-dir DIR --listen-peer-urls URLS --advertise-peer-urls URLS --listen-client-urls URLS
+                                  run a logger: one raft learner for every cluster joined in DIR
+  strata logger join --data-dir DIR --name NAME --advertise-peer-urls URLS --endpoints URLS [--cluster-id ID]
+                                  record a cluster in DIR (the running logger serves it within a second)
+  strata logger status  --endpoint URL [--cluster ID] [--json]
+                                  first and last index held, commit, bytes, lag, gaps, truncation, per cluster
+  strata logger recover --endpoint URL --cluster ID --first N --last M
+                                  print the committed entries [N, M] as JSON, one per line
+                                  (index, term, type, data in base64, as strata inspect log --entries)
+  strata logger truncate --endpoint URL --cluster ID --member ID --index N
+                                  member ID (a voter) asks to drop the entries <= N; the logger trims at the
+                                  lowest index more than half of the voters asked for, never before
+
+A logger keeps the raft logs of strata clusters as a learner that never votes and never applies
+(docs/logger.md). Add it to a cluster first, then join:
+
+  etcdctl --endpoints http://m1:2379 member add L1 --learner --peer-urls=http://logger1:2480
+  strata logger join --data-dir /var/lib/strata-logger --name L1 \
+      --advertise-peer-urls http://logger1:2480 --endpoints http://m1:2379
+
+IDs are hexadecimal, as etcdctl prints them.`
+
+// runLogger is `strata logger`: run a logger, or one of its subcommands.
+func runLogger(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "join":
+			return runLoggerJoin(args[1:], stdout, stderr)
+		case "status":
+			return runLoggerStatus(args[1:], stdout, stderr)
+		case "recover":
+			return runLoggerRecover(args[1:], stdout, stderr)
+		case "truncate":
+			return runLoggerTruncate(args[1:], stdout, stderr)
+		case "help":
+			fmt.Fprintln(stdout, loggerUsage)
+			return 0
+		}
+	}
+	return runLoggerServe(args, stderr)
+}
+
+// loggerFlagSet returns a flag set whose --help prints the logger's usage
+// before the flags.
+func loggerFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, loggerUsage)
+		fmt.Fprintf(stderr, "\nflags of %s:\n", name)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseLoggerFlags parses args; -1 means go on, else the exit code.
+func parseLoggerFlags(fs *flag.FlagSet, args []string, stderr io.Writer) int {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q (flags start with --)\n", fs.Name(), fs.Args())
+		return 2
+	}
+	return -1
+}
+
+func runLoggerServe(args []string, stderr io.Writer) int {
+	fs := loggerFlagSet("strata logger", stderr)
+	dataDir := fs.String("data-dir", "", "Path to the logger's data directory: a LOCK and one directory per cluster joined. Required.")
+	listenPeer := fs.String("listen-peer-urls", "http://127.0.0.1:2480", "List of URLs to listen on for peer traffic, of every cluster (streams are routed by the cluster ID they name).")
+	advertisePeer := fs.String("advertise-peer-urls", "http://127.0.0.1:2480", "List of the logger's peer URLs as the clusters know them (etcdctl member add --peer-urls).")
+	listenClient := fs.String("listen-client-urls", "http://127.0.0.1:2479", "List of URLs to listen on for the logger API (strata logger status|recover).")
+	logLevel := fs.String("log-level", "info", "Configures log level. Only supports debug, info, warn, error, panic, or fatal.")
+	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
+		return code
+	}
+	if *dataDir == "" {
+		fmt.Fprintln(stderr, "strata logger: --data-dir is required")
+		return 2
+	}
+	zl, err := newLogger(*logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger: %v\n", err)
+		return 2
+	}
+	defer func() { _ = zl.Sync() }()
+	l, err := lg.Open(lg.Config{
+		DataDir:           *dataDir,
+		ListenPeerURLs:    splitURLs(*listenPeer),
+		AdvertisePeerURLs: splitURLs(*advertisePeer),
+		ListenClientURLs:  splitURLs(*listenClient),
+		Logger:            zl,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger: %v\n", err)
+		return 1
+	}
+	if err := l.Start(context.Background()); err != nil {
+		_ = l.Close()
+		fmt.Fprintf(stderr, "strata logger: %v\n", err)
+		return 1
+	}
+	zl.Info("ready to serve the logger API", zap.Strings("listen-client-urls", splitURLs(*listenClient)))
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case sig := <-sigc:
+		zl.Info("stopping on signal", zap.String("signal", sig.String()))
+		if err := l.Close(); err != nil {
+			zl.Error("stop", zap.Error(err))
+			return 1
+		}
+		return 0
+	case err := <-l.Failed():
+		_ = l.Close()
+		fmt.Fprintf(stderr, "strata logger: fatal: %v\n", err)
+		return 1
+	}
+}
+
+func runLoggerJoin(args []string, stdout, stderr io.Writer) int {
+	fs := loggerFlagSet("strata logger join", stderr)
+	dataDir := fs.String("data-dir", "", "The logger's data directory. Required.")
+	name := fs.String("name", "", "The name the logger was added under (etcdctl member add NAME --learner).")
+	advertisePeer := fs.String("advertise-peer-urls", "http://127.0.0.1:2480", "The logger's peer URLs, as given to etcdctl member add --peer-urls: they find the logger in the member list.")
+	endpoints := fs.String("endpoints", "", "Client URLs of the cluster's members, tried in turn. Required.")
+	timeout := fs.Duration("dial-timeout", 5*time.Second, "How long to wait for each endpoint's answer.")
+	clusterHex := fs.String("cluster-id", "", "The cluster ID (hex) the operator means to join: endpoints of another cluster are refused. Default: whichever they answer for.")
+	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
+		return code
+	}
+	if *dataDir == "" || *endpoints == "" {
+		fmt.Fprintln(stderr, "strata logger join: --data-dir and --endpoints are required")
+		return 2
+	}
+	var cid uint64
+	if *clusterHex != "" {
+		var err error
+		if cid, err = parseHexID("cluster-id", *clusterHex); err != nil {
+			fmt.Fprintf(stderr, "strata logger join: %v\n", err)
+			return 2
+		}
+	}
+	rec, err := lg.Join(context.Background(), lg.JoinConfig{
+		DataDir: *dataDir, Name: *name, Endpoints: splitURLs(*endpoints),
+		AdvertisePeerURLs: splitURLs(*advertisePeer), Timeout: *timeout, ClusterID: cid,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger join: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "joined cluster %x as learner %x (%d other members); the logger serves it within a second\n",
+		rec.ClusterID, rec.MemberID, len(rec.Peers))
+	return 0
+}
+
+func parseHexID(what, s string) (uint64, error) {
+	id, err := strconv.ParseUint(s, 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("--%s %q: want a hexadecimal ID", what, s)
+	}
+	return id, nil
+}
+
+func runLoggerStatus(args []string, stdout, stderr io.Writer) int {
+	fs := loggerFlagSet("strata logger status", stderr)
+	endpoint := fs.String("endpoint", "http://127.0.0.1:2479", "The logger's client URL.")
+	clusterHex := fs.String("cluster", "", "A cluster ID (hex); default every cluster the logger serves.")
+	asJSON := fs.Bool("json", false, "Print JSON instead of a table.")
+	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
+		return code
+	}
+	var cid uint64
+	if *clusterHex != "" {
+		var err error
+		if cid, err = parseHexID("cluster", *clusterHex); err != nil {
+			fmt.Fprintf(stderr, "strata logger status: %v\n", err)
+			return 2
+		}
+	}
+	c, err := lg.Dial(*endpoint)
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger status: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sts, err := c.Status(ctx, cid)
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger status: %v\n", err)
+		return 1
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		for _, st := range sts {
+			_ = enc.Encode(statusJSON(st))
+		}
+		return 0
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tMEMBER\tFIRST\tLAST\tCOMMIT\tBYTES\tLEADER COMMIT\tLAG\tGAP\tTRUNCATION")
+	for _, st := range sts {
+		gap := "none"
+		if n := len(st.Gaps); n > 0 {
+			gap = fmt.Sprintf("up to %d (%d recorded)", st.Gaps[n-1].SnapshotIndex, n)
+		}
+		trunc := "none asked"
+		if len(st.Truncations) > 0 {
+			trunc = fmt.Sprintf("up to %d (%d of the voters asked)", st.TruncationPoint, len(st.Truncations))
+		}
+		fmt.Fprintf(tw, "%x\t%x\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", st.ClusterID, st.MemberID, st.FirstIndex, st.LastIndex,
+			st.CommitIndex, st.Bytes, st.LeaderCommit, st.Lag, gap, trunc)
+	}
+	_ = tw.Flush()
+	return 0
+}
+
+// clusterStatusJSON is `strata logger status --json`'s line per cluster.
+type clusterStatusJSON struct {
+	ClusterID    string   `json:"cluster_id"`
+	MemberID     string   `json:"member_id"`
+	FirstIndex   uint64   `json:"first_index"`
+	LastIndex    uint64   `json:"last_index"`
+	CommitIndex  uint64   `json:"commit_index"`
+	Bytes        uint64   `json:"bytes"`
+	LeaderCommit uint64   `json:"leader_commit"`
+	Lag          uint64   `json:"lag"`
+	Leader       string   `json:"leader"`
+	Gaps         []lg.Gap `json:"gaps"`
+	// Truncations are the voters' requests; TruncationPoint what they
+	// let go.
+	Truncations     []lg.Truncation `json:"truncations"`
+	TruncationPoint uint64          `json:"truncation_point"`
+}
+
+func statusJSON(st *lg.ClusterStatus) clusterStatusJSON {
+	return clusterStatusJSON{
+		ClusterID: fmt.Sprintf("%x", st.ClusterID), MemberID: fmt.Sprintf("%x", st.MemberID),
+		FirstIndex: st.FirstIndex, LastIndex: st.LastIndex, CommitIndex: st.CommitIndex, Bytes: st.Bytes,
+		LeaderCommit: st.LeaderCommit, Lag: st.Lag, Leader: fmt.Sprintf("%x", st.Leader), Gaps: st.Gaps,
+		Truncations: st.Truncations, TruncationPoint: st.TruncationPoint,
+	}
+}
+
+func runLoggerRecover(args []string, stdout, stderr io.Writer) int {
+	fs := loggerFlagSet("strata logger recover", stderr)
+	endpoint := fs.String("endpoint", "http://127.0.0.1:2479", "The logger's client URL.")
+	clusterHex := fs.String("cluster", "", "The cluster ID (hex). Required.")
+	first := fs.Uint64("first", 0, "The first index of the closed interval to print. Required.")
+	last := fs.Uint64("last", 0, "The last index of the closed interval to print. Required.")
+	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
+		return code
+	}
+	cid, err := parseHexID("cluster", *clusterHex)
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger recover: %v\n", err)
+		return 2
+	}
+	c, err := lg.Dial(*endpoint)
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger recover: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	enc := json.NewEncoder(stdout)
+	err = c.Recover(context.Background(), cid, *first, *last, func(ents []*raftpb.Entry) error {
+		for _, e := range ents {
+			// One line per entry, in the shape of strata inspect log
+			// --entries' entries.
+			if err := enc.Encode(exportedEntry{Index: e.GetIndex(), Term: e.GetTerm(), Type: int32(e.GetType()), Data: e.GetData()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger recover: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func runLoggerTruncate(args []string, stdout, stderr io.Writer) int {
+	fs := loggerFlagSet("strata logger truncate", stderr)
+	endpoint := fs.String("endpoint", "http://127.0.0.1:2479", "The logger's client URL.")
+	clusterHex := fs.String("cluster", "", "The cluster ID (hex). Required.")
+	memberHex := fs.String("member", "", "The member (hex ID, a voter of the cluster) on whose behalf to ask. Required.")
+	index := fs.Uint64("index", 0, "Drop the entries up to and including this index, once more than half of the voters asked. Required.")
+	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
+		return code
+	}
+	cid, err := parseHexID("cluster", *clusterHex)
+	var mid uint64
+	if err == nil {
+		mid, err = parseHexID("member", *memberHex)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger truncate: %v\n", err)
+		return 2
+	}
+	c, err := lg.Dial(*endpoint)
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger truncate: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.Truncate(ctx, cid, mid, *index)
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger truncate: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "recorded; the truncation point is %d (%d of the voters asked)\n", resp.TruncationPoint, len(resp.Truncations))
+	return 0
+}

@@ -1,0 +1,535 @@
+package logger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+)
+
+// Log is what a learner needs of its raft log: raft's reads, the durable
+// append, the restart after a snapshot, and the size for Status.
+// *raftlog.Log implements it.
+type Log interface {
+	raft.Storage
+	// Append durably writes entries and the HardState with one sync.
+	Append(entries []*raftpb.Entry, hs *raftpb.HardState) error
+	// ApplySnapshot discards the log and restarts it after the snapshot.
+	ApplySnapshot(meta *raftpb.SnapshotMetadata) error
+	// Compact drops the entries <= index (Truncate); nil keeps the conf
+	// state.
+	Compact(index uint64, cs *raftpb.ConfState) error
+}
+
+// Sender sends raft messages to peers without blocking (transport.Transport).
+type Sender interface {
+	Send(msgs []*raftpb.Message)
+}
+
+// Peers is what the learner changes in its transport when a membership
+// change adds, moves or removes a member (transport.Transport).
+type Peers interface {
+	AddPeer(id uint64, urls []string)
+	UpdatePeer(id uint64, urls []string)
+	RemovePeer(id uint64)
+}
+
+// Inbox is the learner's side of the transport: the transport.Handler that
+// queues what peers send for the learner's goroutine, and the
+// transport.Snapshotter that reads and discards a snapshot's data (a logger
+// has no state machine to install it in; the MsgSnap itself goes to raft,
+// which restarts the log after it: the gap). It is built before the
+// transport, and the learner after both, so that nothing is set after
+// construction.
+//
+// Concurrency: all methods are safe from any goroutine.
+type Inbox struct {
+	recvc chan *raftpb.Message
+	ctrlc chan func(*raft.RawNode)
+	// leaderCommit is the highest commit index a leader announced in an
+	// append (MsgApp.Commit): the lag Status reports is measured from it.
+	leaderCommit atomic.Uint64
+}
+
+// NewInbox returns an empty inbox.
+func NewInbox() *Inbox {
+	return &Inbox{recvc: make(chan *raftpb.Message, 4096), ctrlc: make(chan func(*raft.RawNode), 64)}
+}
+
+// Process implements transport.Handler: it queues m for the learner,
+// waiting while the queue is full (the learner is syncing).
+func (in *Inbox) Process(ctx context.Context, m *raftpb.Message) error {
+	if m.GetType() == raftpb.MessageType_MsgApp {
+		for {
+			old := in.leaderCommit.Load()
+			if m.GetCommit() <= old || in.leaderCommit.CompareAndSwap(old, m.GetCommit()) {
+				break
+			}
+		}
+	}
+	select {
+	case in.recvc <- m:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ReportUnreachable implements transport.Handler.
+func (in *Inbox) ReportUnreachable(id uint64) {
+	select {
+	case in.ctrlc <- func(rn *raft.RawNode) { rn.ReportUnreachable(id) }:
+	default:
+	}
+}
+
+// ReportSnapshot implements transport.Handler. A logger sends no snapshot,
+// so nothing reports one; it is passed to raft all the same.
+func (in *Inbox) ReportSnapshot(id uint64, st raft.SnapshotStatus) {
+	select {
+	case in.ctrlc <- func(rn *raft.RawNode) { rn.ReportSnapshot(id, st) }:
+	default:
+	}
+}
+
+// errNoSnapshots is what a logger answers when asked to send a snapshot.
+var errNoSnapshots = errors.New("logger: a logger sends no snapshots")
+
+// Open implements transport.Snapshotter: a logger never sends snapshots
+// (it is never a leader).
+func (in *Inbox) Open(m *raftpb.Message) (io.ReadCloser, error) { return nil, errNoSnapshots }
+
+// Receive implements transport.Snapshotter: it reads the snapshot's data to
+// its end and keeps nothing.
+func (in *Inbox) Receive(m *raftpb.Message, r io.Reader) error {
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return fmt.Errorf("logger: read snapshot at index %d: %w", m.GetSnapshot().GetMetadata().GetIndex(), err)
+	}
+	return nil
+}
+
+// learnerConfig configures a learner.
+type learnerConfig struct {
+	Record *ClusterRecord
+	// Dir is the cluster's directory (record, gap record); Log its
+	// raftlog, opened; Gaps the gap record read at open, reconciled.
+	Dir  string
+	FS   vfs.FS
+	Log  Log
+	Gaps []Gap
+	// Inbox receives what the transport hands over; Sender and Peers are
+	// the cluster's transport.
+	Inbox  *Inbox
+	Sender Sender
+	Peers  Peers
+	// TickInterval is raft's tick; the learner's raft ticks only to keep
+	// its election timer (it never campaigns) and to write a newer commit
+	// index at most once per tick.
+	TickInterval time.Duration
+	Now          func() time.Time
+	Logger       *zap.Logger
+}
+
+// learner is one cluster's raft learner: it persists every entry the leader
+// sends before it acknowledges it, and does nothing else with it
+// (docs/logger.md).
+//
+// Concurrency: newLearner starts nothing; run is the learner's goroutine,
+// the only one that touches rn, writes the log, the gap record and the
+// cluster record. gaps, voters, requestTrim and the fields marked
+// published are safe from any goroutine; mu guards gaps and voters.
+//
+// Invariants:
+//  1. A Ready's messages are sent only after its entries and HardState
+//     returned from Log.Append (durable): an acknowledged entry survives a
+//     crash.
+//  2. A snapshot restarts the log (Log.ApplySnapshot) before the Ready's
+//     entries are appended, and the gap is recorded before the Ready's
+//     messages are sent; a crash between the restart and the record is
+//     repaired at open (reconcileGaps).
+//  3. The log is truncated only by a snapshot's restart and by Truncate,
+//     never past the voters' truncation point, the commit index, or the
+//     last committed entry raft handed over; nothing is applied; the
+//     learner never campaigns (it is a learner, or before it learns a
+//     configuration, not in its own configuration).
+//  4. commit (published) never exceeds the last index appended durably, so
+//     Recover serves only durable, committed entries.
+type learner struct {
+	cfg learnerConfig
+	lg  *zap.Logger
+	rn  *raft.RawNode // owned by run
+
+	// Owned by run.
+	hs              *raftpb.HardState // the latest raft reported
+	persistedCommit uint64
+	// delivered is the last committed entry raft handed over (and so
+	// will not read again): truncation never passes it, or raft would
+	// find the entries it still has to hand over gone.
+	delivered uint64
+	peers     map[uint64][]string
+
+	// Published by run.
+	commit atomic.Uint64
+	leader atomic.Uint64
+
+	// trimTo is the truncation point the Truncate requests reached
+	// (truncate.go); trimc wakes run to truncate up to it.
+	trimTo atomic.Uint64
+	trimc  chan struct{}
+
+	mu struct {
+		sync.Mutex
+		gaps []Gap
+		// voters are the cluster's voters, as the membership changes
+		// the learner saw say.
+		voters map[uint64]bool
+	}
+}
+
+func newLearner(cfg learnerConfig) (*learner, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	hs, _, err := cfg.Log.InitialState()
+	if err != nil {
+		return nil, fmt.Errorf("read the log's state: %w", err)
+	}
+	first, err := cfg.Log.FirstIndex()
+	if err != nil {
+		return nil, fmt.Errorf("read first log index: %w", err)
+	}
+	// Nothing is applied, so nothing is to be redelivered: raft starts as
+	// if everything committed were applied.
+	applied := max(hs.GetCommit(), first-1)
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID:              cfg.Record.MemberID,
+		ElectionTick:    10,
+		HeartbeatTick:   1,
+		Storage:         cfg.Log,
+		Applied:         applied,
+		MaxSizePerMsg:   1 << 20,
+		MaxInflightMsgs: 256,
+		PreVote:         true,
+		Logger:          &raftLogger{cfg.Logger.Sugar()},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create raft learner: %w", err)
+	}
+	l := &learner{
+		cfg:             cfg,
+		lg:              cfg.Logger,
+		rn:              rn,
+		hs:              hs,
+		persistedCommit: hs.GetCommit(),
+		delivered:       applied,
+		peers:           maps.Clone(cfg.Record.Peers),
+		trimc:           make(chan struct{}, 1),
+	}
+	if l.peers == nil {
+		l.peers = map[uint64][]string{}
+	}
+	l.commit.Store(applied)
+	l.mu.gaps = cfg.Gaps
+	l.mu.voters = map[uint64]bool{}
+	for _, v := range cfg.Record.Voters {
+		l.mu.voters[v] = true
+	}
+	return l, nil
+}
+
+// run drives the learner until ctx ends or a write fails; a write error (a
+// failed fsync above all) is returned and is fatal for this cluster.
+func (l *learner) run(ctx context.Context) error {
+	err := l.loop(ctx)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	l.lg.Error("learner stopped", zap.Error(err))
+	return err
+}
+
+func (l *learner) loop(ctx context.Context) error {
+	ticker := time.NewTicker(l.cfg.TickInterval)
+	defer ticker.Stop()
+	in := l.cfg.Inbox
+	if err := l.trim(); err != nil {
+		return err
+	}
+	for {
+		if l.rn.HasReady() {
+			if err := l.handleReady(); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C:
+			l.rn.Tick()
+			if err := l.persistCommit(); err != nil {
+				return err
+			}
+		case m := <-in.recvc:
+			l.step(m)
+			// One Ready, and so one fsync, for every message queued.
+		drain:
+			for i := 0; i < 4096; i++ {
+				select {
+				case m := <-in.recvc:
+					l.step(m)
+				default:
+					break drain
+				}
+			}
+		case f := <-in.ctrlc:
+			f(l.rn)
+		case <-l.trimc:
+			if err := l.trim(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (l *learner) step(m *raftpb.Message) {
+	if err := l.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+		l.lg.Debug("raft refused a message", zap.Stringer("type", m.GetType()), zap.Error(err))
+	}
+}
+
+// handleReady performs one Ready in raft's order: the snapshot (the gap),
+// the entries and HardState with one sync, the messages, the committed
+// membership changes, Advance; then the truncation the voters asked for,
+// if the commit index now reaches more of it.
+func (l *learner) handleReady() error {
+	rd := l.rn.Ready()
+	if rd.SoftState != nil {
+		l.leader.Store(rd.SoftState.Lead)
+	}
+	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+		if err := l.restartAfter(rd.Snapshot.GetMetadata()); err != nil {
+			return err
+		}
+	}
+	var hs *raftpb.HardState
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+		l.hs = rd.HardState
+		if rd.MustSync {
+			hs = rd.HardState
+		}
+	}
+	if len(rd.Entries) > 0 && hs == nil {
+		hs = l.hs
+	}
+	if len(rd.Entries) > 0 || hs != nil {
+		if err := l.cfg.Log.Append(rd.Entries, hs); err != nil {
+			return fmt.Errorf("append to the raft log of cluster %x: %w", l.cfg.Record.ClusterID, err)
+		}
+		if hs != nil {
+			l.persistedCommit = hs.GetCommit()
+		}
+	}
+	// Invariant 4: publish the commit index once what it covers is
+	// durable (raft's commit on a follower never passes its last entry).
+	if l.hs != nil {
+		l.publishCommit(l.hs.GetCommit())
+	}
+	// Invariant 1: the acknowledgements leave after the sync.
+	if len(rd.Messages) > 0 {
+		l.cfg.Sender.Send(rd.Messages)
+	}
+	if n := len(rd.CommittedEntries); n > 0 {
+		l.delivered = rd.CommittedEntries[n-1].GetIndex()
+	}
+	for _, e := range rd.CommittedEntries {
+		if e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2 {
+			if err := l.followMembership(e); err != nil {
+				l.lg.Warn("cannot read a membership change", zap.Uint64("index", e.GetIndex()), zap.Error(err))
+			}
+		}
+	}
+	l.rn.Advance(rd)
+	// A truncation point past the commit index waited for it.
+	return l.trim()
+}
+
+func (l *learner) publishCommit(c uint64) {
+	if last, err := l.cfg.Log.LastIndex(); err == nil {
+		c = min(c, last)
+	}
+	if c > l.commit.Load() {
+		l.commit.Store(c)
+	}
+}
+
+// restartAfter restarts the log after a snapshot the leader sent and
+// records the gap (invariant 2).
+func (l *learner) restartAfter(meta *raftpb.SnapshotMetadata) error {
+	first, _ := l.cfg.Log.FirstIndex()
+	last, _ := l.cfg.Log.LastIndex()
+	if err := l.cfg.Log.ApplySnapshot(meta); err != nil {
+		return fmt.Errorf("restart the raft log of cluster %x after the snapshot at %d: %w", l.cfg.Record.ClusterID, meta.GetIndex(), err)
+	}
+	g := Gap{SnapshotIndex: meta.GetIndex(), SnapshotTerm: meta.GetTerm(), At: l.cfg.Now().UTC()}
+	if last >= first {
+		g.DiscardedFirst, g.DiscardedLast = first, last
+	}
+	l.mu.Lock()
+	gaps := append(l.mu.gaps[:len(l.mu.gaps):len(l.mu.gaps)], g)
+	l.mu.Unlock()
+	if err := writeGaps(l.cfg.FS, l.cfg.Dir, gaps); err != nil {
+		return fmt.Errorf("record the gap of cluster %x: %w", l.cfg.Record.ClusterID, err)
+	}
+	l.mu.Lock()
+	l.mu.gaps = gaps
+	l.mu.Unlock()
+	l.commit.Store(max(l.commit.Load(), meta.GetIndex()))
+	l.delivered = max(l.delivered, meta.GetIndex())
+	l.lg.Warn("the leader sent a snapshot: the logger holds the log only after it", zap.Stringer("gap", g))
+	return nil
+}
+
+// persistCommit writes the latest HardState if its commit index is newer
+// than the one in the log: at most one small synced write per tick.
+func (l *learner) persistCommit() error {
+	if l.hs == nil || l.hs.GetCommit() <= l.persistedCommit {
+		return nil
+	}
+	if err := l.cfg.Log.Append(nil, l.hs); err != nil {
+		return fmt.Errorf("persist the commit index of cluster %x: %w", l.cfg.Record.ClusterID, err)
+	}
+	l.persistedCommit = l.hs.GetCommit()
+	return nil
+}
+
+// followMembership keeps the transport's peers and the cluster record in
+// step with a committed membership change (the pb.Member it carries).
+// raft's own configuration is left alone (docs/logger.md).
+func (l *learner) followMembership(e *raftpb.Entry) error {
+	var changes []*raftpb.ConfChangeSingle
+	var context []byte
+	if e.GetType() == raftpb.EntryConfChange {
+		var cc raftpb.ConfChange
+		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+			return err
+		}
+		changes, context = cc.AsV2().GetChanges(), cc.GetContext()
+	} else {
+		var cc raftpb.ConfChangeV2
+		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+			return err
+		}
+		changes, context = cc.GetChanges(), cc.GetContext()
+	}
+	var m pb.Member
+	if len(context) > 0 {
+		if err := proto.Unmarshal(context, &m); err != nil {
+			return fmt.Errorf("decode the member in a conf change: %w", err)
+		}
+	}
+	changed := false
+	for _, ch := range changes {
+		id := ch.GetNodeId()
+		if id == l.cfg.Record.MemberID {
+			if ch.GetType() == raftpb.ConfChangeRemoveNode {
+				l.lg.Warn("the cluster removed this logger; it keeps what it holds and receives nothing more",
+					zap.String("cluster-id", fmt.Sprintf("%x", l.cfg.Record.ClusterID)))
+			}
+			continue
+		}
+		switch ch.GetType() {
+		case raftpb.ConfChangeAddNode:
+			l.setVoter(id, true)
+			changed = true
+		case raftpb.ConfChangeAddLearnerNode:
+			l.setVoter(id, false)
+			changed = true
+		case raftpb.ConfChangeRemoveNode:
+			l.setVoter(id, false)
+			changed = true
+		}
+		switch ch.GetType() {
+		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode, raftpb.ConfChangeUpdateNode:
+			if len(m.PeerURLs) == 0 {
+				continue
+			}
+			if _, known := l.peers[id]; known {
+				l.cfg.Peers.UpdatePeer(id, m.PeerURLs)
+			} else {
+				l.cfg.Peers.AddPeer(id, m.PeerURLs)
+			}
+			l.peers[id] = m.PeerURLs
+			changed = true
+		case raftpb.ConfChangeRemoveNode:
+			if _, known := l.peers[id]; known {
+				l.cfg.Peers.RemovePeer(id)
+				delete(l.peers, id)
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return nil
+	}
+	rec := *l.cfg.Record
+	rec.Peers = maps.Clone(l.peers)
+	rec.Voters = l.voters()
+	return writeRecord(l.cfg.FS, l.cfg.Dir, &rec)
+}
+
+// gaps returns the gaps recorded, oldest first.
+func (l *learner) gaps() []Gap {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Gap(nil), l.mu.gaps...)
+}
+
+// reconcileGaps records the gap of a snapshot whose log restart a crash
+// separated from its record (invariant 2): the log's snapshot point is
+// above the last gap recorded and above truncatedTo, the truncation point
+// recorded (a truncation moves the snapshot point too, and is no gap).
+func reconcileGaps(fs vfs.FS, dir string, log Log, gaps []Gap, truncatedTo uint64, now time.Time) ([]Gap, error) {
+	first, err := log.FirstIndex()
+	if err != nil {
+		return nil, err
+	}
+	point := first - 1
+	var recorded uint64
+	if len(gaps) > 0 {
+		recorded = gaps[len(gaps)-1].SnapshotIndex
+	}
+	if point == 0 || point <= recorded || point <= truncatedTo {
+		return gaps, nil
+	}
+	term, err := log.Term(point)
+	if err != nil {
+		return nil, fmt.Errorf("read the term at the log's snapshot point %d: %w", point, err)
+	}
+	gaps = append(gaps, Gap{SnapshotIndex: point, SnapshotTerm: term, Reconciled: true, At: now.UTC()})
+	if err := writeGaps(fs, dir, gaps); err != nil {
+		return nil, err
+	}
+	return gaps, nil
+}
+
+// raftLogger adapts zap to raft's Logger.
+type raftLogger struct{ *zap.SugaredLogger }
+
+func (r *raftLogger) Warning(v ...interface{}) { r.Warn(v...) }
+
+func (r *raftLogger) Warningf(format string, v ...interface{}) { r.Warnf(format, v...) }

@@ -1,0 +1,393 @@
+package logger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/strata-kv/strata/datadir"
+	"github.com/strata-kv/strata/raftlog"
+	"github.com/strata-kv/strata/transport"
+)
+
+// Errors of the logger's data directory and joining.
+var (
+	// ErrAlreadyJoined means the data directory already holds the cluster.
+	ErrAlreadyJoined = errors.New("logger: cluster already joined")
+	// ErrLocked means another process holds the data directory.
+	ErrLocked = errors.New("logger: data directory in use by another process")
+)
+
+// Config configures a Logger.
+type Config struct {
+	// DataDir holds the LOCK and one directory per cluster.
+	DataDir string
+	// ListenPeerURLs are where members' peer streams arrive, for every
+	// cluster; AdvertisePeerURLs are the URLs the clusters know the logger
+	// by (the --peer-urls of `etcdctl member add --learner`).
+	ListenPeerURLs, AdvertisePeerURLs []string
+	// ListenClientURLs serve the logger API (Status, Recover).
+	ListenClientURLs []string
+	// TickInterval is the learners' raft tick. 0: 100 ms.
+	TickInterval time.Duration
+	// ScanInterval is how often the logger looks for clusters that
+	// `strata logger join` added. 0: 1 s.
+	ScanInterval time.Duration
+	// SegmentSize is the preallocated size of the logs' segments. 0:
+	// raftlog.DefaultSegmentSize.
+	SegmentSize int64
+	// FS is the file system. nil: vfs.Default.
+	FS     vfs.FS
+	Logger *zap.Logger
+}
+
+// Logger hosts one raft learner per cluster it joined (docs/logger.md).
+//
+// Concurrency: Open starts nothing. Start starts the peer and client gRPC
+// servers (one goroutine each per listener), one goroutine per learner,
+// and the scan goroutine that opens clusters added by Join; Close ends them
+// all and waits for them. Status and Recover are safe from any goroutine.
+//
+// Invariants:
+//  1. The data directory is locked from Open to Close: one logger per
+//     directory.
+//  2. Each cluster has exactly one learner, one raftlog and one Transport,
+//     registered in the Mux under its cluster ID, from its open until
+//     Close.
+type Logger struct {
+	cfg  Config
+	lg   *zap.Logger
+	fs   vfs.FS
+	lock io.Closer
+	mux  *transport.Mux
+
+	peerGRPC, clientGRPC *grpc.Server
+	listeners            []net.Listener
+
+	ctx    context.Context // Start's, cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	failc  chan error // a learner's fatal error (a failed write)
+
+	mu struct {
+		sync.Mutex
+		clusters map[uint64]*cluster
+		started  bool
+	}
+}
+
+// cluster is one cluster the logger serves.
+type cluster struct {
+	rec *ClusterRecord
+	dir string
+	log *raftlog.Log
+	tr  *transport.Transport
+	ln  *learner
+
+	// trunc serialises Truncate requests and their record.
+	trunc struct {
+		sync.Mutex
+		requests map[uint64]uint64 // voter -> highest index it asked
+	}
+}
+
+// Open locks the data directory and opens (recovers) the log of every
+// cluster in it. It starts nothing.
+func Open(cfg Config) (*Logger, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("logger: no data directory")
+	}
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.TickInterval <= 0 {
+		cfg.TickInterval = 100 * time.Millisecond
+	}
+	if cfg.ScanInterval <= 0 {
+		cfg.ScanInterval = time.Second
+	}
+	if err := datadir.MkdirAllSynced(cfg.FS, clustersDir(cfg.DataDir)); err != nil {
+		return nil, fmt.Errorf("logger: create data directory %s: %w", cfg.DataDir, err)
+	}
+	lock, err := cfg.FS.Lock(lockPath(cfg.DataDir))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s (lock: %v)", ErrLocked, cfg.DataDir, err)
+	}
+	l := &Logger{cfg: cfg, lg: cfg.Logger, fs: cfg.FS, lock: lock, mux: transport.NewMux(), failc: make(chan error, 1)}
+	l.mu.clusters = make(map[uint64]*cluster)
+	ids, err := listClusters(cfg.FS, cfg.DataDir)
+	if err == nil {
+		for _, id := range ids {
+			if err = l.openCluster(id); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		l.closeClusters()
+		lock.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// openCluster opens one cluster's directory: its record, its log
+// (recovered), its gap record (reconciled), its transport and learner.
+func (l *Logger) openCluster(id uint64) error {
+	dir := clusterDir(l.cfg.DataDir, id)
+	rec, err := readRecord(l.fs, dir)
+	if err != nil {
+		return fmt.Errorf("logger: open cluster %x: %w", id, err)
+	}
+	if rec.ClusterID != id {
+		return fmt.Errorf("logger: %s holds cluster %x", dir, rec.ClusterID)
+	}
+	if len(l.cfg.AdvertisePeerURLs) > 0 && !sameURLs(rec.PeerURLs, l.cfg.AdvertisePeerURLs) {
+		l.lg.Warn("the logger joined this cluster with other peer URLs; its members dial those",
+			zap.String("cluster-id", fmt.Sprintf("%x", id)), zap.Strings("joined-with", rec.PeerURLs),
+			zap.Strings("advertised", l.cfg.AdvertisePeerURLs))
+	}
+	lg := l.lg.With(zap.String("cluster-id", fmt.Sprintf("%x", id)), zap.String("member-id", fmt.Sprintf("%x", rec.MemberID)))
+	log, err := raftlog.Open(raftlog.Options{FS: l.fs, Dirs: []string{filepath.Join(dir, logDirName)}, SegmentSize: l.cfg.SegmentSize, Logger: lg.Named("raftlog")})
+	if err != nil {
+		return fmt.Errorf("logger: open the raft log of cluster %x: %w", id, err)
+	}
+	requests, err := readTruncations(l.fs, dir)
+	var gaps []Gap
+	if err == nil {
+		gaps, err = readGaps(l.fs, dir)
+	}
+	if err == nil {
+		gaps, err = reconcileGaps(l.fs, dir, log, gaps, truncationPoint(requests, rec.Voters), time.Now())
+	}
+	if err != nil {
+		log.Close()
+		return fmt.Errorf("logger: gap and truncation records of cluster %x: %w", id, err)
+	}
+	inbox := NewInbox()
+	tr := transport.New(transport.Config{
+		LocalID:     rec.MemberID,
+		ClusterID:   id,
+		Handler:     inbox,
+		Snapshotter: inbox,
+		Logger:      lg.Named("transport"),
+	})
+	for pid, urls := range rec.Peers {
+		tr.AddPeer(pid, urls)
+	}
+	ln, err := newLearner(learnerConfig{
+		Record: rec, Dir: dir, FS: l.fs, Log: log, Gaps: gaps,
+		Inbox: inbox, Sender: tr, Peers: tr,
+		TickInterval: l.cfg.TickInterval, Logger: lg.Named("learner"),
+	})
+	if err == nil {
+		err = l.mux.Add(tr)
+	}
+	if err != nil {
+		tr.Stop()
+		log.Close()
+		return fmt.Errorf("logger: cluster %x: %w", id, err)
+	}
+	c := &cluster{rec: rec, dir: dir, log: log, tr: tr, ln: ln}
+	c.trunc.requests = requests
+	// A truncation recorded before a crash is done when the learner runs.
+	ln.requestTrim(truncationPoint(requests, ln.voters()))
+	l.mu.Lock()
+	l.mu.clusters[id] = c
+	l.mu.Unlock()
+	first, _ := log.FirstIndex()
+	last, _ := log.LastIndex()
+	lg.Info("opened cluster", zap.Uint64("first-index", first), zap.Uint64("last-index", last), zap.Int("gaps", len(gaps)))
+	return nil
+}
+
+// Start serves the peer URLs (every cluster's peer streams, through the
+// Mux) and the client URLs (the logger API), starts every learner, and
+// looks for clusters that Join adds every ScanInterval.
+func (l *Logger) Start(ctx context.Context) error {
+	l.mu.Lock()
+	if l.mu.started {
+		l.mu.Unlock()
+		return errors.New("logger: already started")
+	}
+	l.mu.started = true
+	l.mu.Unlock()
+	peerLis, err := transport.Listen("peer", l.cfg.ListenPeerURLs)
+	if err != nil {
+		return fmt.Errorf("logger: %w", err)
+	}
+	clientLis, err := transport.Listen("client", l.cfg.ListenClientURLs)
+	if err != nil {
+		for _, li := range peerLis {
+			li.Close()
+		}
+		return fmt.Errorf("logger: %w", err)
+	}
+	l.ctx, l.cancel = context.WithCancel(ctx)
+	l.peerGRPC = grpc.NewServer(grpc.MaxRecvMsgSize(1<<30), grpc.MaxSendMsgSize(1<<30))
+	l.mux.Register(l.peerGRPC)
+	l.clientGRPC = grpc.NewServer()
+	registerAPI(l.clientGRPC, l)
+	for _, li := range peerLis {
+		l.serve(l.peerGRPC, li)
+	}
+	for _, li := range clientLis {
+		l.serve(l.clientGRPC, li)
+	}
+	l.mu.Lock()
+	for _, c := range l.mu.clusters {
+		l.runLearner(c)
+	}
+	n := len(l.mu.clusters)
+	l.mu.Unlock()
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		l.scan()
+	}()
+	l.lg.Info("logger started", zap.Strings("listen-peer-urls", l.cfg.ListenPeerURLs),
+		zap.Strings("listen-client-urls", l.cfg.ListenClientURLs), zap.Int("clusters", n))
+	return nil
+}
+
+func (l *Logger) serve(s *grpc.Server, li net.Listener) {
+	l.listeners = append(l.listeners, li)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		_ = s.Serve(li)
+	}()
+}
+
+// runLearner starts c's learner goroutine.
+//
+// REQUIRES: l.mu held, Start called.
+func (l *Logger) runLearner(c *cluster) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		if err := c.ln.run(l.ctx); err != nil {
+			select {
+			case l.failc <- fmt.Errorf("cluster %x: %w", c.rec.ClusterID, err):
+			default:
+			}
+		}
+	}()
+}
+
+// scan opens and starts the clusters Join added, until Close.
+func (l *Logger) scan() {
+	t := time.NewTicker(l.cfg.ScanInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ids, err := listClusters(l.fs, l.cfg.DataDir)
+		if err != nil {
+			l.lg.Warn("cannot list clusters", zap.Error(err))
+			continue
+		}
+		for _, id := range ids {
+			l.mu.Lock()
+			_, known := l.mu.clusters[id]
+			l.mu.Unlock()
+			if known {
+				continue
+			}
+			if err := l.openCluster(id); err != nil {
+				l.lg.Warn("cannot open a joined cluster", zap.String("cluster-id", fmt.Sprintf("%x", id)), zap.Error(err))
+				continue
+			}
+			l.mu.Lock()
+			if l.ctx.Err() == nil {
+				l.runLearner(l.mu.clusters[id])
+			}
+			l.mu.Unlock()
+			l.lg.Info("serving a newly joined cluster", zap.String("cluster-id", fmt.Sprintf("%x", id)))
+		}
+	}
+}
+
+// Failed returns a channel that receives a learner's fatal error (a failed
+// write or fsync): the process should exit and restart from disk.
+func (l *Logger) Failed() <-chan error { return l.failc }
+
+// Clusters returns the IDs of the clusters the logger serves.
+func (l *Logger) Clusters() []uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := make([]uint64, 0, len(l.mu.clusters))
+	for id := range l.mu.clusters {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func (l *Logger) cluster(id uint64) *cluster {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.clusters[id]
+}
+
+// Close stops the servers and the learners, waits for them, closes the logs
+// and releases the data directory.
+func (l *Logger) Close() error {
+	if l.cancel != nil {
+		l.cancel()
+	}
+	if l.clientGRPC != nil {
+		l.clientGRPC.Stop()
+	}
+	if l.peerGRPC != nil {
+		l.peerGRPC.Stop()
+	}
+	l.mu.Lock()
+	for _, c := range l.mu.clusters {
+		c.tr.Stop()
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
+	err := l.closeClusters()
+	if l.lock != nil {
+		if lerr := l.lock.Close(); err == nil {
+			err = lerr
+		}
+		l.lock = nil
+	}
+	return err
+}
+
+func (l *Logger) closeClusters() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var err error
+	for id, c := range l.mu.clusters {
+		c.tr.Stop()
+		if cerr := c.log.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close the raft log of cluster %x: %w", id, cerr)
+		}
+		delete(l.mu.clusters, id)
+	}
+	return err
+}
+
+func sameURLs(a, b []string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
+}
