@@ -24,7 +24,6 @@ import (
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/auth"
 	"github.com/strata-kv/strata/engine"
-	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 	"github.com/strata-kv/strata/etcddb"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/tlsconfig"
@@ -56,7 +55,7 @@ type Proposer interface {
 // Config is a maintainer's collaborators and settings.
 type Config struct {
 	MemberID, ClusterID uint64
-	Engine              *pebbleengine.Engine
+	Engine              engine.Transferable
 	Store               *mvcc.Store
 	State               State
 	Raft                Raft

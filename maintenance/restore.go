@@ -1,6 +1,7 @@
 package maintenance
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +12,8 @@ import (
 
 	"github.com/strata-kv/strata/auth"
 	"github.com/strata-kv/strata/datadir"
-	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/engine"
+	"github.com/strata-kv/strata/engine/engines"
 	"github.com/strata-kv/strata/etcddb"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/snapshot"
@@ -31,6 +33,10 @@ type RestoreConfig struct {
 	Source  RestoreSource
 	Name    string
 	DataDir string
+	// Engine is the engine the new data directory is built on
+	// (engines.Names; "" means the default): a restore may move a member's
+	// data to another engine.
+	Engine string
 	// InitialCluster maps member names to peer URLs; with the token it
 	// gives the new member and cluster IDs, as at a cluster's bootstrap.
 	InitialCluster      map[string][]string
@@ -124,7 +130,7 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 	if err := datadir.MkdirAllSynced(fs, engineDir); err != nil {
 		return RestoreResult{}, fmt.Errorf("create data dir: %w", err)
 	}
-	eng, err := pebbleengine.Open(engineDir, pebbleengine.Options{FS: fs, Logger: cfg.Logger.Named("engine")})
+	eng, err := engines.Open(cfg.Engine, engineDir, engines.Options{FS: fs, Logger: cfg.Logger.Named("engine")})
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("open engine: %w", err)
 	}
@@ -145,6 +151,7 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 	if err != nil {
 		return RestoreResult{}, err
 	}
+	id.Engine = cmp.Or(cfg.Engine, datadir.DefaultEngine)
 	if err := datadir.WriteID(fs, cfg.DataDir, id); err != nil {
 		return RestoreResult{}, err
 	}
@@ -153,7 +160,7 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 
 // restoreRecords installs the records source gives into eng, through one
 // table.
-func restoreRecords(cfg RestoreConfig, eng *pebbleengine.Engine, source RestoreSource) (applied, records uint64, err error) {
+func restoreRecords(cfg RestoreConfig, eng engine.Transferable, source RestoreSource) (applied, records uint64, err error) {
 	table := filepath.Join(cfg.DataDir, "restore.sst")
 	w, err := eng.NewSnapshotWriter(table)
 	if err != nil {
@@ -200,7 +207,7 @@ const importBatchVersions = 10000
 // the auth state. Like a strata backup's restore, it leaves out the old
 // cluster's membership, conf state and alarms, and commits at applied
 // index 0, so that the new cluster's log applies from its start.
-func restoreEtcd(cfg RestoreConfig, eng *pebbleengine.Engine) (applied, records uint64, err error) {
+func restoreEtcd(cfg RestoreConfig, eng engine.Transferable) (applied, records uint64, err error) {
 	store, err := mvcc.Open(eng, mvcc.Options{Logger: cfg.Logger.Named("mvcc")})
 	if err != nil {
 		return 0, 0, fmt.Errorf("open mvcc store: %w", err)
@@ -289,7 +296,7 @@ func (r restoreFilter) Add(key, value []byte) error {
 	if restoreDropped[string(key)] || mvcc.IsIndexRevisionKey(key) {
 		return nil
 	}
-	if string(key) == string(pebbleengine.AppliedIndexKey) {
+	if string(key) == string(engine.AppliedIndexKey) {
 		var zero [8]byte
 		return r.w.Add(key, zero[:])
 	}

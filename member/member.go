@@ -36,7 +36,7 @@ import (
 	"github.com/strata-kv/strata/auth"
 	"github.com/strata-kv/strata/datadir"
 	"github.com/strata-kv/strata/engine"
-	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/engine/engines"
 	"github.com/strata-kv/strata/lease"
 	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/maintenance"
@@ -90,6 +90,10 @@ type Config struct {
 	CatchUpEntries    uint64
 	HeartbeatInterval time.Duration
 	ElectionTimeout   time.Duration
+	// Engine names the storage engine (engines.Names; "" means Pebble),
+	// chosen at bootstrap and recorded in the data directory: a restart with
+	// another is refused.
+	Engine string
 	// EngineWAL turns the engine's own WAL on, synced per apply batch: the
 	// double-logging baseline of seed 002.
 	EngineWAL bool
@@ -119,7 +123,7 @@ type Member struct {
 	logger *zap.Logger
 
 	lock    io.Closer
-	engine  *pebbleengine.Engine
+	engine  engine.Transferable
 	store   *mvcc.Store
 	log     *raftlog.Log
 	node    *node.Node
@@ -213,7 +217,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	m.lock = lock
 
-	id, discovered, err := membership.LoadIdentity(cfg.FS, cfg.DataDir, cfg.InitialClusterState, cfg.InitialClusterToken,
+	id, discovered, err := membership.LoadIdentity(cfg.FS, cfg.DataDir, cfg.Engine, cfg.InitialClusterState, cfg.InitialClusterToken,
 		membership.JoinConfig{Name: cfg.Name, InitialCluster: cfg.InitialCluster, AdvertisePeerURLs: cfg.AdvertisePeerURLs,
 			PeerTLS: cfg.TLS.Peer, Logger: cfg.Logger})
 	if err != nil {
@@ -224,7 +228,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	joined := id.Joined
 
 	minTTL := lease.MinTTL(cfg.HeartbeatInterval, cfg.ElectionTimeout)
-	m.engine, err = pebbleengine.Open(datadir.Engine(cfg.DataDir), pebbleengine.Options{
+	m.engine, err = engines.Open(cfg.Engine, datadir.Engine(cfg.DataDir), engines.Options{
 		FS: cfg.FS, EnableWAL: cfg.EngineWAL, Logger: cfg.Logger.Named("engine"),
 	})
 	if err != nil {

@@ -59,23 +59,22 @@ type JoinConfig struct {
 }
 
 // LoadIdentity reads the identity of the data directory dir, or creates and
-// records it: on restart the data directory wins, as in etcd. A member of a
-// new cluster derives it from --initial-cluster and token; one joining an
-// existing cluster (state "existing") asks its peers (Discover), and
-// members is then the cluster as it found it, nil otherwise.
-func LoadIdentity(fs vfs.FS, dir, state, token string, join JoinConfig) (id datadir.ID, members []*pb.Member, err error) {
-	if id, ok, err := datadir.ReadID(fs, dir); err != nil || ok {
-		return id, nil, err
-	}
-	if state == "existing" {
-		id, members, err = Discover(join)
-	} else {
-		id, err = datadir.BootstrapID(join.Name, join.InitialCluster, token)
-	}
+// records it: on restart the data directory wins, as in etcd, and it must
+// name engineName (datadir.LoadOrCreateID refuses another engine). A member
+// of a new cluster derives its identity from --initial-cluster and token;
+// one joining an existing cluster (state "existing") asks its peers
+// (Discover), and members is then the cluster as it found it, nil
+// otherwise.
+func LoadIdentity(fs vfs.FS, dir, engineName, state, token string, join JoinConfig) (id datadir.ID, members []*pb.Member, err error) {
+	id, err = datadir.LoadOrCreateID(fs, dir, engineName, func() (datadir.ID, error) {
+		if state == "existing" {
+			var id datadir.ID
+			id, members, err = Discover(join)
+			return id, err
+		}
+		return datadir.BootstrapID(join.Name, join.InitialCluster, token)
+	})
 	if err != nil {
-		return datadir.ID{}, nil, err
-	}
-	if err := datadir.WriteID(fs, dir, id); err != nil {
 		return datadir.ID{}, nil, err
 	}
 	return id, members, nil

@@ -29,7 +29,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/strata-kv/strata/apply"
-	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/engine"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/raftlog"
 	"github.com/strata-kv/strata/transport"
@@ -46,7 +46,7 @@ type Config struct {
 	// Dir holds received full snapshots until they are installed.
 	Dir    string
 	FS     vfs.FS
-	Engine *pebbleengine.Engine
+	Engine engine.Transferable
 	Store  *mvcc.Store
 	Log    *raftlog.Log
 	Raft   Raft
