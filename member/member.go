@@ -78,6 +78,21 @@ type Config struct {
 	// EnablePprof serves Go's runtime profiles on the client URLs under
 	// /debug/pprof/ (--enable-pprof).
 	EnablePprof bool
+	// ListenClientHTTPURLs serve HTTP alone, the client URLs then gRPC
+	// alone (--listen-client-http-urls); DisableGRPCGateway is
+	// --enable-grpc-gateway=false (server.ClientConfig).
+	ListenClientHTTPURLs []string
+	DisableGRPCGateway   bool
+	// MaxConcurrentStreams and the GRPCKeepAlive* durations are etcd's
+	// --max-concurrent-streams and --grpc-keepalive-* (server.Limits).
+	MaxConcurrentStreams                                              uint32
+	GRPCKeepAliveMinTime, GRPCKeepAliveInterval, GRPCKeepAliveTimeout time.Duration
+	// DisablePreVote is --pre-vote=false (node.Config); MaxLearners and
+	// NoStrictReconfig are --max-learners and --strict-reconfig-check=false
+	// (membership.Config).
+	DisablePreVote   bool
+	MaxLearners      int
+	NoStrictReconfig bool
 
 	AutoCompactionMode      string
 	AutoCompactionRetention string
@@ -170,6 +185,7 @@ type Member struct {
 	metrics          *server.Metrics
 	clients          *server.ClientServer
 	metricsListeners []net.Listener
+	httpListeners    []net.Listener // --listen-client-http-urls
 }
 
 // Start opens the data directory, recovers, and serves clients.
@@ -190,7 +206,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m := &Member{cfg: cfg, logger: cfg.Logger, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			for _, l := range slices.Concat(m.listener, m.peerListeners, m.metricsListeners) {
+			for _, l := range slices.Concat(m.listener, m.peerListeners, m.metricsListeners, m.httpListeners) {
 				l.Close()
 			}
 			if m.transport != nil {
@@ -278,6 +294,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		HeartbeatTicks: 1,
 		SnapshotCount:  cfg.SnapshotCount,
 		CatchUpEntries: cfg.CatchUpEntries,
+		DisablePreVote: cfg.DisablePreVote,
 		Logger:         cfg.Logger.Named("raft"),
 	})
 	if err != nil {
@@ -349,7 +366,9 @@ func Start(cfg Config) (_ *Member, err error) {
 		ID: m.memberID, Cluster: m.clusterID,
 		Proposer: m.proposer, Raft: m.node, Applier: m.applier, StateMachine: m.store, Engine: m.engine,
 	}
-	limits := server.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, RequestTimeout: 5*time.Second + 2*cfg.ElectionTimeout}
+	limits := server.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, RequestTimeout: 5*time.Second + 2*cfg.ElectionTimeout,
+		MaxConcurrentStreams: cfg.MaxConcurrentStreams, KeepAliveMinTime: cfg.GRPCKeepAliveMinTime,
+		KeepAliveInterval: cfg.GRPCKeepAliveInterval, KeepAliveTimeout: cfg.GRPCKeepAliveTimeout}
 	security, err := tlsconfig.ServerCreds("--listen-client-urls", cfg.ListenClientURLs, cfg.TLS.Client)
 	if err != nil {
 		return nil, err
@@ -385,7 +404,8 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.membership = membership.New(membership.Config{
 		MemberID: m.memberID, Token: cfg.InitialClusterToken, Timeout: limits.RequestTimeout,
 		Members: m.applier, Raft: m.node, Proposer: m.proposer, Activity: m.transport, Peers: m.remote,
-		ClientTLS: cfg.TLS.Client, Logger: cfg.Logger.Named("membership"),
+		ClientTLS: cfg.TLS.Client, MaxLearners: cfg.MaxLearners, NoStrictReconfig: cfg.NoStrictReconfig,
+		Logger: cfg.Logger.Named("membership"),
 	})
 	m.maintainer = maintenance.New(maintenance.Config{
 		MemberID: m.memberID, ClusterID: m.clusterID,
@@ -411,11 +431,14 @@ func Start(cfg Config) (_ *Member, err error) {
 	if m.metricsListeners, err = server.ListenMetrics(cfg.ListenMetricsURLs); err != nil {
 		return nil, err
 	}
+	if m.httpListeners, err = transport.Listen("client HTTP", cfg.ListenClientHTTPURLs); err != nil {
+		return nil, err
+	}
 	secure, _ := tlsconfig.URLsSecure("--listen-client-urls", cfg.ListenClientURLs)
 	m.clients = server.NewClientServer(server.ClientConfig{
 		Listeners: m.listener, Secure: secure, TLS: cfg.TLS.Client, MetricsListeners: m.metricsListeners,
 		GRPC: m.grpc, Backend: m, Limits: limits, Metrics: m.metrics, Pprof: cfg.EnablePprof,
-		Logger: cfg.Logger,
+		NoGateway: cfg.DisableGRPCGateway, HTTPListeners: m.httpListeners, Logger: cfg.Logger,
 	})
 
 	ctx, cancel := context.WithCancel(context.Background())

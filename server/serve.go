@@ -43,8 +43,15 @@ type ClientConfig struct {
 	Limits  Limits
 	Metrics *Metrics
 	// Pprof serves /debug/pprof/ (--enable-pprof).
-	Pprof  bool
-	Logger *zap.Logger
+	Pprof bool
+	// NoGateway leaves etcd's JSON gateway (/v3/) unserved
+	// (--enable-grpc-gateway=false).
+	NoGateway bool
+	// HTTPListeners are the bound --listen-client-http-urls, of the same
+	// scheme as the client URLs. When there are any, HTTP is served there
+	// alone and the client listeners serve gRPC alone, as etcd does.
+	HTTPListeners []net.Listener
+	Logger        *zap.Logger
 }
 
 // ClientServer serves the client URLs.
@@ -135,7 +142,7 @@ func (s *ClientServer) Serve(ctx context.Context) {
 		}
 	}
 	var gateway http.Handler
-	if len(cfg.Listeners) > 0 {
+	if len(cfg.Listeners) > 0 && !cfg.NoGateway {
 		conn, err := grpc.NewClient("passthrough:///"+loopbackAddr(cfg.Listeners[0].Addr()),
 			grpc.WithTransportCredentials(dialCreds),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
@@ -172,6 +179,10 @@ func (s *ClientServer) Serve(ctx context.Context) {
 		}
 	}
 	handler := NewHTTPHandler(httpConfig(gateway, cfg.Pprof))
+	if len(cfg.HTTPListeners) > 0 {
+		s.serveApart(ctx, ready, handler, httpTLS)
+		return
+	}
 	for _, l := range cfg.Listeners {
 		var split *SplitListener
 		var httpL net.Listener
@@ -197,6 +208,39 @@ func (s *ClientServer) Serve(ctx context.Context) {
 			}()
 			if err := split.Serve(); err != nil {
 				log.Warn("client listener stopped", zap.Error(err))
+			}
+		}()
+	}
+}
+
+// serveApart is Serve with --listen-client-http-urls: gRPC alone on the
+// client listeners, HTTP (with httpTLS on https URLs) alone on the HTTP
+// listeners, both once the member is ready.
+func (s *ClientServer) serveApart(ctx context.Context, ready <-chan struct{}, handler http.Handler, httpTLS *tls.Config) {
+	cfg, log := s.cfg, s.cfg.Logger
+	for _, l := range cfg.Listeners {
+		go func() {
+			if !waitReady(ctx, ready) {
+				_ = l.Close() // never served: nothing else closes it
+				return
+			}
+			_ = cfg.GRPC.Serve(l)
+		}()
+	}
+	for _, l := range cfg.HTTPListeners {
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		s.servers = append(s.servers, srv)
+		httpL := l
+		if httpTLS != nil {
+			httpL = tls.NewListener(l, httpTLS)
+		}
+		go func() {
+			if !waitReady(ctx, ready) {
+				_ = l.Close()
+				return
+			}
+			if err := srv.Serve(httpL); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Warn("HTTP server stopped", zap.Error(err))
 			}
 		}()
 	}
