@@ -7,17 +7,24 @@
 //	strata restore --data-dir NEW ... FILE build a data dir from a backup
 //	strata health [--endpoint URL]         exit 0 if the member is healthy
 //
-// The member accepts etcd's flags under etcd's names and meanings, also as
-// ETCD_* environment variables (a flag given on the command line wins), so
-// that strata can stand where an etcd binary stands.
+// The member accepts every flag of etcd 3.7 (and etcd 3.6's
+// --experimental-* names) under etcd's names, defaults and meanings, also as
+// ETCD_* environment variables (a flag given on the command line wins), or
+// etcd's YAML configuration file (--config-file, ETCD_CONFIG_FILE; other
+// flags and variables are then ignored, as etcd ignores them), so that
+// strata can stand where an etcd binary stands. docs/flags.md lists what
+// strata does with each: implemented, accepted without effect (and --help
+// says why), or refused unless left at its default.
 package main
 
 import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +33,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/strata-kv/strata/member"
+	"github.com/strata-kv/strata/tlsconfig"
 )
 
 func main() {
@@ -53,7 +61,15 @@ func (s *stringList) Set(v string) error {
 // flags holds the member's command line.
 type flags struct {
 	name, dataDir                               string
+	walDir, configFile                          string
 	listenClientURLs, advertiseClientURLs       string
+	listenClientHTTPURLs                        string
+	maxConcurrentStreams                        uint32Value
+	grpcKeepAliveMinTime, grpcKeepAliveInterval time.Duration
+	grpcKeepAliveTimeout                        time.Duration
+	enableGRPCGateway, strictReconfig, preVote  bool
+	maxLearners                                 int
+	logger, logOutputs, logFormat               string
 	listenPeerURLs, initialAdvertisePeerURLs    string
 	initialCluster, initialClusterState, token  string
 	autoCompactionMode, autoCompactionRetention string
@@ -70,6 +86,18 @@ type flags struct {
 	logCompaction                               logCompactionFlags
 	security                                    securityFlags
 	metrics                                     metricsFlags
+	noEffect                                    *noEffectValues
+	refused                                     refusedFlags
+}
+
+// uint32Value is --max-concurrent-streams: a uint32 (etcd's Uint32Value).
+type uint32Value uint32
+
+func (u *uint32Value) String() string { return strconv.FormatUint(uint64(*u), 10) }
+func (u *uint32Value) Set(s string) error {
+	v, err := strconv.ParseUint(s, 0, 32)
+	*u = uint32Value(v)
+	return err
 }
 
 func newFlagSet(f *flags) *flag.FlagSet {
@@ -98,6 +126,25 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.DurationVar(&f.watchProgressNotifyInterval, "watch-progress-notify-interval", 10*time.Minute, "Duration of periodic watch progress notifications.")
 	fs.DurationVar(&f.watchProgressNotifyInterval, "experimental-watch-progress-notify-interval", 10*time.Minute, "Deprecated name of --watch-progress-notify-interval.")
 	fs.BoolVar(&f.engineWAL, "engine-wal", false, "strata: turn the engine's own WAL on, synced per apply batch (the double-logging baseline).")
+	fs.StringVar(&f.configFile, "config-file", "", "Path to the server configuration file (etcd's YAML). Note that if a configuration file is provided, other command line flags and environment variables will be ignored.")
+	fs.StringVar(&f.walDir, "wal-dir", "", "Path to the dedicated wal directory. strata: the raft log's directory, as one --log-dir.")
+	fs.StringVar(&f.listenClientHTTPURLs, "listen-client-http-urls", "", "List of URLs to listen on for http only client traffic. Enabling this flag removes http services from --listen-client-urls.")
+	f.maxConcurrentStreams = math.MaxUint32
+	fs.Var(&f.maxConcurrentStreams, "max-concurrent-streams", "Maximum concurrent streams that each client can open at a time.")
+	fs.DurationVar(&f.grpcKeepAliveMinTime, "grpc-keepalive-min-time", 5*time.Second, "Minimum duration interval that a client should wait before pinging server.")
+	fs.DurationVar(&f.grpcKeepAliveInterval, "grpc-keepalive-interval", 2*time.Hour, "Frequency duration of server-to-client ping to check if a connection is alive (0 to disable).")
+	fs.DurationVar(&f.grpcKeepAliveTimeout, "grpc-keepalive-timeout", 20*time.Second, "Additional duration of wait before closing a non-responsive connection (0 to disable).")
+	fs.BoolVar(&f.enableGRPCGateway, "enable-grpc-gateway", true, "Enable GRPC gateway (etcd's JSON gateway on /v3/).")
+	fs.BoolVar(&f.strictReconfig, "strict-reconfig-check", true, "Reject reconfiguration requests that would cause quorum loss.")
+	fs.BoolVar(&f.preVote, "pre-vote", true, "Enable the raft Pre-Vote algorithm to prevent disruption when a node that has been partitioned away rejoins the cluster.")
+	fs.IntVar(&f.maxLearners, "max-learners", 1, "Set the max number of learner members allowed in the cluster membership.")
+	fs.IntVar(&f.maxLearners, "experimental-max-learners", 1, "etcd 3.6's name of --max-learners.")
+	fs.Uint64Var(&f.catchUpEntries, "experimental-snapshot-catchup-entries", 5000, "etcd 3.6's name of --snapshot-catchup-entries.")
+	fs.StringVar(&f.logger, "logger", "zap", "Currently only supports 'zap' for structured logging.")
+	fs.StringVar(&f.logOutputs, "log-outputs", "default", "Specify 'stdout' or 'stderr' to skip journald logging even when running under systemd, or list of comma separated output targets. strata: 'default' and 'systemd/journal' write to stderr (which systemd hands to the journal).")
+	fs.StringVar(&f.logFormat, "log-format", "json", "Configures log format. Only supports json, console.")
+	f.noEffect = registerNoEffect(fs)
+	f.refused.register(fs)
 	f.corrupt.register(fs)
 	f.logCompaction.register(fs)
 	f.security.register(fs)
@@ -123,50 +170,79 @@ func applyEnv(fs *flag.FlagSet, given map[string]bool) error {
 	return err
 }
 
-func runMember(args []string) int {
-	var f flags
-	fs := newFlagSet(&f)
+// errPrinted is a parse error the flag package has already printed, with
+// the usage, as etcd's does.
+var errPrinted = errors.New("flag error printed")
+
+// loadFlags reads the member's configuration as etcd does: the command
+// line; then, when --config-file (or ETCD_CONFIG_FILE) names a file, that
+// file alone over etcd's defaults (the other flags and the environment are
+// ignored); else the ETCD_* variable of every flag not given. It returns
+// nil flags after --help.
+func loadFlags(args []string) (*flags, error) {
+	f := &flags{}
+	fs := newFlagSet(f)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return nil, nil
 		}
-		return 2
+		return nil, errPrinted
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "strata: unexpected argument %q (flags start with --)\n", fs.Arg(0))
-		return 2
+		return nil, fmt.Errorf("%q is not a valid flag (flags start with --)", fs.Arg(0))
 	}
 	if f.version {
-		printVersion(os.Stdout)
-		return 0
+		return f, nil
+	}
+	path := f.configFile
+	if path == "" {
+		path = os.Getenv("ETCD_CONFIG_FILE")
+	}
+	if path != "" {
+		fc := &flags{}
+		if err := applyConfigFile(newFlagSet(fc), path); err != nil {
+			return nil, err
+		}
+		fc.configFile = path
+		return fc, nil
 	}
 	given := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 	if err := applyEnv(fs, given); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func runMember(args []string) int {
+	f, err := loadFlags(args)
+	switch {
+	case errors.Is(err, errPrinted):
+		return 2
+	case err != nil:
 		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
 		return 2
+	case f == nil:
+		return 0
+	case f.version:
+		printVersion(os.Stdout)
+		return 0
 	}
-	cfg, err := f.memberConfig()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
-		return 2
-	}
-	f.corrupt.apply(&cfg)
-	if err := f.logCompaction.apply(&cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
-		return 2
-	}
-	f.security.apply(&cfg)
-	if err := f.metrics.apply(&cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
-		return 2
-	}
-	logger, err := newLogger(f.logLevel)
+	logger, err := newLogger(f.logLevel, f.logger, f.logOutputs, f.logFormat)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
 		return 2
 	}
 	defer func() { _ = logger.Sync() }()
+	if f.configFile != "" {
+		logger.Info("loaded server configuration, other configuration command line flags and environment variables will be ignored if provided",
+			zap.String("path", f.configFile))
+	}
+	cfg, err := f.config(logger)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
+		return 2
+	}
 	cfg.Logger = logger
 
 	m, err := member.Start(cfg)
@@ -194,6 +270,33 @@ func runMember(args []string) int {
 		}
 		return 0
 	}
+}
+
+// config is every flag's contribution to the member's configuration, after
+// the checks and refusals etcd's flags get; logger reports the
+// certificates --auto-tls and --peer-auto-tls generate.
+func (f *flags) config(logger *zap.Logger) (member.Config, error) {
+	if err := f.refused.check(); err != nil {
+		return member.Config{}, err
+	}
+	if err := f.noEffect.check(); err != nil {
+		return member.Config{}, err
+	}
+	cfg, err := f.memberConfig()
+	if err != nil {
+		return member.Config{}, err
+	}
+	f.corrupt.apply(&cfg)
+	if err := f.logCompaction.apply(&cfg); err != nil {
+		return member.Config{}, err
+	}
+	if err := f.security.apply(&cfg, logger); err != nil {
+		return member.Config{}, err
+	}
+	if err := f.metrics.apply(&cfg); err != nil {
+		return member.Config{}, err
+	}
+	return cfg, nil
 }
 
 func (f *flags) memberConfig() (member.Config, error) {
@@ -227,10 +330,30 @@ func (f *flags) memberConfig() (member.Config, error) {
 	if f.maxTxnOps == 0 {
 		return member.Config{}, errors.New("--max-txn-ops must be positive")
 	}
+	logDirs := f.logDirs
+	if f.walDir != "" {
+		if len(logDirs) > 0 && !(len(logDirs) == 1 && logDirs[0] == f.walDir) {
+			return member.Config{}, fmt.Errorf("--wal-dir %s and --log-dir %v both name the raft log's directory: give one of them", f.walDir, []string(logDirs))
+		}
+		logDirs = []string{f.walDir}
+	}
+	if f.maxLearners < 1 {
+		// membership.Config reads 0 as etcd's default of 1; a limit of 0
+		// would refuse every learner, which etcd allows but no one needs.
+		return member.Config{}, fmt.Errorf("--max-learners=%d: strata needs at least 1", f.maxLearners)
+	}
+	httpSecure, err := tlsconfig.URLsSecure("--listen-client-http-urls", splitURLs(f.listenClientHTTPURLs))
+	if err != nil {
+		return member.Config{}, err
+	}
+	if clientSecure, err := tlsconfig.URLsSecure("--listen-client-urls", splitURLs(f.listenClientURLs)); err == nil &&
+		f.listenClientHTTPURLs != "" && httpSecure != clientSecure {
+		return member.Config{}, errors.New("--listen-client-http-urls: strata serves them with the client URLs' TLS, so both must be http or both https")
+	}
 	return member.Config{
 		Name:                        f.name,
 		DataDir:                     f.dataDir,
-		LogDirs:                     f.logDirs,
+		LogDirs:                     logDirs,
 		ListenClientURLs:            splitURLs(f.listenClientURLs),
 		AdvertiseClientURLs:         splitURLs(f.advertiseClientURLs),
 		ListenPeerURLs:              splitURLs(f.listenPeerURLs),
@@ -249,6 +372,15 @@ func (f *flags) memberConfig() (member.Config, error) {
 		ElectionTimeout:             time.Duration(f.electionMillis) * time.Millisecond,
 		EngineWAL:                   f.engineWAL,
 		WatchProgressNotifyInterval: f.watchProgressNotifyInterval,
+		ListenClientHTTPURLs:        splitURLs(f.listenClientHTTPURLs),
+		DisableGRPCGateway:          !f.enableGRPCGateway,
+		MaxConcurrentStreams:        uint32(f.maxConcurrentStreams),
+		GRPCKeepAliveMinTime:        f.grpcKeepAliveMinTime,
+		GRPCKeepAliveInterval:       f.grpcKeepAliveInterval,
+		GRPCKeepAliveTimeout:        f.grpcKeepAliveTimeout,
+		DisablePreVote:              !f.preVote,
+		MaxLearners:                 f.maxLearners,
+		NoStrictReconfig:            !f.strictReconfig,
 	}, nil
 }
 
@@ -262,14 +394,47 @@ func splitURLs(s string) []string {
 	return out
 }
 
-func newLogger(level string) (*zap.Logger, error) {
+// newLogger builds the zap logger of --log-level, --logger, --log-outputs
+// and --log-format, with etcd's rules and errors: 'default' alone or not at
+// all, 'systemd/journal' alone (both write to stderr, which systemd hands
+// to the journal), 'stderr', 'stdout' and file paths otherwise.
+func newLogger(level, logger, outputs, format string) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
+	switch logger {
+	case "zap":
+	case "capnslog":
+		return nil, errors.New("--logger=capnslog is removed in v3.5")
+	default:
+		return nil, fmt.Errorf("unknown logger option %q", logger)
+	}
+	outs := splitURLs(outputs)
+	if len(outs) == 0 {
+		outs = []string{"default"}
+	}
+	var paths []string
+	for _, o := range outs {
+		switch o {
+		case "default", "systemd/journal":
+			if len(outs) > 1 {
+				return nil, fmt.Errorf("multi logoutput for %q is not supported yet", o)
+			}
+			paths = append(paths, "stderr")
+		default:
+			paths = append(paths, o)
+		}
+	}
+	if format != "json" && format != "console" {
+		return nil, fmt.Errorf("unknown log format: %s, supported values json, console", format)
+	}
 	cfg := zap.NewProductionConfig()
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
 	cfg.Sampling = nil
+	cfg.Encoding = format
+	cfg.OutputPaths = paths
+	cfg.ErrorOutputPaths = paths
 	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
 	return cfg.Build()
 }
