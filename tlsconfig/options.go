@@ -202,3 +202,10 @@ func writeFileSynced(path string, data []byte, mode os.FileMode) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// Validate refuses settings etcd refuses before any connection: both
+// AllowedCNs and AllowedHostnames set.
+func (t Info) Validate() error {
+	_, err := t.allowedCheck()
+	return err
+}
