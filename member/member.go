@@ -93,6 +93,11 @@ type Config struct {
 	DisablePreVote   bool
 	MaxLearners      int
 	NoStrictReconfig bool
+	// CompactionBatchLimit and CompactionSleepInterval are etcd's
+	// --compaction-batch-limit and --compaction-sleep-interval
+	// (mvcc.Options.CompactChunk, CompactPause).
+	CompactionBatchLimit    int
+	CompactionSleepInterval time.Duration
 
 	AutoCompactionMode      string
 	AutoCompactionRetention string
@@ -247,7 +252,8 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
 	// Only the store's writes are timed; reads pass straight through.
-	m.store, err = mvcc.Open(engine.WithCommitTimer(m.engine, m.metrics), mvcc.Options{Logger: cfg.Logger.Named("mvcc")})
+	m.store, err = mvcc.Open(engine.WithCommitTimer(m.engine, m.metrics), mvcc.Options{Logger: cfg.Logger.Named("mvcc"),
+		CompactChunk: cfg.CompactionBatchLimit, CompactPause: cfg.CompactionSleepInterval})
 	if err != nil {
 		return nil, fmt.Errorf("open mvcc store: %w", err)
 	}

@@ -68,7 +68,8 @@ type flags struct {
 	grpcKeepAliveMinTime, grpcKeepAliveInterval time.Duration
 	grpcKeepAliveTimeout                        time.Duration
 	enableGRPCGateway, strictReconfig, preVote  bool
-	maxLearners                                 int
+	maxLearners, compactionBatchLimit           int
+	compactionSleepInterval                     time.Duration
 	logger, logOutputs, logFormat               string
 	listenPeerURLs, initialAdvertisePeerURLs    string
 	initialCluster, initialClusterState, token  string
@@ -137,6 +138,10 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.BoolVar(&f.enableGRPCGateway, "enable-grpc-gateway", true, "Enable GRPC gateway (etcd's JSON gateway on /v3/).")
 	fs.BoolVar(&f.strictReconfig, "strict-reconfig-check", true, "Reject reconfiguration requests that would cause quorum loss.")
 	fs.BoolVar(&f.preVote, "pre-vote", true, "Enable the raft Pre-Vote algorithm to prevent disruption when a node that has been partitioned away rejoins the cluster.")
+	fs.IntVar(&f.compactionBatchLimit, "compaction-batch-limit", 0, "Sets the maximum revisions deleted in each compaction batch. strata: the revision-index entries one engine batch of physical revision compaction visits (0: 1000).")
+	fs.IntVar(&f.compactionBatchLimit, "experimental-compaction-batch-limit", 0, "etcd 3.6's name of --compaction-batch-limit.")
+	fs.DurationVar(&f.compactionSleepInterval, "compaction-sleep-interval", 0, "Sets the sleep interval between each compaction batch. strata: 0 does not wait (etcd waits 10ms).")
+	fs.DurationVar(&f.compactionSleepInterval, "experimental-compaction-sleep-interval", 0, "etcd 3.6's name of --compaction-sleep-interval.")
 	fs.IntVar(&f.maxLearners, "max-learners", 1, "Set the max number of learner members allowed in the cluster membership.")
 	fs.IntVar(&f.maxLearners, "experimental-max-learners", 1, "etcd 3.6's name of --max-learners.")
 	fs.Uint64Var(&f.catchUpEntries, "experimental-snapshot-catchup-entries", 5000, "etcd 3.6's name of --snapshot-catchup-entries.")
@@ -337,6 +342,9 @@ func (f *flags) memberConfig() (member.Config, error) {
 		}
 		logDirs = []string{f.walDir}
 	}
+	if f.compactionBatchLimit < 0 || f.compactionSleepInterval < 0 {
+		return member.Config{}, fmt.Errorf("--compaction-batch-limit %d, --compaction-sleep-interval %v: negative", f.compactionBatchLimit, f.compactionSleepInterval)
+	}
 	if f.maxLearners < 1 {
 		// membership.Config reads 0 as etcd's default of 1; a limit of 0
 		// would refuse every learner, which etcd allows but no one needs.
@@ -381,6 +389,8 @@ func (f *flags) memberConfig() (member.Config, error) {
 		DisablePreVote:              !f.preVote,
 		MaxLearners:                 f.maxLearners,
 		NoStrictReconfig:            !f.strictReconfig,
+		CompactionBatchLimit:        f.compactionBatchLimit,
+		CompactionSleepInterval:     f.compactionSleepInterval,
 	}, nil
 }
 
