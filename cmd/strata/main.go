@@ -295,10 +295,12 @@ func (f *flags) config(logger *zap.Logger) (member.Config, error) {
 	if err := f.logCompaction.apply(&cfg); err != nil {
 		return member.Config{}, err
 	}
-	if err := f.security.apply(&cfg, logger); err != nil {
+	if err := f.metrics.apply(&cfg); err != nil {
 		return member.Config{}, err
 	}
-	if err := f.metrics.apply(&cfg); err != nil {
+	// Last: --auto-tls writes its certificates once everything else has
+	// been accepted.
+	if err := f.security.apply(&cfg, logger); err != nil {
 		return member.Config{}, err
 	}
 	return cfg, nil
