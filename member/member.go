@@ -83,6 +83,9 @@ type Config struct {
 	// --enable-grpc-gateway=false (server.ClientConfig).
 	ListenClientHTTPURLs []string
 	DisableGRPCGateway   bool
+	// CORS and HostWhitelist are --cors and --host-whitelist
+	// (server.AccessControl).
+	CORS, HostWhitelist []string
 	// MaxConcurrentStreams and the GRPCKeepAlive* durations are etcd's
 	// --max-concurrent-streams and --grpc-keepalive-* (server.Limits).
 	MaxConcurrentStreams                                              uint32
@@ -445,6 +448,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		Listeners: m.listener, Secure: secure, TLS: cfg.TLS.Client, MetricsListeners: m.metricsListeners,
 		GRPC: m.grpc, Backend: m, Limits: limits, Metrics: m.metrics, Pprof: cfg.EnablePprof,
 		NoGateway: cfg.DisableGRPCGateway, HTTPListeners: m.httpListeners, Logger: cfg.Logger,
+		Access: server.AccessControl{CORS: cfg.CORS, HostWhitelist: cfg.HostWhitelist},
 	})
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -47,6 +47,8 @@ type ClientConfig struct {
 	// NoGateway leaves etcd's JSON gateway (/v3/) unserved
 	// (--enable-grpc-gateway=false).
 	NoGateway bool
+	// Access is --cors and --host-whitelist on the client URLs' HTTP side.
+	Access AccessControl
 	// HTTPListeners are the bound --listen-client-http-urls, of the same
 	// scheme as the client URLs. When there are any, HTTP is served there
 	// alone and the client listeners serve gRPC alone, as etcd does.
@@ -178,7 +180,7 @@ func (s *ClientServer) Serve(ctx context.Context) {
 			}()
 		}
 	}
-	handler := NewHTTPHandler(httpConfig(gateway, cfg.Pprof))
+	handler := cfg.Access.Wrap(NewHTTPHandler(httpConfig(gateway, cfg.Pprof)), log.Named("http"))
 	if len(cfg.HTTPListeners) > 0 {
 		s.serveApart(ctx, ready, handler, httpTLS)
 		return

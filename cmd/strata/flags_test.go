@@ -89,6 +89,9 @@ func TestFlagRefusals(t *testing.T) {
 		{name: "max learners 0", args: []string{"--max-learners=0"}, wantErr: "--max-learners=0: strata needs at least 1"},
 		{name: "allowed CN and hostname", args: []string{"--peer-cert-allowed-cn=a", "--peer-cert-allowed-hostname=b"}, wantErr: "mutually exclusive"},
 		{name: "http URLs of another scheme", args: []string{"--listen-client-http-urls=https://127.0.0.1:2381"}, wantErr: "both must be http or both https"},
+		{name: "CORS origin without scheme", args: []string{"--cors=foo"}, wantErr: `invalid value "foo" for flag -cors: URL scheme must be http, https, unix, or unixs: foo`},
+		{name: "CORS origin without port", args: []string{"--cors=http://ui.example"}, wantErr: `URL address does not have the form "host:port": http://ui.example`},
+		{name: "accepted: CORS origins", args: []string{"--cors=http://ui.example:80,*", "--host-whitelist=etcd.example,localhost"}},
 		{name: "not a flag", args: []string{"serve"}, wantErr: `"serve" is not a valid flag`},
 		{name: "accepted: v2 deprecation gone", args: []string{"--v2-deprecation=gone"}},
 		{name: "accepted: discovery flags at defaults", args: []string{"--discovery=", "--discovery-fallback=exit", "--discovery-insecure-transport=true"}},
@@ -140,6 +143,11 @@ func TestFlagsReachConfig(t *testing.T) {
 		{name: "gRPC", args: []string{"--max-concurrent-streams=10", "--grpc-keepalive-min-time=1s", "--grpc-keepalive-interval=0", "--enable-grpc-gateway=false"}, check: func(t *testing.T, c member.Config) {
 			if c.MaxConcurrentStreams != 10 || c.GRPCKeepAliveMinTime != time.Second || c.GRPCKeepAliveInterval != 0 || !c.DisableGRPCGateway {
 				t.Errorf("gRPC settings %d %v %v %v", c.MaxConcurrentStreams, c.GRPCKeepAliveMinTime, c.GRPCKeepAliveInterval, c.DisableGRPCGateway)
+			}
+		}},
+		{name: "CORS and host whitelist", args: []string{"--cors=http://ui.example:80", "--host-whitelist=etcd.example,localhost"}, check: func(t *testing.T, c member.Config) {
+			if strings.Join(c.CORS, ",") != "http://ui.example:80" || strings.Join(c.HostWhitelist, ",") != "etcd.example,localhost" {
+				t.Errorf("CORS %v, host whitelist %v", c.CORS, c.HostWhitelist)
 			}
 		}},
 		{name: "HTTP URLs", args: []string{"--listen-client-http-urls=http://127.0.0.1:2381,http://127.0.0.1:2382"}, check: func(t *testing.T, c member.Config) {

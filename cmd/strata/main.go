@@ -22,6 +22,8 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -71,6 +73,7 @@ type flags struct {
 	maxLearners, compactionBatchLimit           int
 	compactionSleepInterval                     time.Duration
 	logger, logOutputs, logFormat               string
+	cors, hostWhitelist                         string
 	listenPeerURLs, initialAdvertisePeerURLs    string
 	initialCluster, initialClusterState, token  string
 	autoCompactionMode, autoCompactionRetention string
@@ -145,6 +148,8 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.IntVar(&f.maxLearners, "max-learners", 1, "Set the max number of learner members allowed in the cluster membership.")
 	fs.IntVar(&f.maxLearners, "experimental-max-learners", 1, "etcd 3.6's name of --max-learners.")
 	fs.Uint64Var(&f.catchUpEntries, "experimental-snapshot-catchup-entries", 5000, "etcd 3.6's name of --snapshot-catchup-entries.")
+	fs.StringVar(&f.cors, "cors", "*", "Comma-separated whitelist of origins for CORS, or cross-origin resource sharing, (empty or * means allow all).")
+	fs.StringVar(&f.hostWhitelist, "host-whitelist", "*", "Acceptable hostnames from HTTP client requests, if server is not secure (empty or * means allow all).")
 	fs.StringVar(&f.logger, "logger", "zap", "Currently only supports 'zap' for structured logging.")
 	fs.StringVar(&f.logOutputs, "log-outputs", "default", "Specify 'stdout' or 'stderr' to skip journald logging even when running under systemd, or list of comma separated output targets. strata: 'default' and 'systemd/journal' write to stderr (which systemd hands to the journal).")
 	fs.StringVar(&f.logFormat, "log-format", "json", "Configures log format. Only supports json, console.")
@@ -344,6 +349,11 @@ func (f *flags) memberConfig() (member.Config, error) {
 		}
 		logDirs = []string{f.walDir}
 	}
+	for _, origin := range commaList(f.cors) {
+		if err := checkOrigin(origin); err != nil {
+			return member.Config{}, fmt.Errorf("invalid value %q for flag -cors: %w", f.cors, err)
+		}
+	}
 	if f.compactionBatchLimit < 0 || f.compactionSleepInterval < 0 {
 		return member.Config{}, fmt.Errorf("--compaction-batch-limit %d, --compaction-sleep-interval %v: negative", f.compactionBatchLimit, f.compactionSleepInterval)
 	}
@@ -391,6 +401,8 @@ func (f *flags) memberConfig() (member.Config, error) {
 		DisablePreVote:              !f.preVote,
 		MaxLearners:                 f.maxLearners,
 		NoStrictReconfig:            !f.strictReconfig,
+		CORS:                        commaList(f.cors),
+		HostWhitelist:               commaList(f.hostWhitelist),
 		CompactionBatchLimit:        f.compactionBatchLimit,
 		CompactionSleepInterval:     f.compactionSleepInterval,
 	}, nil
@@ -449,4 +461,29 @@ func newLogger(level, logger, outputs, format string) (*zap.Logger, error) {
 	cfg.ErrorOutputPaths = paths
 	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
 	return cfg.Build()
+}
+
+// checkOrigin applies etcd's rule to a --cors origin: "*", or a URL of
+// scheme http or https with host:port and no path (or unix, unixs).
+func checkOrigin(origin string) error {
+	if origin == "*" {
+		return nil
+	}
+	u, err := url.Parse(origin)
+	if err != nil {
+		return err
+	}
+	switch u.Scheme {
+	case "http", "https":
+		if _, _, err := net.SplitHostPort(u.Host); err != nil {
+			return fmt.Errorf(`URL address does not have the form "host:port": %s`, origin)
+		}
+		if u.Path != "" {
+			return fmt.Errorf("URL must not contain a path: %s", origin)
+		}
+	case "unix", "unixs":
+	default:
+		return fmt.Errorf("URL scheme must be http, https, unix, or unixs: %s", origin)
+	}
+	return nil
 }
