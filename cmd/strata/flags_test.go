@@ -205,18 +205,37 @@ func TestFlagsReachConfig(t *testing.T) {
 	}
 }
 
-// TestEnv: ETCD_* variables set the flags not given; the command line wins.
+// TestEnv: ETCD_* variables set the flags not given, with etcd's rules: a
+// variable beside its flag is refused, an empty one ignored, ETCD_VERSION
+// is no flag's, and the others are reported.
 func TestEnv(t *testing.T) {
 	t.Setenv("ETCD_MAX_LEARNERS", "4")
 	t.Setenv("ETCD_PRE_VOTE", "false")
 	t.Setenv("ETCD_WAL_DIR", "/from-env")
-	cfg, err := parse(t, "--data-dir="+t.TempDir(), "--wal-dir=/from-flag")
+	t.Setenv("ETCD_QUOTA_BACKEND_BYTES", "") // empty: ignored
+	t.Setenv("ETCD_VERSION", "3.7.3")       // not --version
+	t.Setenv("ETCD_NO_SUCH_FLAG", "1")
+	f, err := loadFlags([]string{"--data-dir=" + t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.MaxLearners != 4 || !cfg.DisablePreVote || cfg.LogDirs[0] != "/from-flag" {
+	// etcd reports an empty variable as unrecognized too: it reads none.
+	if f.version || strings.Join(f.unrecognizedEnv, ",") != "ETCD_QUOTA_BACKEND_BYTES=,ETCD_NO_SUCH_FLAG=1" &&
+		strings.Join(f.unrecognizedEnv, ",") != "ETCD_NO_SUCH_FLAG=1,ETCD_QUOTA_BACKEND_BYTES=" {
+		t.Errorf("version %v, unrecognized %v; want false, [ETCD_QUOTA_BACKEND_BYTES= ETCD_NO_SUCH_FLAG=1]", f.version, f.unrecognizedEnv)
+	}
+	cfg, err := f.config(zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxLearners != 4 || !cfg.DisablePreVote || cfg.LogDirs[0] != "/from-env" {
 		t.Errorf("max learners %d, pre-vote off %v, log dirs %v", cfg.MaxLearners, cfg.DisablePreVote, cfg.LogDirs)
 	}
+	if _, err := parse(t, "--data-dir="+t.TempDir(), "--wal-dir=/from-flag"); err == nil ||
+		!strings.Contains(err.Error(), "conflicting environment variable ETCD_WAL_DIR is shadowed by corresponding command-line flag") {
+		t.Errorf("flag and variable both given: %v, want etcd's refusal", err)
+	}
+	t.Setenv("ETCD_WAL_DIR", "")
 	t.Setenv("ETCD_TLS_MIN_VERSION", "TLS1.0")
 	if _, err := parse(t, "--data-dir="+t.TempDir()); err == nil || !strings.Contains(err.Error(), "ETCD_TLS_MIN_VERSION") && !strings.Contains(err.Error(), "TLS1.0") {
 		t.Errorf("bad TLS version from the environment: %v", err)

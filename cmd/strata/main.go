@@ -9,7 +9,8 @@
 //
 // The member accepts every flag of etcd 3.7 (and etcd 3.6's
 // --experimental-* names) under etcd's names, defaults and meanings, also as
-// ETCD_* environment variables (a flag given on the command line wins), or
+// ETCD_* environment variables (a variable beside its own flag is refused,
+// as etcd refuses it), or
 // etcd's YAML configuration file (--config-file, ETCD_CONFIG_FILE; other
 // flags and variables are then ignored, as etcd ignores them), so that
 // strata can stand where an etcd binary stands. docs/flags.md lists what
@@ -92,6 +93,8 @@ type flags struct {
 	metrics                                     metricsFlags
 	noEffect                                    *noEffectValues
 	refused                                     refusedFlags
+	// unrecognizedEnv are the ETCD_* variables no flag reads, to log.
+	unrecognizedEnv []string
 }
 
 // uint32Value is --max-concurrent-streams: a uint32 (etcd's Uint32Value).
@@ -162,22 +165,36 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	return fs
 }
 
-// applyEnv sets every flag not given on the command line from its ETCD_*
-// environment variable, as etcd does.
-func applyEnv(fs *flag.FlagSet, given map[string]bool) error {
-	var err error
+// applyEnv sets every flag not given on the command line from its
+// non-empty ETCD_* environment variable, with etcd's rules: a variable for
+// a flag also given on the command line is refused (etcd stops with the
+// same words); ETCD_VERSION is no flag's variable (else a container image
+// that sets it would only print the version); the other ETCD_* variables
+// that no flag reads are returned, for the log, as etcd logs them.
+func applyEnv(fs *flag.FlagSet, given map[string]bool) (unrecognized []string, err error) {
+	used := map[string]bool{"ETCD_VERSION": true, "ETCD_CONFIG_FILE": true}
 	fs.VisitAll(func(fl *flag.Flag) {
-		if err != nil || given[fl.Name] {
+		key := "ETCD_" + strings.ToUpper(strings.ReplaceAll(fl.Name, "-", "_"))
+		v := os.Getenv(key)
+		if err != nil || v == "" || used[key] {
 			return
 		}
-		key := "ETCD_" + strings.ToUpper(strings.ReplaceAll(fl.Name, "-", "_"))
-		if v, ok := os.LookupEnv(key); ok {
-			if e := fs.Set(fl.Name, v); e != nil {
-				err = fmt.Errorf("invalid value %q for %s: %w", v, key, e)
-			}
+		used[key] = true
+		if given[fl.Name] {
+			err = fmt.Errorf("conflicting environment variable %s is shadowed by corresponding command-line flag --%s (either unset environment variable or disable flag)", key, fl.Name)
+			return
+		}
+		if e := fs.Set(fl.Name, v); e != nil {
+			err = fmt.Errorf("invalid value %q for %s: %w", v, key, e)
 		}
 	})
-	return err
+	for _, kv := range os.Environ() {
+		key, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(key, "ETCD_") && !used[key] {
+			unrecognized = append(unrecognized, kv)
+		}
+	}
+	return unrecognized, err
 }
 
 // errPrinted is a parse error the flag package has already printed, with
@@ -218,9 +235,11 @@ func loadFlags(args []string) (*flags, error) {
 	}
 	given := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
-	if err := applyEnv(fs, given); err != nil {
+	unrecognized, err := applyEnv(fs, given)
+	if err != nil {
 		return nil, err
 	}
+	f.unrecognizedEnv = unrecognized
 	return f, nil
 }
 
@@ -244,6 +263,12 @@ func runMember(args []string) int {
 		return 2
 	}
 	defer func() { _ = logger.Sync() }()
+	if v := os.Getenv("ETCD_VERSION"); v != "" {
+		logger.Warn("cannot set special environment variable", zap.String("key", "ETCD_VERSION"), zap.String("value", v))
+	}
+	for _, env := range f.unrecognizedEnv {
+		logger.Warn("unrecognized environment variable", zap.String("environment-variable", env))
+	}
 	if f.configFile != "" {
 		logger.Info("loaded server configuration, other configuration command line flags and environment variables will be ignored if provided",
 			zap.String("path", f.configFile))
