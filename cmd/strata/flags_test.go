@@ -213,7 +213,7 @@ func TestEnv(t *testing.T) {
 	t.Setenv("ETCD_PRE_VOTE", "false")
 	t.Setenv("ETCD_WAL_DIR", "/from-env")
 	t.Setenv("ETCD_QUOTA_BACKEND_BYTES", "") // empty: ignored
-	t.Setenv("ETCD_VERSION", "3.7.3")       // not --version
+	t.Setenv("ETCD_VERSION", "3.7.3")        // not --version
 	t.Setenv("ETCD_NO_SUCH_FLAG", "1")
 	f, err := loadFlags([]string{"--data-dir=" + t.TempDir()})
 	if err != nil {
