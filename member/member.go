@@ -101,6 +101,9 @@ type Config struct {
 	// (mvcc.Options.CompactChunk, CompactPause).
 	CompactionBatchLimit    int
 	CompactionSleepInterval time.Duration
+	// WarningUnaryRequestDuration is --warning-unary-request-duration
+	// (server.RequestStatsOptions; 0: etcd's 300ms).
+	WarningUnaryRequestDuration time.Duration
 
 	AutoCompactionMode      string
 	AutoCompactionRetention string
@@ -384,7 +387,8 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	m.authService = server.NewAuth(m, m.authStore, limits, cfg.TLS.Client.ClientCertAuth)
 	security = append(security, m.authService.ServerOptions()...)
-	m.grpc = grpc.NewServer(slices.Concat(limits.ServerOptions(), m.metrics.GRPCServerOptions(), security)...)
+	m.grpc = grpc.NewServer(slices.Concat([]grpc.ServerOption{server.RequestStatsOptions(cfg.WarningUnaryRequestDuration, cfg.Logger)},
+		limits.ServerOptions(), m.metrics.GRPCServerOptions(), security)...)
 	pb.RegisterAuthServer(m.grpc, m.authService)
 	pb.RegisterKVServer(m.grpc, server.NewKV(m, limits))
 	m.leases = server.NewLease(m, m.lessor, limits, cfg.TLS.Client.ForwardConfig(cfg.Logger))

@@ -80,8 +80,6 @@ var etcdNoEffect = []noEffect{
 		why: "strata has no cluster downgrade", aliases: []string{"experimental-downgrade-check-time"}},
 	{name: "warning-apply-duration", def: "100ms", kind: "duration", help: "Warning is generated if requests take more than this duration.",
 		why: whyWarnings, aliases: []string{"experimental-warning-apply-duration"}},
-	{name: "warning-unary-request-duration", def: "300ms", kind: "duration", help: "Set time duration after which a warning is logged if a unary request takes more than this duration.",
-		why: whyWarnings, aliases: []string{"experimental-warning-unary-request-duration"}},
 	{name: "bootstrap-defrag-threshold-megabytes", def: "0", kind: "uint", help: "Enable the defrag during etcd server bootstrap on condition that it will free at least the provided threshold of disk space.",
 		why: "an LSM engine needs no defragmentation", aliases: []string{"experimental-bootstrap-defrag-threshold-megabytes"}},
 	{name: "log-rotation-config-json", def: `{"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false}`, kind: "string",

@@ -145,6 +145,11 @@ func TestFlagsReachConfig(t *testing.T) {
 				t.Errorf("gRPC settings %d %v %v %v", c.MaxConcurrentStreams, c.GRPCKeepAliveMinTime, c.GRPCKeepAliveInterval, c.DisableGRPCGateway)
 			}
 		}},
+		{name: "slow request warning", args: []string{"--experimental-warning-unary-request-duration=1s"}, check: func(t *testing.T, c member.Config) {
+			if c.WarningUnaryRequestDuration != time.Second {
+				t.Errorf("WarningUnaryRequestDuration %v", c.WarningUnaryRequestDuration)
+			}
+		}},
 		{name: "CORS and host whitelist", args: []string{"--cors=http://ui.example:80", "--host-whitelist=etcd.example,localhost"}, check: func(t *testing.T, c member.Config) {
 			if strings.Join(c.CORS, ",") != "http://ui.example:80" || strings.Join(c.HostWhitelist, ",") != "etcd.example,localhost" {
 				t.Errorf("CORS %v, host whitelist %v", c.CORS, c.HostWhitelist)

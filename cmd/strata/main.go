@@ -72,7 +72,7 @@ type flags struct {
 	grpcKeepAliveTimeout                        time.Duration
 	enableGRPCGateway, strictReconfig, preVote  bool
 	maxLearners, compactionBatchLimit           int
-	compactionSleepInterval                     time.Duration
+	compactionSleepInterval, warnUnaryDuration  time.Duration
 	logger, logOutputs, logFormat               string
 	cors, hostWhitelist                         string
 	listenPeerURLs, initialAdvertisePeerURLs    string
@@ -148,6 +148,8 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.IntVar(&f.compactionBatchLimit, "experimental-compaction-batch-limit", 0, "etcd 3.6's name of --compaction-batch-limit.")
 	fs.DurationVar(&f.compactionSleepInterval, "compaction-sleep-interval", 0, "Sets the sleep interval between each compaction batch. strata: 0 does not wait (etcd waits 10ms).")
 	fs.DurationVar(&f.compactionSleepInterval, "experimental-compaction-sleep-interval", 0, "etcd 3.6's name of --compaction-sleep-interval.")
+	fs.DurationVar(&f.warnUnaryDuration, "warning-unary-request-duration", 300*time.Millisecond, "Set time duration after which a warning is logged if a unary request takes more than this duration.")
+	fs.DurationVar(&f.warnUnaryDuration, "experimental-warning-unary-request-duration", 300*time.Millisecond, "etcd 3.6's name of --warning-unary-request-duration.")
 	fs.IntVar(&f.maxLearners, "max-learners", 1, "Set the max number of learner members allowed in the cluster membership.")
 	fs.IntVar(&f.maxLearners, "experimental-max-learners", 1, "etcd 3.6's name of --max-learners.")
 	fs.Uint64Var(&f.catchUpEntries, "experimental-snapshot-catchup-entries", 5000, "etcd 3.6's name of --snapshot-catchup-entries.")
@@ -430,6 +432,7 @@ func (f *flags) memberConfig() (member.Config, error) {
 		HostWhitelist:               commaList(f.hostWhitelist),
 		CompactionBatchLimit:        f.compactionBatchLimit,
 		CompactionSleepInterval:     f.compactionSleepInterval,
+		WarningUnaryRequestDuration: f.warnUnaryDuration,
 	}, nil
 }
 
