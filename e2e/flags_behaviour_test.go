@@ -303,3 +303,77 @@ func TestCORSAndHostWhitelist(t *testing.T) {
 		})
 	}
 }
+
+// TestPeerCertAllowedCN: a two-member cluster with peer TLS and
+// --peer-client-cert-auth, each member presenting its own client
+// certificate when it dials (--peer-client-cert-file), forms only when
+// --peer-cert-allowed-cn names the common names of both kinds of
+// certificate: as in etcd, the list applies to the certificate a member is
+// served when it dials as well as to the one it is presented. Otherwise no
+// member elects a leader. Both servers alike.
+func TestPeerCertAllowedCN(t *testing.T) {
+	for _, f := range flavors {
+		for _, tc := range []struct {
+			name    string
+			allowed string
+			forms   bool
+		}{
+			{name: "both kinds allowed", allowed: "m1,m2,peer-client-m1,peer-client-m2", forms: true},
+			{name: "server certificates only", allowed: "m1,m2"},
+			{name: "client certificates only", allowed: "peer-client-m1,peer-client-m2"},
+		} {
+			t.Run(string(f)+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				ca := newTestCA(t, "peer-ca")
+				ports := testutil.FreePorts(t, 4)
+				names := []string{"m1", "m2"}
+				var initial []string
+				for i, name := range names {
+					initial = append(initial, fmt.Sprintf("%s=https://127.0.0.1:%d", name, ports[i]))
+				}
+				var procs []*testutil.Process
+				var clients []*clientv3.Client
+				for i, name := range names {
+					cert, key := ca.issue(t, name)
+					clientCert, clientKey := ca.issue(t, "peer-client-"+name)
+					peer := fmt.Sprintf("https://127.0.0.1:%d", ports[i])
+					client := fmt.Sprintf("http://127.0.0.1:%d", ports[2+i])
+					p := testutil.NewProcess(t, testutil.Options{Binary: binary(t, f), Name: name, Token: "e2e-allowed-cn", Flags: []string{
+						"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+						"--initial-cluster=" + strings.Join(initial, ","),
+						"--peer-cert-file=" + cert, "--peer-key-file=" + key, "--peer-trusted-ca-file=" + ca.path,
+						"--peer-client-cert-file=" + clientCert, "--peer-client-key-file=" + clientKey,
+						"--peer-client-cert-auth", "--peer-cert-allowed-cn=" + tc.allowed,
+						"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+					}})
+					p.Launch()
+					procs = append(procs, p)
+					cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { cli.Close() })
+					clients = append(clients, cli)
+				}
+				if tc.forms {
+					for i, p := range procs {
+						waitTLSReady(t, p, clients[i])
+					}
+					putGet(t, clients[1])
+					return
+				}
+				// Refused: for several election timeouts, no leader.
+				deadline := time.Now().Add(5 * time.Second)
+				for time.Now().Before(deadline) {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					st, err := clients[0].Status(ctx, clients[0].Endpoints()[0])
+					cancel()
+					if err == nil && st.Leader != 0 {
+						t.Fatalf("a leader (%x) with peers whose certificates the allowed CNs refuse", st.Leader)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			})
+		}
+	}
+}

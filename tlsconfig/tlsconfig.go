@@ -52,7 +52,9 @@ type Info struct {
 	// --peer-cert-allowed-hostname, --client-cert-allowed-hostname) narrow
 	// client certificate authentication: a verified certificate must carry
 	// one of the common names, or be valid for one of the host names
-	// (etcd's rule; at most one of the two lists may be set).
+	// (etcd's rule; at most one of the two lists may be set). As in etcd,
+	// the lists apply both ways: a member with a certificate that dials
+	// the other side requires the same of the certificate it is served.
 	AllowedCNs       []string
 	AllowedHostnames []string
 	// CipherSuites, MinVersion and MaxVersion (--cipher-suites,
@@ -205,6 +207,15 @@ func (t Info) ClientConfig() (*tls.Config, error) {
 			return nil, fmt.Errorf("load key pair %s, %s: %w", certFile, keyFile, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if !t.Empty() {
+		allowed, err := t.allowedCheck()
+		if err != nil {
+			return nil, err
+		}
+		if allowed != nil {
+			cfg.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error { return allowed(chains) }
+		}
 	}
 	return cfg, nil
 }
