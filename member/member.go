@@ -102,8 +102,9 @@ type Config struct {
 	CompactionBatchLimit    int
 	CompactionSleepInterval time.Duration
 	// WarningUnaryRequestDuration is --warning-unary-request-duration
-	// (server.RequestStatsOptions; 0: etcd's 300ms).
-	WarningUnaryRequestDuration time.Duration
+	// (server.RequestStatsOptions; 0: etcd's 300ms), WarningApplyDuration
+	// --warning-apply-duration (apply.Config; 0: etcd's 100ms).
+	WarningUnaryRequestDuration, WarningApplyDuration time.Duration
 
 	AutoCompactionMode      string
 	AutoCompactionRetention string
@@ -355,6 +356,8 @@ func Start(cfg Config) (_ *Member, err error) {
 		Installer: snaps,
 		Notifier:  m.watchHub,
 		Logger:    cfg.Logger.Named("apply"),
+
+		WarnApplyDuration: cfg.WarningApplyDuration,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open applier: %w", err)

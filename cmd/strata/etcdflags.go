@@ -34,7 +34,6 @@ const (
 	whyBbolt     = "a bbolt backend setting; strata's engine is Pebble, which commits one batch per applied run of raft entries"
 	whyDiscovery = "used only by discovery, which strata refuses (bootstrap with --initial-cluster)"
 	whyTracing   = "strata exports no OpenTelemetry traces"
-	whyWarnings  = "strata logs no slow-request warnings"
 )
 
 // etcdNoEffect are etcd 3.7's flags (and 3.6's --experimental-* names)
@@ -78,8 +77,6 @@ var etcdNoEffect = []noEffect{
 		aliases: []string{"experimental-compact-hash-check-time"}},
 	{name: "downgrade-check-time", def: "5s", kind: "duration", help: "Duration of time between two downgrade status checks.",
 		why: "strata has no cluster downgrade", aliases: []string{"experimental-downgrade-check-time"}},
-	{name: "warning-apply-duration", def: "100ms", kind: "duration", help: "Warning is generated if requests take more than this duration.",
-		why: whyWarnings, aliases: []string{"experimental-warning-apply-duration"}},
 	{name: "bootstrap-defrag-threshold-megabytes", def: "0", kind: "uint", help: "Enable the defrag during etcd server bootstrap on condition that it will free at least the provided threshold of disk space.",
 		why: "an LSM engine needs no defragmentation", aliases: []string{"experimental-bootstrap-defrag-threshold-megabytes"}},
 	{name: "log-rotation-config-json", def: `{"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false}`, kind: "string",

@@ -146,8 +146,8 @@ func TestFlagsReachConfig(t *testing.T) {
 			}
 		}},
 		{name: "slow request warning", args: []string{"--experimental-warning-unary-request-duration=1s"}, check: func(t *testing.T, c member.Config) {
-			if c.WarningUnaryRequestDuration != time.Second {
-				t.Errorf("WarningUnaryRequestDuration %v", c.WarningUnaryRequestDuration)
+			if c.WarningUnaryRequestDuration != time.Second || c.WarningApplyDuration != 100*time.Millisecond {
+				t.Errorf("WarningUnaryRequestDuration %v, WarningApplyDuration %v", c.WarningUnaryRequestDuration, c.WarningApplyDuration)
 			}
 		}},
 		{name: "CORS and host whitelist", args: []string{"--cors=http://ui.example:80", "--host-whitelist=etcd.example,localhost"}, check: func(t *testing.T, c member.Config) {

@@ -73,6 +73,7 @@ type flags struct {
 	enableGRPCGateway, strictReconfig, preVote  bool
 	maxLearners, compactionBatchLimit           int
 	compactionSleepInterval, warnUnaryDuration  time.Duration
+	warnApplyDuration                           time.Duration
 	logger, logOutputs, logFormat               string
 	cors, hostWhitelist                         string
 	listenPeerURLs, initialAdvertisePeerURLs    string
@@ -150,6 +151,8 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.DurationVar(&f.compactionSleepInterval, "experimental-compaction-sleep-interval", 0, "etcd 3.6's name of --compaction-sleep-interval.")
 	fs.DurationVar(&f.warnUnaryDuration, "warning-unary-request-duration", 300*time.Millisecond, "Set time duration after which a warning is logged if a unary request takes more than this duration.")
 	fs.DurationVar(&f.warnUnaryDuration, "experimental-warning-unary-request-duration", 300*time.Millisecond, "etcd 3.6's name of --warning-unary-request-duration.")
+	fs.DurationVar(&f.warnApplyDuration, "warning-apply-duration", 100*time.Millisecond, "Warning is generated if requests take more than this duration. strata: the apply of replicated requests; read-only requests are not timed.")
+	fs.DurationVar(&f.warnApplyDuration, "experimental-warning-apply-duration", 100*time.Millisecond, "etcd 3.6's name of --warning-apply-duration.")
 	fs.IntVar(&f.maxLearners, "max-learners", 1, "Set the max number of learner members allowed in the cluster membership.")
 	fs.IntVar(&f.maxLearners, "experimental-max-learners", 1, "etcd 3.6's name of --max-learners.")
 	fs.Uint64Var(&f.catchUpEntries, "experimental-snapshot-catchup-entries", 5000, "etcd 3.6's name of --snapshot-catchup-entries.")
@@ -433,6 +436,7 @@ func (f *flags) memberConfig() (member.Config, error) {
 		CompactionBatchLimit:        f.compactionBatchLimit,
 		CompactionSleepInterval:     f.compactionSleepInterval,
 		WarningUnaryRequestDuration: f.warnUnaryDuration,
+		WarningApplyDuration:        f.warnApplyDuration,
 	}, nil
 }
 
