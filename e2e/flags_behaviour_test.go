@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -370,6 +371,98 @@ func TestPeerCertAllowedCN(t *testing.T) {
 					cancel()
 					if err == nil && st.Leader != 0 {
 						t.Fatalf("a leader (%x) with peers whose certificates the allowed CNs refuse", st.Leader)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			})
+		}
+	}
+}
+
+// issueFiles writes a certificate of ca for cn with the given SANs, usable
+// as a client and a server, and its key; it returns their paths.
+func issueFiles(t *testing.T, ca *testCA, cn string, ips []net.IP, dns []string) (certPath, keyPath string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:  ips,
+		DNSNames:     dns,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return writePEM(t, ca.dir, cn+".pem", "CERTIFICATE", der), writePEM(t, ca.dir, cn+"-key.pem", "EC PRIVATE KEY", keyDER)
+}
+
+// TestPeerClientSANVerification: a member dialing its peers with a client
+// certificate (--peer-client-cert-file) that names another address than
+// the one it connects from is refused by its peers unless they skip the
+// check (--peer-skip-client-san-verification), as etcd's peers refuse it.
+func TestPeerClientSANVerification(t *testing.T) {
+	for _, f := range flavors {
+		for _, skip := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/skip=%v", f, skip), func(t *testing.T) {
+				t.Parallel()
+				ca := newTestCA(t, "peer-ca")
+				ports := testutil.FreePorts(t, 4)
+				names := []string{"m1", "m2"}
+				var initial []string
+				for i, name := range names {
+					initial = append(initial, fmt.Sprintf("%s=https://127.0.0.1:%d", name, ports[i]))
+				}
+				var procs []*testutil.Process
+				var clients []*clientv3.Client
+				for i, name := range names {
+					cert, key := ca.issue(t, name)
+					// Valid for 10.1.2.3 only; the member dials from 127.0.0.1.
+					clientCert, clientKey := issueFiles(t, ca, "elsewhere-"+name, []net.IP{net.ParseIP("10.1.2.3")}, nil)
+					peer := fmt.Sprintf("https://127.0.0.1:%d", ports[i])
+					client := fmt.Sprintf("http://127.0.0.1:%d", ports[2+i])
+					p := testutil.NewProcess(t, testutil.Options{Binary: binary(t, f), Name: name, Token: "e2e-san", Flags: []string{
+						"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+						"--initial-cluster=" + strings.Join(initial, ","),
+						"--peer-cert-file=" + cert, "--peer-key-file=" + key, "--peer-trusted-ca-file=" + ca.path,
+						"--peer-client-cert-file=" + clientCert, "--peer-client-key-file=" + clientKey,
+						"--peer-client-cert-auth", fmt.Sprintf("--peer-skip-client-san-verification=%v", skip),
+						"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+					}})
+					p.Launch()
+					procs = append(procs, p)
+					cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { cli.Close() })
+					clients = append(clients, cli)
+				}
+				if skip {
+					for i, p := range procs {
+						waitTLSReady(t, p, clients[i])
+					}
+					putGet(t, clients[1])
+					return
+				}
+				deadline := time.Now().Add(5 * time.Second)
+				for time.Now().Before(deadline) {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					st, err := clients[0].Status(ctx, clients[0].Endpoints()[0])
+					cancel()
+					if err == nil && st.Leader != 0 {
+						t.Fatalf("a leader (%x) though every peer's client certificate names another address", st.Leader)
 					}
 					time.Sleep(100 * time.Millisecond)
 				}

@@ -64,6 +64,10 @@ type Info struct {
 	CipherSuites []uint16
 	MinVersion   uint16
 	MaxVersion   uint16
+	// SkipClientSANVerify (--peer-skip-client-san-verification) turns off
+	// the peer listener's check that a connecting peer's certificate names
+	// the address it connects from (PeerServing), as in etcd.
+	SkipClientSANVerify bool
 	// SelfSigned marks a certificate SelfCert generated (--auto-tls,
 	// --peer-auto-tls): nobody can verify it, so this member does not
 	// verify the other side's either when it dials, as etcd does.
@@ -280,9 +284,21 @@ func (t Info) DialCreds(rawURL string, logger *zap.Logger) credentials.Transport
 // transport dials peers with: nil, plaintext, when neither the listen nor
 // the advertised peer URLs are https.
 func (c Config) PeerServing(listenPeerURLs, advertisePeerURLs []string) ([]grpc.ServerOption, *tls.Config, error) {
-	opts, err := ServerCreds("--listen-peer-urls", listenPeerURLs, c.Peer)
+	var opts []grpc.ServerOption
+	listenSecure, err := URLsSecure("--listen-peer-urls", listenPeerURLs)
 	if err != nil {
 		return nil, nil, err
+	}
+	if listenSecure {
+		cfg, err := c.Peer.ServerConfig()
+		if err != nil {
+			return nil, nil, fmt.Errorf("--listen-peer-urls: %w", err)
+		}
+		creds := credentials.NewTLS(cfg)
+		if !c.Peer.SkipClientSANVerify {
+			creds = sanChecked{creds}
+		}
+		opts = []grpc.ServerOption{grpc.Creds(creds)}
 	}
 	secure, err := URLsSecure("--initial-advertise-peer-urls", advertisePeerURLs)
 	if err != nil {

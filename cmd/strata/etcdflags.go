@@ -70,8 +70,6 @@ var etcdNoEffect = []noEffect{
 	{name: "discovery-cacert", def: "", kind: "string", help: "V3 discovery: verify certificates of TLS-enabled secure servers using this CA bundle.", why: whyDiscovery},
 	{name: "discovery-user", def: "", kind: "string", help: "V3 discovery: username[:password] for authentication.", why: whyDiscovery},
 	{name: "discovery-password", def: "", kind: "string", help: "V3 discovery: password for authentication.", why: whyDiscovery},
-	{name: "peer-skip-client-san-verification", def: "false", kind: "bool", help: "Skip verification of SAN field in client certificate for peer connections.",
-		why: "strata never checks a peer certificate's SAN against the peer's address (as etcd with true)", aliases: []string{"experimental-peer-skip-client-san-verification"}},
 	{name: "compact-hash-check-time", def: "1m0s", kind: "duration", help: "Duration of time between leader checks followers compaction hashes.",
 		why:     "the CompactHashCheck gate has no effect in strata (its hashes are checked with --corrupt-check-time); etcd's rule that it be positive still holds",
 		aliases: []string{"experimental-compact-hash-check-time"}},

@@ -162,13 +162,16 @@ func TestFlagsReachConfig(t *testing.T) {
 		}},
 		{name: "TLS", args: []string{"--tls-min-version=TLS1.2", "--tls-max-version=TLS1.3", "--cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
 			"--client-cert-file=/c.pem", "--client-key-file=/c-key.pem", "--peer-client-cert-file=/p.pem", "--peer-client-key-file=/p-key.pem",
-			"--peer-cert-allowed-cn=m1,m2", "--client-cert-allowed-hostname=client.example.com"}, check: func(t *testing.T, c member.Config) {
+			"--peer-cert-allowed-cn=m1,m2", "--client-cert-allowed-hostname=client.example.com", "--experimental-peer-skip-client-san-verification"}, check: func(t *testing.T, c member.Config) {
 			cl, pe := c.TLS.Client, c.TLS.Peer
 			if cl.MaxVersion != tls.VersionTLS13 || len(pe.CipherSuites) != 2 || len(cl.CipherSuites) != 2 {
 				t.Errorf("versions or suites not on both sides: %+v %+v", cl, pe)
 			}
 			if cl.ClientCertFile != "/c.pem" || cl.ClientKeyFile != "/c-key.pem" || pe.ClientCertFile != "/p.pem" || pe.ClientKeyFile != "/p-key.pem" {
 				t.Errorf("client certificates: %+v %+v", cl, pe)
+			}
+			if !pe.SkipClientSANVerify {
+				t.Error("--peer-skip-client-san-verification not passed")
 			}
 			if strings.Join(pe.AllowedCNs, ",") != "m1,m2" || strings.Join(cl.AllowedHostnames, ",") != "client.example.com" {
 				t.Errorf("allowed: %v %v", pe.AllowedCNs, cl.AllowedHostnames)
