@@ -92,6 +92,7 @@ func TestFlagRefusals(t *testing.T) {
 		{name: "CORS origin without scheme", args: []string{"--cors=foo"}, wantErr: `invalid value "foo" for flag -cors: URL scheme must be http, https, unix, or unixs: foo`},
 		{name: "CORS origin without port", args: []string{"--cors=http://ui.example"}, wantErr: `URL address does not have the form "host:port": http://ui.example`},
 		{name: "accepted: CORS origins", args: []string{"--cors=http://ui.example:80,*", "--host-whitelist=etcd.example,localhost"}},
+		{name: "listen without advertise", args: []string{"--listen-client-urls=http://127.0.0.1:2479"}, wantErr: "--advertise-client-urls is required when --listen-client-urls is set explicitly"},
 		{name: "not a flag", args: []string{"serve"}, wantErr: `"serve" is not a valid flag`},
 		{name: "accepted: v2 deprecation gone", args: []string{"--v2-deprecation=gone"}},
 		{name: "accepted: discovery flags at defaults", args: []string{"--discovery=", "--discovery-fallback=exit", "--discovery-insecure-transport=true"}},

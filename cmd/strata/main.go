@@ -245,6 +245,13 @@ func loadFlags(args []string) (*flags, error) {
 		return nil, err
 	}
 	f.unrecognizedEnv = unrecognized
+	// etcd's rule, on the command line and the environment (not in a
+	// file): a member listening elsewhere must say where clients reach it.
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if set["listen-client-urls"] && !set["advertise-client-urls"] {
+		return nil, errors.New("--advertise-client-urls is required when --listen-client-urls is set explicitly")
+	}
 	return f, nil
 }
 
