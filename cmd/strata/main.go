@@ -363,18 +363,28 @@ func (f *flags) memberConfig() (member.Config, error) {
 		}
 		cluster[name] = append(cluster[name], u)
 	}
+	// etcd's checks, in etcd's words.
 	switch f.initialClusterState {
 	case "new", "existing":
 	default:
-		return member.Config{}, fmt.Errorf("--initial-cluster-state: %q is neither 'new' nor 'existing'", f.initialClusterState)
+		return member.Config{}, fmt.Errorf("invalid value %q for flag -initial-cluster-state: invalid value", f.initialClusterState)
 	}
 	switch f.autoCompactionMode {
 	case "periodic", "revision":
+	case "":
+		return member.Config{}, errors.New("undefined auto-compaction-mode")
 	default:
-		return member.Config{}, fmt.Errorf("--auto-compaction-mode: %q is neither 'periodic' nor 'revision'", f.autoCompactionMode)
+		return member.Config{}, fmt.Errorf("unknown auto-compaction-mode %q", f.autoCompactionMode)
 	}
-	if f.heartbeatMillis == 0 || f.electionMillis < 5*f.heartbeatMillis {
+	switch {
+	case f.heartbeatMillis == 0:
+		return member.Config{}, fmt.Errorf("--heartbeat-interval must be >0 (set to %dms)", f.heartbeatMillis)
+	case f.electionMillis == 0:
+		return member.Config{}, fmt.Errorf("--election-timeout must be >0 (set to %dms)", f.electionMillis)
+	case f.electionMillis < 5*f.heartbeatMillis:
 		return member.Config{}, fmt.Errorf("--election-timeout[%vms] should be at least as 5 times as --heartbeat-interval[%vms]", f.electionMillis, f.heartbeatMillis)
+	case f.electionMillis > 50000:
+		return member.Config{}, fmt.Errorf("--election-timeout[%vms] is too long, and should be set less than %vms", f.electionMillis, 50000)
 	}
 	if f.maxTxnOps == 0 {
 		return member.Config{}, errors.New("--max-txn-ops must be positive")
