@@ -98,6 +98,8 @@ func TestFlagRefusals(t *testing.T) {
 		{name: "election too long", args: []string{"--election-timeout=60000"}, wantErr: "--election-timeout[60000ms] is too long, and should be set less than 50000ms"},
 		{name: "auto-compaction mode", args: []string{"--auto-compaction-mode=hourly"}, wantErr: `unknown auto-compaction-mode "hourly"`},
 		{name: "cluster state", args: []string{"--initial-cluster-state=old"}, wantErr: `invalid value "old" for flag -initial-cluster-state: invalid value`},
+		{name: "lease checkpoint persist alone", args: []string{"--feature-gates=LeaseCheckpointPersist=true"}, wantErr: "enabling feature gate LeaseCheckpointPersist requires enabling feature gate LeaseCheckpoint"},
+		{name: "accepted: lease checkpoint gates together", args: []string{"--feature-gates=LeaseCheckpoint=true,LeaseCheckpointPersist=true"}},
 		{name: "not a flag", args: []string{"serve"}, wantErr: `"serve" is not a valid flag`},
 		{name: "accepted: v2 deprecation gone", args: []string{"--v2-deprecation=gone"}},
 		{name: "accepted: discovery flags at defaults", args: []string{"--discovery=", "--discovery-fallback=exit", "--discovery-insecure-transport=true"}},

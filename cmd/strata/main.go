@@ -329,6 +329,9 @@ func (f *flags) config(logger *zap.Logger) (member.Config, error) {
 	if err := f.noEffect.check(); err != nil {
 		return member.Config{}, err
 	}
+	if err := f.corrupt.gates.check(); err != nil {
+		return member.Config{}, err
+	}
 	cfg, err := f.memberConfig()
 	if err != nil {
 		return member.Config{}, err
