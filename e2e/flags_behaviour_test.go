@@ -470,3 +470,36 @@ func TestPeerClientSANVerification(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPSMetricsURL: an https --listen-metrics-urls is served with the
+// client URLs' certificate, on both servers.
+func TestHTTPSMetricsURL(t *testing.T) {
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			ca := newTestCA(t, "ca")
+			cert, key := ca.issue(t, "server")
+			ports := testutil.FreePorts(t, 2)
+			client := fmt.Sprintf("https://127.0.0.1:%d", ports[0])
+			metrics := fmt.Sprintf("https://127.0.0.1:%d", ports[1])
+			p := testutil.NewProcess(t, testutil.Options{Binary: binary(t, f), Flags: []string{
+				"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
+				"--cert-file=" + cert, "--key-file=" + key, "--listen-metrics-urls=" + metrics,
+			}})
+			p.Launch()
+			waitTLSReady(t, p, tlsClient(t, client, ca, "", ""))
+			pool := x509.NewCertPool()
+			pool.AddCert(ca.cert)
+			hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+			resp, err := hc.Get(metrics + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.Contains(string(body), "etcd_server_has_leader") {
+				t.Errorf("https metrics URL: %s, %d bytes without etcd_server_has_leader", resp.Status, len(body))
+			}
+		})
+	}
+}

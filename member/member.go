@@ -73,7 +73,7 @@ type Config struct {
 	InitialClusterToken string
 
 	// ListenMetricsURLs serve /metrics and the health endpoints
-	// (--listen-metrics-urls; http only).
+	// (--listen-metrics-urls; https ones with the client TLS).
 	ListenMetricsURLs []string
 	// EnablePprof serves Go's runtime profiles on the client URLs under
 	// /debug/pprof/ (--enable-pprof).
@@ -444,7 +444,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	if m.listener, err = transport.Listen("client", cfg.ListenClientURLs); err != nil {
 		return nil, err
 	}
-	if m.metricsListeners, err = server.ListenMetrics(cfg.ListenMetricsURLs); err != nil {
+	if m.metricsListeners, err = server.ListenMetrics(cfg.ListenMetricsURLs, cfg.TLS.Client); err != nil {
 		return nil, err
 	}
 	if m.httpListeners, err = transport.Listen("client HTTP", cfg.ListenClientHTTPURLs); err != nil {

@@ -76,20 +76,35 @@ func NewClientServer(cfg ClientConfig) *ClientServer {
 	return &ClientServer{cfg: cfg}
 }
 
-// ListenMetrics binds the --listen-metrics-urls (http only, as etcd).
-func ListenMetrics(urls []string) ([]net.Listener, error) {
+// ListenMetrics binds the --listen-metrics-urls. As in etcd, an https URL
+// is served with the client URLs' TLS (clientTLS: certificate, client
+// certificate rules); the listeners it returns for those hand out TLS
+// connections. On error it closes what it opened.
+func ListenMetrics(urls []string, clientTLS tlsconfig.Info) ([]net.Listener, error) {
 	var out []net.Listener
+	fail := func(err error) ([]net.Listener, error) {
+		for _, l := range out {
+			l.Close()
+		}
+		return nil, err
+	}
 	for _, u := range urls {
 		addr, err := transport.HostPort(u)
 		if err != nil {
-			return out, fmt.Errorf("--listen-metrics-urls: %w", err)
+			return fail(fmt.Errorf("--listen-metrics-urls: %w", err))
 		}
-		if !strings.HasPrefix(u, "http://") {
-			return out, fmt.Errorf("--listen-metrics-urls: %s: only http is supported", u)
+		var cfg *tls.Config
+		if strings.HasPrefix(u, "https://") {
+			if cfg, err = clientTLS.ServerConfig(); err != nil {
+				return fail(fmt.Errorf("--listen-metrics-urls: %s: %w", u, err))
+			}
 		}
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			return out, fmt.Errorf("listen on metrics URL %s: %w", u, err)
+			return fail(fmt.Errorf("listen on metrics URL %s: %w", u, err))
+		}
+		if cfg != nil {
+			l = tls.NewListener(l, cfg)
 		}
 		out = append(out, l)
 	}
