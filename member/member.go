@@ -53,90 +53,6 @@ import (
 	"github.com/strata-kv/strata/watch"
 )
 
-// Config is a member's configuration, in etcd's terms.
-type Config struct {
-	Name    string
-	DataDir string
-	// LogDirs hold the raft log; empty means <data-dir>/log.
-	LogDirs []string
-	// FS is the file system for every file the member writes; nil means
-	// the operating system's.
-	FS vfs.FS
-
-	ListenClientURLs    []string
-	AdvertiseClientURLs []string
-	ListenPeerURLs      []string
-	AdvertisePeerURLs   []string
-	// InitialCluster maps member names to peer URLs (--initial-cluster).
-	InitialCluster      map[string][]string
-	InitialClusterState string
-	InitialClusterToken string
-
-	// ListenMetricsURLs serve /metrics and the health endpoints
-	// (--listen-metrics-urls; https ones with the client TLS).
-	ListenMetricsURLs []string
-	// EnablePprof serves Go's runtime profiles on the client URLs under
-	// /debug/pprof/ (--enable-pprof).
-	EnablePprof bool
-	// ListenClientHTTPURLs serve HTTP alone, the client URLs then gRPC
-	// alone (--listen-client-http-urls); DisableGRPCGateway is
-	// --enable-grpc-gateway=false (server.ClientConfig).
-	ListenClientHTTPURLs []string
-	DisableGRPCGateway   bool
-	// CORS and HostWhitelist are --cors and --host-whitelist
-	// (server.AccessControl).
-	CORS, HostWhitelist []string
-	// MaxConcurrentStreams and the GRPCKeepAlive* durations are etcd's
-	// --max-concurrent-streams and --grpc-keepalive-* (server.Limits).
-	MaxConcurrentStreams                                              uint32
-	GRPCKeepAliveMinTime, GRPCKeepAliveInterval, GRPCKeepAliveTimeout time.Duration
-	// DisablePreVote is --pre-vote=false (node.Config); MaxLearners and
-	// NoStrictReconfig are --max-learners and --strict-reconfig-check=false
-	// (membership.Config).
-	DisablePreVote   bool
-	MaxLearners      int
-	NoStrictReconfig bool
-	// CompactionBatchLimit and CompactionSleepInterval are etcd's
-	// --compaction-batch-limit and --compaction-sleep-interval
-	// (mvcc.Options.CompactChunk, CompactPause).
-	CompactionBatchLimit    int
-	CompactionSleepInterval time.Duration
-	// WarningUnaryRequestDuration is --warning-unary-request-duration
-	// (server.RequestStatsOptions; 0: etcd's 300ms), WarningApplyDuration
-	// --warning-apply-duration (apply.Config; 0: etcd's 100ms).
-	WarningUnaryRequestDuration, WarningApplyDuration time.Duration
-
-	AutoCompactionMode      string
-	AutoCompactionRetention string
-
-	QuotaBackendBytes int64
-	MaxRequestBytes   int
-	MaxTxnOps         int
-	SnapshotCount     uint64
-	// CatchUpEntries are kept in the log below the compaction point.
-	CatchUpEntries    uint64
-	HeartbeatInterval time.Duration
-	ElectionTimeout   time.Duration
-	// EngineWAL turns the engine's own WAL on, synced per apply batch: the
-	// double-logging baseline of seed 002.
-	EngineWAL bool
-	// WatchProgressNotifyInterval is etcd's --watch-progress-notify-interval
-	// (0: 10 minutes).
-	WatchProgressNotifyInterval time.Duration
-	// TLS and Auth are etcd's security flags (package tlsconfig, auth.Open).
-	TLS  tlsconfig.Config
-	Auth auth.Flags
-	// InitialCorruptCheck and CorruptCheckTime are etcd's corruption
-	// checks (--experimental-initial-corrupt-check, --corrupt-check-time;
-	// 0: no periodic check); see package maintenance.
-	InitialCorruptCheck bool
-	CorruptCheckTime    time.Duration
-	// LogCompaction configures log compaction and recovery.
-	LogCompaction logcompact.Config
-
-	Logger *zap.Logger
-}
-
 // Member is a running strata member. It is the server.Backend of its own
 // gRPC services through the embedded server.Local.
 type Member struct {
@@ -441,13 +357,13 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, err
 	}
 	m.maintainer.RegisterPeer(m.peerGRPC)
-	if m.listener, err = transport.Listen("client", cfg.ListenClientURLs); err != nil {
+	if m.listener, err = cfg.Sockets.Listen("client", cfg.ListenClientURLs); err != nil {
 		return nil, err
 	}
-	if m.metricsListeners, err = server.ListenMetrics(cfg.ListenMetricsURLs, cfg.TLS.Client); err != nil {
+	if m.metricsListeners, err = server.ListenMetrics(cfg.ListenMetricsURLs, cfg.TLS.Client, cfg.Sockets); err != nil {
 		return nil, err
 	}
-	if m.httpListeners, err = transport.Listen("client HTTP", cfg.ListenClientHTTPURLs); err != nil {
+	if m.httpListeners, err = cfg.Sockets.Listen("client HTTP", cfg.ListenClientHTTPURLs); err != nil {
 		return nil, err
 	}
 	secure, _ := tlsconfig.URLsSecure("--listen-client-urls", cfg.ListenClientURLs)

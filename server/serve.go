@@ -79,8 +79,9 @@ func NewClientServer(cfg ClientConfig) *ClientServer {
 // ListenMetrics binds the --listen-metrics-urls. As in etcd, an https URL
 // is served with the client URLs' TLS (clientTLS: certificate, client
 // certificate rules); the listeners it returns for those hand out TLS
-// connections. On error it closes what it opened.
-func ListenMetrics(urls []string, clientTLS tlsconfig.Info) ([]net.Listener, error) {
+// connections; sockets are the listeners' socket options. On error it
+// closes what it opened.
+func ListenMetrics(urls []string, clientTLS tlsconfig.Info, sockets transport.ListenConfig) ([]net.Listener, error) {
 	var out []net.Listener
 	fail := func(err error) ([]net.Listener, error) {
 		for _, l := range out {
@@ -99,7 +100,7 @@ func ListenMetrics(urls []string, clientTLS tlsconfig.Info) ([]net.Listener, err
 				return fail(fmt.Errorf("--listen-metrics-urls: %s: %w", u, err))
 			}
 		}
-		l, err := net.Listen("tcp", addr)
+		l, err := sockets.ListenAddr(addr)
 		if err != nil {
 			return fail(fmt.Errorf("listen on metrics URL %s: %w", u, err))
 		}

@@ -158,6 +158,11 @@ func TestFlagsReachConfig(t *testing.T) {
 				t.Errorf("WarningUnaryRequestDuration %v, WarningApplyDuration %v", c.WarningUnaryRequestDuration, c.WarningApplyDuration)
 			}
 		}},
+		{name: "socket options", args: []string{"--socket-reuse-port", "--socket-reuse-address=true"}, check: func(t *testing.T, c member.Config) {
+			if !c.Sockets.ReusePort || !c.Sockets.ReuseAddress {
+				t.Errorf("Sockets %+v", c.Sockets)
+			}
+		}},
 		{name: "CORS and host whitelist", args: []string{"--cors=http://ui.example:80", "--host-whitelist=etcd.example,localhost"}, check: func(t *testing.T, c member.Config) {
 			if strings.Join(c.CORS, ",") != "http://ui.example:80" || strings.Join(c.HostWhitelist, ",") != "etcd.example,localhost" {
 				t.Errorf("CORS %v, host whitelist %v", c.CORS, c.HostWhitelist)

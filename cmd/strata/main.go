@@ -37,6 +37,7 @@ import (
 
 	"github.com/strata-kv/strata/member"
 	"github.com/strata-kv/strata/tlsconfig"
+	"github.com/strata-kv/strata/transport"
 )
 
 func main() {
@@ -76,6 +77,7 @@ type flags struct {
 	warnApplyDuration                           time.Duration
 	logger, logOutputs, logFormat               string
 	cors, hostWhitelist                         string
+	reusePort, reuseAddress                     bool
 	listenPeerURLs, initialAdvertisePeerURLs    string
 	initialCluster, initialClusterState, token  string
 	autoCompactionMode, autoCompactionRetention string
@@ -156,6 +158,8 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.IntVar(&f.maxLearners, "max-learners", 1, "Set the max number of learner members allowed in the cluster membership.")
 	fs.IntVar(&f.maxLearners, "experimental-max-learners", 1, "etcd 3.6's name of --max-learners.")
 	fs.Uint64Var(&f.catchUpEntries, "experimental-snapshot-catchup-entries", 5000, "etcd 3.6's name of --snapshot-catchup-entries.")
+	fs.BoolVar(&f.reusePort, "socket-reuse-port", false, "Enable to set socket option SO_REUSEPORT on listeners allowing rebinding of a port already in use.")
+	fs.BoolVar(&f.reuseAddress, "socket-reuse-address", false, "Enable to set socket option SO_REUSEADDR on listeners allowing binding to an address in TIME_WAIT state.")
 	fs.StringVar(&f.cors, "cors", "*", "Comma-separated whitelist of origins for CORS, or cross-origin resource sharing, (empty or * means allow all).")
 	fs.StringVar(&f.hostWhitelist, "host-whitelist", "*", "Acceptable hostnames from HTTP client requests, if server is not secure (empty or * means allow all).")
 	fs.StringVar(&f.logger, "logger", "zap", "Currently only supports 'zap' for structured logging.")
@@ -451,6 +455,7 @@ func (f *flags) memberConfig() (member.Config, error) {
 		DisablePreVote:              !f.preVote,
 		MaxLearners:                 f.maxLearners,
 		NoStrictReconfig:            !f.strictReconfig,
+		Sockets:                     transport.ListenConfig{ReusePort: f.reusePort, ReuseAddress: f.reuseAddress},
 		CORS:                        commaList(f.cors),
 		HostWhitelist:               commaList(f.hostWhitelist),
 		CompactionBatchLimit:        f.compactionBatchLimit,
