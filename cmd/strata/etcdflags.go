@@ -73,8 +73,6 @@ var etcdNoEffect = []noEffect{
 		why: "strata has no cluster downgrade", aliases: []string{"experimental-downgrade-check-time"}},
 	{name: "bootstrap-defrag-threshold-megabytes", def: "0", kind: "uint", help: "Enable the defrag during etcd server bootstrap on condition that it will free at least the provided threshold of disk space.",
 		why: "an LSM engine needs no defragmentation", aliases: []string{"experimental-bootstrap-defrag-threshold-megabytes"}},
-	{name: "log-rotation-config-json", def: `{"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false}`, kind: "string",
-		help: "Configures log rotation if enabled with a JSON logger config.", why: "strata does not rotate logs (--enable-log-rotation is refused)"},
 	{name: "enable-distributed-tracing", def: "false", kind: "bool", help: "Enable distributed tracing.", why: whyTracing, aliases: []string{"experimental-enable-distributed-tracing"}},
 	{name: "distributed-tracing-address", def: "localhost:4317", kind: "string", help: "Distributed tracing collector address.", why: whyTracing, aliases: []string{"experimental-distributed-tracing-address"}},
 	{name: "distributed-tracing-service-name", def: "etcd", kind: "string", help: "Distributed tracing service name, must be same across all etcd instances.", why: whyTracing, aliases: []string{"experimental-distributed-tracing-service-name"}},
@@ -197,7 +195,7 @@ func (n *numValue) Set(v string) error {
 type refusedFlags struct {
 	discovery, discoveryToken, discoveryEndpoints, discoverySRV string
 	discoverySRVName, discoveryProxy, discoveryFallback         string
-	forceNewCluster, unsafeNoFsync, enableLogRotation           bool
+	forceNewCluster, unsafeNoFsync                              bool
 	v2Deprecation                                               string
 }
 
@@ -213,7 +211,6 @@ func (r *refusedFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.discoveryFallback, "discovery-fallback", "exit", "Expected behavior ('exit') when discovery services fails. Note that v2 proxy is removed. strata: no effect: "+whyDiscovery+".")
 	fs.BoolVar(&r.forceNewCluster, "force-new-cluster", false, "Force to create a new one-member cluster. strata: refused if true: not implemented; to start over from one member's data, back it up (etcdctl snapshot save) and `strata restore` it as a new one-member cluster.")
 	fs.BoolVar(&r.unsafeNoFsync, "unsafe-no-fsync", false, "Disables fsync, unsafe, will cause data loss. strata: refused if true: the raft log is strata's only write-ahead log, and strata always syncs it.")
-	fs.BoolVar(&r.enableLogRotation, "enable-log-rotation", false, "Enable log rotation of a single log-outputs file target. strata: refused if true: strata cannot rotate its log files; rotate them outside (logrotate's copytruncate).")
 	fs.StringVar(&r.v2Deprecation, "v2-deprecation", "write-only", "Phase of v2store deprecation: not-yet, write-only, write-only-skip-check, write-only-drop-data or gone. strata: no effect: strata has no v2 store (etcd too enforces its default, ignoring the value).")
 }
 
@@ -246,8 +243,6 @@ func (r *refusedFlags) check() error {
 		return errors.New("--force-new-cluster: strata does not implement it; back up one member (etcdctl snapshot save) and `strata restore` the backup as a new one-member cluster")
 	case r.unsafeNoFsync:
 		return errors.New("--unsafe-no-fsync: strata refuses to run without syncing its raft log, its only write-ahead log")
-	case r.enableLogRotation:
-		return errors.New("--enable-log-rotation: strata cannot rotate its log files; leave it off and rotate them outside (logrotate's copytruncate)")
 	}
 	return nil
 }

@@ -82,7 +82,6 @@ func TestFlagRefusals(t *testing.T) {
 		{name: "discovery fallback proxy", args: []string{"--discovery-fallback=proxy"}, wantErr: `v2 proxy is deprecated, and --discovery-fallback can't be configured as "proxy"`},
 		{name: "force new cluster", args: []string{"--force-new-cluster"}, wantErr: "--force-new-cluster: strata does not implement it"},
 		{name: "no fsync", args: []string{"--unsafe-no-fsync=true"}, wantErr: "--unsafe-no-fsync: strata refuses"},
-		{name: "log rotation", args: []string{"--enable-log-rotation"}, wantErr: "--enable-log-rotation: strata cannot rotate"},
 		{name: "v2 deprecation value", args: []string{"--v2-deprecation=soon"}, wantErr: `invalid value "soon"`},
 		{name: "compact hash check time 0", args: []string{"--compact-hash-check-time=0"}, wantErr: "--compact-hash-check-time must be >0 (set to 0s)"},
 		{name: "wal dir and log dir", args: []string{"--wal-dir=/a", "--log-dir=/b"}, wantErr: "--wal-dir /a and --log-dir [/b] both name the raft log's directory"},
@@ -349,12 +348,17 @@ peer-transport-security:
 	}
 }
 
-// TestLogger: --logger, --log-outputs and --log-format with etcd's rules
-// and errors; a file output receives the log.
+// TestLogger: --logger, --log-outputs, --log-format and
+// --enable-log-rotation with etcd's rules and errors; a file output
+// receives the log, rotated or not.
 func TestLogger(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "strata.log")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "strata.log")
+	rotated := filepath.Join(dir, "rotated.log")
+	def := `{"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false}`
 	for _, tc := range []struct {
 		name, logger, outputs, format, wantErr string
+		rotation                               *string
 	}{
 		{name: "etcd's defaults", logger: "zap", outputs: "default", format: "json"},
 		{name: "console to stdout", logger: "zap", outputs: "stdout", format: "console"},
@@ -364,9 +368,16 @@ func TestLogger(t *testing.T) {
 		{name: "unknown logger", logger: "logrus", outputs: "default", format: "json", wantErr: `unknown logger option "logrus"`},
 		{name: "default with more", logger: "zap", outputs: "default,stdout", format: "json", wantErr: `multi logoutput for "default" is not supported yet`},
 		{name: "unknown format", logger: "zap", outputs: "default", format: "text", wantErr: "unknown log format: text, supported values json, console"},
+		{name: "rotation of a file and stderr", logger: "zap", outputs: rotated + ",stderr", format: "json", rotation: &def},
+		{name: "rotation without a file", logger: "zap", outputs: "default", format: "json", rotation: &def,
+			wantErr: "--log-outputs requires a single file path when --log-rotate-config-json is defined"},
+		{name: "rotation of two files", logger: "zap", outputs: file + "," + rotated, format: "json", rotation: &def,
+			wantErr: "--log-outputs requires a single file path when --log-rotate-config-json is defined"},
+		{name: "rotation config not JSON", logger: "zap", outputs: rotated, format: "json", rotation: new(string),
+			wantErr: "improperly formatted log rotation config: unexpected end of JSON input"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lg, err := newLogger("info", tc.logger, tc.outputs, tc.format)
+			lg, err := newLogger("info", tc.logger, tc.outputs, tc.format, tc.rotation)
 			if tc.wantErr != "" {
 				if err == nil || err.Error() != tc.wantErr {
 					t.Fatalf("error %v, want %q", err, tc.wantErr)
@@ -380,7 +391,9 @@ func TestLogger(t *testing.T) {
 			_ = lg.Sync()
 		})
 	}
-	if data, err := os.ReadFile(file); err != nil || !strings.Contains(string(data), "hello from the test") {
-		t.Errorf("log file: %q, %v", data, err)
+	for _, f := range []string{file, rotated} {
+		if data, err := os.ReadFile(f); err != nil || !strings.Contains(string(data), "hello from the test") {
+			t.Errorf("log file %s: %q, %v", f, data, err)
+		}
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/strata-kv/strata/internal/logrotate"
 	"github.com/strata-kv/strata/member"
 	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
@@ -76,6 +77,8 @@ type flags struct {
 	compactionSleepInterval, warnUnaryDuration  time.Duration
 	warnApplyDuration                           time.Duration
 	logger, logOutputs, logFormat               string
+	enableLogRotation                           bool
+	logRotationConfig                           string
 	cors, hostWhitelist                         string
 	reusePort, reuseAddress                     bool
 	listenPeerURLs, initialAdvertisePeerURLs    string
@@ -165,6 +168,9 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.StringVar(&f.logger, "logger", "zap", "Currently only supports 'zap' for structured logging.")
 	fs.StringVar(&f.logOutputs, "log-outputs", "default", "Specify 'stdout' or 'stderr' to skip journald logging even when running under systemd, or list of comma separated output targets. strata: 'default' and 'systemd/journal' write to stderr (which systemd hands to the journal).")
 	fs.StringVar(&f.logFormat, "log-format", "json", "Configures log format. Only supports json, console.")
+	fs.BoolVar(&f.enableLogRotation, "enable-log-rotation", false, "Enable log rotation of a single log-outputs file target.")
+	fs.StringVar(&f.logRotationConfig, "log-rotation-config-json", `{"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false}`,
+		"Configures log rotation if enabled with a JSON logger config. MaxSize(MB), MaxAge(days,0=no limit), MaxBackups(0=no limit), LocalTime(use computers local time), Compress(gzip).")
 	f.noEffect = registerNoEffect(fs)
 	f.refused.register(fs)
 	f.corrupt.register(fs)
@@ -273,7 +279,7 @@ func runMember(args []string) int {
 		printVersion(os.Stdout)
 		return 0
 	}
-	logger, err := newLogger(f.logLevel, f.logger, f.logOutputs, f.logFormat)
+	logger, err := newLogger(f.logLevel, f.logger, f.logOutputs, f.logFormat, f.rotation())
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
 		return 2
@@ -475,11 +481,21 @@ func splitURLs(s string) []string {
 	return out
 }
 
+// rotation is --enable-log-rotation's configuration: nil when off.
+func (f *flags) rotation() *string {
+	if !f.enableLogRotation {
+		return nil
+	}
+	return &f.logRotationConfig
+}
+
 // newLogger builds the zap logger of --log-level, --logger, --log-outputs
 // and --log-format, with etcd's rules and errors: 'default' alone or not at
 // all, 'systemd/journal' alone (both write to stderr, which systemd hands
-// to the journal), 'stderr', 'stdout' and file paths otherwise.
-func newLogger(level, logger, outputs, format string) (*zap.Logger, error) {
+// to the journal), 'stderr', 'stdout' and file paths otherwise. With
+// rotation (--enable-log-rotation, its --log-rotation-config-json), the
+// one file among the outputs is rotated (internal/logrotate).
+func newLogger(level, logger, outputs, format string, rotation *string) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
@@ -517,7 +533,56 @@ func newLogger(level, logger, outputs, format string) (*zap.Logger, error) {
 	cfg.OutputPaths = paths
 	cfg.ErrorOutputPaths = paths
 	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-	return cfg.Build()
+	if rotation == nil {
+		return cfg.Build()
+	}
+	return rotatingLogger(cfg, paths, *rotation)
+}
+
+// errRotationOutputs is etcd's refusal of rotation without exactly one
+// file among the log outputs.
+var errRotationOutputs = errors.New("--log-outputs requires a single file path when --log-rotate-config-json is defined")
+
+// rotatingLogger is cfg's logger with its one file output rotated.
+func rotatingLogger(cfg zap.Config, paths []string, rotationJSON string) (*zap.Logger, error) {
+	var file string
+	for _, p := range paths {
+		if p != "stderr" && p != "stdout" {
+			if file != "" {
+				return nil, errRotationOutputs
+			}
+			file = p
+		}
+	}
+	if file == "" {
+		return nil, errRotationOutputs
+	}
+	rc, err := logrotate.ParseConfig(rotationJSON)
+	if err != nil {
+		return nil, err
+	}
+	var sinks []zapcore.WriteSyncer
+	for _, p := range paths {
+		if p == file {
+			w, err := logrotate.Open(file, rc)
+			if err != nil {
+				return nil, fmt.Errorf("--log-outputs: %w", err)
+			}
+			sinks = append(sinks, w)
+			continue
+		}
+		ws, _, err := zap.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		sinks = append(sinks, ws)
+	}
+	enc := zapcore.NewJSONEncoder(cfg.EncoderConfig)
+	if cfg.Encoding == "console" {
+		enc = zapcore.NewConsoleEncoder(cfg.EncoderConfig)
+	}
+	out := zapcore.NewMultiWriteSyncer(sinks...)
+	return zap.New(zapcore.NewCore(enc, out, cfg.Level), zap.AddCaller(), zap.AddStacktrace(zap.ErrorLevel), zap.ErrorOutput(out)), nil
 }
 
 // checkOrigin applies etcd's rule to a --cors origin: "*", or a URL of
