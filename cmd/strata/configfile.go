@@ -79,6 +79,13 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 		switch key {
 		case "config-file":
 			continue
+		case "experimental-snapshot-catch-up-entries":
+			// etcd 3.6 wrote this spelling of the key; it reads it as
+			// experimental-snapshot-catchup-entries.
+			if err := setFromConfig(fs, "snapshot-catchup-entries", key, value); err != nil {
+				return fmt.Errorf("config file %s: %w", path, err)
+			}
+			continue
 		case "socket-options":
 			sub, _ := value.(map[any]any)
 			for k, v := range sub {

@@ -290,6 +290,7 @@ initial-cluster: node1=https://127.0.0.1:2380
 initial-cluster-token: 'etcd-cluster'
 initial-cluster-state: 'new'
 strict-reconfig-check: false
+experimental-snapshot-catch-up-entries: 777
 enable-v2: false
 watch-progress-notify-interval: 600000000000
 log-outputs: [stderr]
@@ -317,6 +318,9 @@ peer-transport-security:
 	}
 	if cfg.Name != "node1" || cfg.MaxLearners != 1 || cfg.LogDirs[0] != filepath.Join(dir, "wal") || !cfg.NoStrictReconfig {
 		t.Errorf("name %q, max learners %d, log dirs %v, strict off %v", cfg.Name, cfg.MaxLearners, cfg.LogDirs, cfg.NoStrictReconfig)
+	}
+	if cfg.CatchUpEntries != 777 {
+		t.Errorf("experimental-snapshot-catch-up-entries: %d", cfg.CatchUpEntries)
 	}
 	if cfg.WatchProgressNotifyInterval != 10*time.Minute || !cfg.InitialCorruptCheck || len(cfg.InitialCluster["node1"]) != 1 {
 		t.Errorf("progress interval %v, initial check %v, cluster %v", cfg.WatchProgressNotifyInterval, cfg.InitialCorruptCheck, cfg.InitialCluster)
