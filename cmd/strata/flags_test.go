@@ -61,6 +61,20 @@ func TestEtcdFlagsAccepted(t *testing.T) {
 	if _, err := parse(t, args...); err != nil {
 		t.Fatalf("every flag at its default: %v", err)
 	}
+	// A flag accepted without effect says so in --help, under each of
+	// its names; a refused one says what it refuses.
+	for _, ne := range etcdNoEffect {
+		for _, n := range append([]string{ne.name}, ne.aliases...) {
+			if fl := fs.Lookup(n); fl == nil || !strings.Contains(fl.Usage, "strata: no effect: ") {
+				t.Errorf("--%s: help does not say it has no effect", n)
+			}
+		}
+	}
+	for _, n := range []string{"discovery", "discovery-token", "discovery-endpoints", "discovery-srv", "discovery-srv-name", "discovery-proxy", "force-new-cluster", "unsafe-no-fsync"} {
+		if fl := fs.Lookup(n); fl == nil || !strings.Contains(fl.Usage, "strata: refused") {
+			t.Errorf("--%s: help does not say what strata refuses", n)
+		}
+	}
 }
 
 // TestFlagRefusals: values strata refuses, with etcd's words where etcd
