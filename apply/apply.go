@@ -122,7 +122,11 @@ type Config struct {
 	Installer Installer
 	// Notifier, if not nil, is told after every commit and install.
 	Notifier Notifier
-	Logger   *zap.Logger
+	// WarnApplyDuration is etcd's --warning-apply-duration: a request
+	// whose apply takes longer is logged as etcd logs it ("apply request
+	// took too long"). 0: etcd's 100ms.
+	WarnApplyDuration time.Duration
+	Logger            *zap.Logger
 }
 
 // Outcome is what one engine commit or snapshot install did that the
@@ -172,6 +176,9 @@ func New(cfg Config) (*Applier, error) {
 	}
 	if cfg.Alarms == nil {
 		cfg.Alarms = &Alarms{}
+	}
+	if cfg.WarnApplyDuration <= 0 {
+		cfg.WarnApplyDuration = 100 * time.Millisecond
 	}
 	a := &Applier{cfg: cfg, store: cfg.Store, lessor: cfg.Lessor, alarms: cfg.Alarms, logger: cfg.Logger, outcomes: make(chan Outcome, 1)}
 	if cfg.Auth != nil {
@@ -487,7 +494,11 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 					return fmt.Errorf("decode entry %d: %w", e.GetIndex(), err)
 				}
 				revBefore := w.Rev()
+				start := time.Now()
 				res, changed, err := a.applyRequest(w, &req, &members)
+				if took := time.Since(start); took > a.cfg.WarnApplyDuration {
+					a.warnSlowApply(&req, res, err, took)
+				}
 				if err == nil {
 					err = w.RecordIndex(e.GetIndex(), revBefore) // for log compaction (logcompact.Build)
 				}
@@ -736,4 +747,24 @@ func insertSorted(members []*pb.Member, m *pb.Member) []*pb.Member {
 		out = append(out, m)
 	}
 	return out
+}
+
+// warnSlowApply logs a request whose apply took longer than
+// WarnApplyDuration, in etcd's words and fields; the request's secrets
+// (put values, passwords) are left out as etcd leaves them out.
+func (a *Applier) warnSlowApply(req *pb.InternalRaftRequest, res Result, err error, took time.Duration) {
+	resp := ""
+	if res.Response != nil {
+		resp = fmt.Sprintf("size:%d", proto.Size(res.Response))
+	}
+	if err == nil {
+		err = res.Err
+	}
+	a.logger.Warn("apply request took too long",
+		zap.Duration("took", took),
+		zap.Duration("expected-duration", a.cfg.WarnApplyDuration),
+		zap.String("prefix", ""),
+		zap.String("request", (&pb.InternalRaftStringer{Request: req}).String()),
+		zap.String("response", resp),
+		zap.Error(err))
 }

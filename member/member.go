@@ -53,67 +53,6 @@ import (
 	"github.com/strata-kv/strata/watch"
 )
 
-// Config is a member's configuration, in etcd's terms.
-type Config struct {
-	Name    string
-	DataDir string
-	// LogDirs hold the raft log; empty means <data-dir>/log.
-	LogDirs []string
-	// FS is the file system for every file the member writes; nil means
-	// the operating system's.
-	FS vfs.FS
-
-	ListenClientURLs    []string
-	AdvertiseClientURLs []string
-	ListenPeerURLs      []string
-	AdvertisePeerURLs   []string
-	// InitialCluster maps member names to peer URLs (--initial-cluster).
-	InitialCluster      map[string][]string
-	InitialClusterState string
-	InitialClusterToken string
-
-	// ListenMetricsURLs serve /metrics and the health endpoints
-	// (--listen-metrics-urls; http only).
-	ListenMetricsURLs []string
-	// EnablePprof serves Go's runtime profiles on the client URLs under
-	// /debug/pprof/ (--enable-pprof).
-	EnablePprof bool
-
-	AutoCompactionMode      string
-	AutoCompactionRetention string
-
-	QuotaBackendBytes int64
-	MaxRequestBytes   int
-	MaxTxnOps         int
-	SnapshotCount     uint64
-	// CatchUpEntries are kept in the log below the compaction point.
-	CatchUpEntries    uint64
-	HeartbeatInterval time.Duration
-	ElectionTimeout   time.Duration
-	// Engine names the storage engine (engines.Names; "" means Pebble),
-	// chosen at bootstrap and recorded in the data directory: a restart with
-	// another is refused.
-	Engine string
-	// EngineWAL turns the engine's own WAL on, synced per apply batch: the
-	// double-logging baseline of seed 002.
-	EngineWAL bool
-	// WatchProgressNotifyInterval is etcd's --watch-progress-notify-interval
-	// (0: 10 minutes).
-	WatchProgressNotifyInterval time.Duration
-	// TLS and Auth are etcd's security flags (package tlsconfig, auth.Open).
-	TLS  tlsconfig.Config
-	Auth auth.Flags
-	// InitialCorruptCheck and CorruptCheckTime are etcd's corruption
-	// checks (--experimental-initial-corrupt-check, --corrupt-check-time;
-	// 0: no periodic check); see package maintenance.
-	InitialCorruptCheck bool
-	CorruptCheckTime    time.Duration
-	// LogCompaction configures log compaction and recovery.
-	LogCompaction logcompact.Config
-
-	Logger *zap.Logger
-}
-
 // Member is a running strata member. It is the server.Backend of its own
 // gRPC services through the embedded server.Local.
 type Member struct {
@@ -174,6 +113,7 @@ type Member struct {
 	metrics          *server.Metrics
 	clients          *server.ClientServer
 	metricsListeners []net.Listener
+	httpListeners    []net.Listener // --listen-client-http-urls
 }
 
 // Start opens the data directory, recovers, and serves clients.
@@ -194,7 +134,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m := &Member{cfg: cfg, logger: cfg.Logger, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			for _, l := range slices.Concat(m.listener, m.peerListeners, m.metricsListeners) {
+			for _, l := range slices.Concat(m.listener, m.peerListeners, m.metricsListeners, m.httpListeners) {
 				l.Close()
 			}
 			if m.transport != nil {
@@ -235,7 +175,8 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
 	// Only the store's writes are timed; reads pass straight through.
-	m.store, err = mvcc.Open(engine.WithCommitTimer(m.engine, m.metrics), mvcc.Options{Logger: cfg.Logger.Named("mvcc")})
+	m.store, err = mvcc.Open(engine.WithCommitTimer(m.engine, m.metrics), mvcc.Options{Logger: cfg.Logger.Named("mvcc"),
+		CompactChunk: cfg.CompactionBatchLimit, CompactPause: cfg.CompactionSleepInterval})
 	if err != nil {
 		return nil, fmt.Errorf("open mvcc store: %w", err)
 	}
@@ -282,6 +223,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		HeartbeatTicks: 1,
 		SnapshotCount:  cfg.SnapshotCount,
 		CatchUpEntries: cfg.CatchUpEntries,
+		DisablePreVote: cfg.DisablePreVote,
 		Logger:         cfg.Logger.Named("raft"),
 	})
 	if err != nil {
@@ -330,6 +272,8 @@ func Start(cfg Config) (_ *Member, err error) {
 		Installer: snaps,
 		Notifier:  m.watchHub,
 		Logger:    cfg.Logger.Named("apply"),
+
+		WarnApplyDuration: cfg.WarningApplyDuration,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open applier: %w", err)
@@ -353,14 +297,17 @@ func Start(cfg Config) (_ *Member, err error) {
 		ID: m.memberID, Cluster: m.clusterID,
 		Proposer: m.proposer, Raft: m.node, Applier: m.applier, StateMachine: m.store, Engine: m.engine,
 	}
-	limits := server.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, RequestTimeout: 5*time.Second + 2*cfg.ElectionTimeout}
+	limits := server.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, RequestTimeout: 5*time.Second + 2*cfg.ElectionTimeout,
+		MaxConcurrentStreams: cfg.MaxConcurrentStreams, KeepAliveMinTime: cfg.GRPCKeepAliveMinTime,
+		KeepAliveInterval: cfg.GRPCKeepAliveInterval, KeepAliveTimeout: cfg.GRPCKeepAliveTimeout}
 	security, err := tlsconfig.ServerCreds("--listen-client-urls", cfg.ListenClientURLs, cfg.TLS.Client)
 	if err != nil {
 		return nil, err
 	}
 	m.authService = server.NewAuth(m, m.authStore, limits, cfg.TLS.Client.ClientCertAuth)
 	security = append(security, m.authService.ServerOptions()...)
-	m.grpc = grpc.NewServer(slices.Concat(limits.ServerOptions(), m.metrics.GRPCServerOptions(), security)...)
+	m.grpc = grpc.NewServer(slices.Concat([]grpc.ServerOption{server.RequestStatsOptions(cfg.WarningUnaryRequestDuration, cfg.Logger)},
+		limits.ServerOptions(), m.metrics.GRPCServerOptions(), security)...)
 	pb.RegisterAuthServer(m.grpc, m.authService)
 	pb.RegisterKVServer(m.grpc, server.NewKV(m, limits))
 	m.leases = server.NewLease(m, m.lessor, limits, cfg.TLS.Client.ForwardConfig(cfg.Logger))
@@ -389,7 +336,8 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.membership = membership.New(membership.Config{
 		MemberID: m.memberID, Token: cfg.InitialClusterToken, Timeout: limits.RequestTimeout,
 		Members: m.applier, Raft: m.node, Proposer: m.proposer, Activity: m.transport, Peers: m.remote,
-		ClientTLS: cfg.TLS.Client, Logger: cfg.Logger.Named("membership"),
+		ClientTLS: cfg.TLS.Client, MaxLearners: cfg.MaxLearners, NoStrictReconfig: cfg.NoStrictReconfig,
+		Logger: cfg.Logger.Named("membership"),
 	})
 	m.maintainer = maintenance.New(maintenance.Config{
 		MemberID: m.memberID, ClusterID: m.clusterID,
@@ -409,17 +357,21 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, err
 	}
 	m.maintainer.RegisterPeer(m.peerGRPC)
-	if m.listener, err = transport.Listen("client", cfg.ListenClientURLs); err != nil {
+	if m.listener, err = cfg.Sockets.Listen("client", cfg.ListenClientURLs); err != nil {
 		return nil, err
 	}
-	if m.metricsListeners, err = server.ListenMetrics(cfg.ListenMetricsURLs); err != nil {
+	if m.metricsListeners, err = server.ListenMetrics(cfg.ListenMetricsURLs, cfg.TLS.Client, cfg.Sockets); err != nil {
+		return nil, err
+	}
+	if m.httpListeners, err = cfg.Sockets.Listen("client HTTP", cfg.ListenClientHTTPURLs); err != nil {
 		return nil, err
 	}
 	secure, _ := tlsconfig.URLsSecure("--listen-client-urls", cfg.ListenClientURLs)
 	m.clients = server.NewClientServer(server.ClientConfig{
 		Listeners: m.listener, Secure: secure, TLS: cfg.TLS.Client, MetricsListeners: m.metricsListeners,
 		GRPC: m.grpc, Backend: m, Limits: limits, Metrics: m.metrics, Pprof: cfg.EnablePprof,
-		Logger: cfg.Logger,
+		NoGateway: cfg.DisableGRPCGateway, HTTPListeners: m.httpListeners, Logger: cfg.Logger,
+		Access: server.AccessControl{CORS: cfg.CORS, HostWhitelist: cfg.HostWhitelist},
 	})
 
 	ctx, cancel := context.WithCancel(context.Background())

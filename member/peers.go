@@ -37,6 +37,6 @@ func (m *Member) startPeerServer(cluster pb.ClusterServer) error {
 	m.peerGRPC = grpc.NewServer(append(peerCreds, grpc.MaxRecvMsgSize(1<<30), grpc.MaxSendMsgSize(1<<30))...)
 	m.transport.Register(m.peerGRPC)
 	pb.RegisterClusterServer(m.peerGRPC, cluster)
-	m.peerListeners, err = transport.Listen("peer", m.cfg.ListenPeerURLs)
+	m.peerListeners, err = m.cfg.Sockets.Listen("peer", m.cfg.ListenPeerURLs)
 	return err
 }

@@ -1,7 +1,8 @@
 // Package membership is the cluster's membership as etcd's Cluster API
 // changes it: adding, removing, updating and promoting members with etcd's
 // checks (strict reconfiguration: a change must leave a quorum of started
-// voters; one learner at most; a learner is promoted only once its log is
+// voters, unless --strict-reconfig-check=false; one learner at most, or
+// --max-learners; a learner is promoted only once its log is
 // close to the leader's), proposed as raft conf changes and answered once
 // applied; moving the leadership; the members a new cluster bootstraps
 // with; the attributes a member publishes; and what a member learns from
@@ -13,6 +14,7 @@
 package membership
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"encoding/binary"
@@ -37,8 +39,9 @@ import (
 	"github.com/strata-kv/strata/transport"
 )
 
-// maxLearners is etcd's limit on learners in a cluster.
-const maxLearners = 1
+// defaultMaxLearners is etcd's default limit on learners in a cluster
+// (--max-learners).
+const defaultMaxLearners = 1
 
 // learnerReadyFraction is how close a learner's log must be to the
 // leader's before it may be promoted (etcd's readyPercentThreshold).
@@ -94,7 +97,14 @@ type Config struct {
 	Peers *Peers
 	// ClientTLS dials the leader's client URL to forward a promotion.
 	ClientTLS tlsconfig.Info
-	Logger    *zap.Logger
+	// MaxLearners bounds the learners in the cluster (--max-learners;
+	// 0: etcd's default, 1).
+	MaxLearners int
+	// NoStrictReconfig turns the strict reconfiguration check off
+	// (--strict-reconfig-check=false): checks 2 to 4 below are skipped, as
+	// etcd skips them; the learner limit and promotion's readiness stay.
+	NoStrictReconfig bool
+	Logger           *zap.Logger
 }
 
 // Service implements server.Membership and server.LeaderMover.
@@ -209,10 +219,11 @@ func (s *Service) AddMember(ctx context.Context, peerURLs []string, learner bool
 	// etcd's order: the strict reconfiguration check, then what applying
 	// the change would refuse (taken URLs, the learner limit).
 	started, voters := startedVoters(members, 0)
-	if !learner && !(started == 1 && voters == 1) && started < quorum(voters+1) {
+	strict := !s.cfg.NoStrictReconfig
+	if strict && !learner && !(started == 1 && voters == 1) && started < quorum(voters+1) {
 		return nil, nil, server.ErrNotEnoughStarted
 	}
-	if voters > 1 && s.connectedSince(voterIDs(members)) < quorum(voters+1) {
+	if strict && voters > 1 && s.connectedSince(voterIDs(members)) < quorum(voters+1) {
 		return nil, nil, server.ErrUnhealthy
 	}
 	if urlsTaken(members, peerURLs, 0) {
@@ -225,7 +236,7 @@ func (s *Service) AddMember(ctx context.Context, peerURLs []string, learner bool
 				n++
 			}
 		}
-		if n >= maxLearners {
+		if n >= cmp.Or(s.cfg.MaxLearners, defaultMaxLearners) {
 			return nil, nil, server.ErrTooManyLearners
 		}
 	}
@@ -252,7 +263,7 @@ func (s *Service) RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, er
 	if target == nil {
 		return nil, server.ErrMemberNotFound
 	}
-	if !target.IsLearner {
+	if !target.IsLearner && !s.cfg.NoStrictReconfig {
 		if started, voters := startedVoters(members, id); started < quorum(voters) {
 			return nil, server.ErrNotEnoughStarted
 		}
@@ -304,7 +315,7 @@ func (s *Service) PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, e
 	if !ok || float64(learnerProgress.Match) < float64(leaderProgress.Match)*learnerReadyFraction {
 		return nil, server.ErrLearnerNotReady
 	}
-	if started, voters := startedVoters(members, 0); started+1 < quorum(voters+1) {
+	if started, voters := startedVoters(members, 0); !s.cfg.NoStrictReconfig && started+1 < quorum(voters+1) {
 		return nil, server.ErrNotEnoughStarted
 	}
 	rec := proto.CloneOf(target)

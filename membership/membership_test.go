@@ -85,6 +85,9 @@ func TestChecks(t *testing.T) {
 		learner uint64 // its match index, when the change promotes member 4
 		do      func(s *Service) error
 		want    error
+		// cfg changes the service's flags (--max-learners,
+		// --strict-reconfig-check).
+		cfg func(*Config)
 	}{
 		{name: "add to a cluster of one", members: one(), do: func(s *Service) error {
 			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, false)
@@ -171,6 +174,41 @@ func TestChecks(t *testing.T) {
 				_, err := s.PromoteMember(context.Background(), 4)
 				return err
 			}, want: server.ErrNotEnoughStarted},
+		{name: "--max-learners=2: a second learner", members: withLearner(), active: []uint64{2, 3},
+			cfg: func(c *Config) { c.MaxLearners = 2 }, do: func(s *Service) error {
+				_, _, err := s.AddMember(context.Background(), []string{"http://e:2380"}, true)
+				return err
+			}},
+		{name: "--max-learners=2: a third learner", members: append(withLearner(), &pb.Member{ID: 5, PeerURLs: []string{"http://e:2380"}, IsLearner: true}),
+			active: []uint64{2, 3}, cfg: func(c *Config) { c.MaxLearners = 2 }, do: func(s *Service) error {
+				_, _, err := s.AddMember(context.Background(), []string{"http://f:2380"}, true)
+				return err
+			}, want: server.ErrTooManyLearners},
+		{name: "--strict-reconfig-check=false: add voter, a member not started", members: unstarted(),
+			cfg: func(c *Config) { c.NoStrictReconfig = true }, do: func(s *Service) error {
+				_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, false)
+				return err
+			}},
+		{name: "--strict-reconfig-check=false: add learner, peers down", members: three(),
+			cfg: func(c *Config) { c.NoStrictReconfig = true }, do: func(s *Service) error {
+				_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, true)
+				return err
+			}},
+		{name: "--strict-reconfig-check=false: remove a connected voter, another down", members: three(), active: []uint64{3},
+			cfg: func(c *Config) { c.NoStrictReconfig = true }, do: func(s *Service) error {
+				_, err := s.RemoveMember(context.Background(), 3)
+				return err
+			}},
+		{name: "--strict-reconfig-check=false: promote a learner behind", members: withLearner(), leader: 1, learner: 89,
+			cfg: func(c *Config) { c.NoStrictReconfig = true }, do: func(s *Service) error {
+				_, err := s.PromoteMember(context.Background(), 4)
+				return err
+			}, want: server.ErrLearnerNotReady},
+		{name: "--strict-reconfig-check=false: learner limit stays", members: withLearner(),
+			cfg: func(c *Config) { c.NoStrictReconfig = true }, do: func(s *Service) error {
+				_, _, err := s.AddMember(context.Background(), []string{"http://e:2380"}, true)
+				return err
+			}, want: server.ErrTooManyLearners},
 		{name: "move leader from a follower", members: three(), leader: 2, do: func(s *Service) error {
 			return s.MoveLeader(context.Background(), 3)
 		}, want: server.ErrNotLeader},
@@ -186,7 +224,11 @@ func TestChecks(t *testing.T) {
 			for _, id := range tc.fresh {
 				c.fresh[id] = true
 			}
-			s := New(Config{MemberID: 1, Token: "t", Timeout: time.Second, Members: c, Raft: c, Proposer: c, Activity: c})
+			cfg := Config{MemberID: 1, Token: "t", Timeout: time.Second, Members: c, Raft: c, Proposer: c, Activity: c}
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			s := New(cfg)
 			s.now = func() time.Time { return testNow }
 			err := tc.do(s)
 			if !errors.Is(err, tc.want) {

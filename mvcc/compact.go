@@ -3,6 +3,7 @@ package mvcc
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -67,6 +68,13 @@ func (s *Store) compactLoop() {
 			}
 			if !more {
 				break
+			}
+			if s.opts.CompactPause > 0 {
+				select {
+				case <-s.stop:
+					return
+				case <-time.After(s.opts.CompactPause):
+				}
 			}
 		}
 	}

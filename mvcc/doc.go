@@ -94,7 +94,7 @@
 // (target, progress). Physical removal runs after Commit in the Start
 // goroutine, CompactChunk revision-index entries per engine batch, each
 // batch recording its progress, so it resumes after a restart. It holds the
-// write lock only per chunk. HashKV never counts versions that compaction
+// write lock only per chunk, and waits CompactPause between chunks. HashKV never counts versions that compaction
 // has yet to remove, so it does not depend on whether removal has run.
 //
 // Concurrency: see Store and WriteBatch.

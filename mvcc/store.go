@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.uber.org/zap"
@@ -38,8 +39,12 @@ type Options struct {
 	Logger *zap.Logger
 	// CompactChunk is how many revision-index entries one step of physical
 	// revision compaction visits (one engine batch, holding the write lock).
-	// 0 means 1000.
+	// 0 means 1000. etcd's --compaction-batch-limit.
 	CompactChunk int
+	// CompactPause is how long physical revision compaction waits between
+	// two steps, leaving the write lock to the applier (etcd's
+	// --compaction-sleep-interval); 0: no wait.
+	CompactPause time.Duration
 }
 
 // Store is etcd's MVCC key space on an engine.Engine.

@@ -128,7 +128,10 @@ type Config struct {
 	// MaxSizePerMsg and MaxInflightMsgs bound replication traffic.
 	MaxSizePerMsg   uint64
 	MaxInflightMsgs int
-	Logger          *zap.Logger
+	// DisablePreVote turns raft's PreVote off (etcd's --pre-vote=false);
+	// PreVote is on by default, as in etcd.
+	DisablePreVote bool
+	Logger         *zap.Logger
 }
 
 // Node drives raft. See the package comment.
@@ -224,7 +227,7 @@ func New(cfg Config) (*Node, error) {
 		MaxInflightMsgs:           cfg.MaxInflightMsgs,
 		MaxUncommittedEntriesSize: 1 << 30,
 		CheckQuorum:               true,
-		PreVote:                   true,
+		PreVote:                   !cfg.DisablePreVote,
 		Logger:                    &raftLogger{cfg.Logger.Sugar()},
 	}
 	last, err := cfg.Log.LastIndex()

@@ -10,8 +10,10 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -64,6 +67,18 @@ type Limits struct {
 	MaxTxnOps int
 	// RequestTimeout bounds how long a request waits for raft.
 	RequestTimeout time.Duration
+	// MaxConcurrentStreams bounds the streams of one client connection
+	// (--max-concurrent-streams; 0: etcd's default, math.MaxUint32).
+	MaxConcurrentStreams uint32
+	// KeepAliveMinTime is the shortest interval between a client's pings
+	// the server tolerates (--grpc-keepalive-min-time; 0: gRPC's default).
+	// KeepAliveInterval and KeepAliveTimeout make the server ping an idle
+	// connection and close it when the ping goes unanswered
+	// (--grpc-keepalive-interval, --grpc-keepalive-timeout; either 0: no
+	// pings), as etcd sets them.
+	KeepAliveMinTime  time.Duration
+	KeepAliveInterval time.Duration
+	KeepAliveTimeout  time.Duration
 }
 
 // grpcOverheadBytes is the slack etcd allows above --max-request-bytes at
@@ -78,12 +93,19 @@ const grpcOverheadBytes = 512 * 1024
 // the CPU on reads (docs/bench/profile.md; about 10% less server CPU per
 // read with the pool).
 func (l Limits) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(l.MaxRequestBytes + grpcOverheadBytes),
 		grpc.MaxSendMsgSize(1<<31 - 1),
-		grpc.MaxConcurrentStreams(1<<32 - 1),
+		grpc.MaxConcurrentStreams(cmp.Or(l.MaxConcurrentStreams, math.MaxUint32)),
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 	}
+	if l.KeepAliveMinTime > 0 {
+		opts = append(opts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: l.KeepAliveMinTime}))
+	}
+	if l.KeepAliveInterval > 0 && l.KeepAliveTimeout > 0 {
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{Time: l.KeepAliveInterval, Timeout: l.KeepAliveTimeout}))
+	}
+	return opts
 }
 
 // KV implements etcd's KV service.

@@ -43,8 +43,17 @@ type ClientConfig struct {
 	Limits  Limits
 	Metrics *Metrics
 	// Pprof serves /debug/pprof/ (--enable-pprof).
-	Pprof  bool
-	Logger *zap.Logger
+	Pprof bool
+	// NoGateway leaves etcd's JSON gateway (/v3/) unserved
+	// (--enable-grpc-gateway=false).
+	NoGateway bool
+	// Access is --cors and --host-whitelist on the client URLs' HTTP side.
+	Access AccessControl
+	// HTTPListeners are the bound --listen-client-http-urls, of the same
+	// scheme as the client URLs. When there are any, HTTP is served there
+	// alone and the client listeners serve gRPC alone, as etcd does.
+	HTTPListeners []net.Listener
+	Logger        *zap.Logger
 }
 
 // ClientServer serves the client URLs.
@@ -67,20 +76,36 @@ func NewClientServer(cfg ClientConfig) *ClientServer {
 	return &ClientServer{cfg: cfg}
 }
 
-// ListenMetrics binds the --listen-metrics-urls (http only, as etcd).
-func ListenMetrics(urls []string) ([]net.Listener, error) {
+// ListenMetrics binds the --listen-metrics-urls. As in etcd, an https URL
+// is served with the client URLs' TLS (clientTLS: certificate, client
+// certificate rules); the listeners it returns for those hand out TLS
+// connections; sockets are the listeners' socket options. On error it
+// closes what it opened.
+func ListenMetrics(urls []string, clientTLS tlsconfig.Info, sockets transport.ListenConfig) ([]net.Listener, error) {
 	var out []net.Listener
+	fail := func(err error) ([]net.Listener, error) {
+		for _, l := range out {
+			l.Close()
+		}
+		return nil, err
+	}
 	for _, u := range urls {
 		addr, err := transport.HostPort(u)
 		if err != nil {
-			return out, fmt.Errorf("--listen-metrics-urls: %w", err)
+			return fail(fmt.Errorf("--listen-metrics-urls: %w", err))
 		}
-		if !strings.HasPrefix(u, "http://") {
-			return out, fmt.Errorf("--listen-metrics-urls: %s: only http is supported", u)
+		var cfg *tls.Config
+		if strings.HasPrefix(u, "https://") {
+			if cfg, err = clientTLS.ServerConfig(); err != nil {
+				return fail(fmt.Errorf("--listen-metrics-urls: %s: %w", u, err))
+			}
 		}
-		l, err := net.Listen("tcp", addr)
+		l, err := sockets.ListenAddr(addr)
 		if err != nil {
-			return out, fmt.Errorf("listen on metrics URL %s: %w", u, err)
+			return fail(fmt.Errorf("listen on metrics URL %s: %w", u, err))
+		}
+		if cfg != nil {
+			l = tls.NewListener(l, cfg)
 		}
 		out = append(out, l)
 	}
@@ -131,11 +156,12 @@ func (s *ClientServer) Serve(ctx context.Context) {
 			// socket, whose certificate may not name the loopback
 			// address; etcd skips verification here for the same reason.
 			dialTLS.InsecureSkipVerify = true
+			dialTLS.VerifyPeerCertificate = nil // nothing verified: no allowed names to check
 			dialCreds = credentials.NewTLS(dialTLS)
 		}
 	}
 	var gateway http.Handler
-	if len(cfg.Listeners) > 0 {
+	if len(cfg.Listeners) > 0 && !cfg.NoGateway {
 		conn, err := grpc.NewClient("passthrough:///"+loopbackAddr(cfg.Listeners[0].Addr()),
 			grpc.WithTransportCredentials(dialCreds),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
@@ -171,7 +197,11 @@ func (s *ClientServer) Serve(ctx context.Context) {
 			}()
 		}
 	}
-	handler := NewHTTPHandler(httpConfig(gateway, cfg.Pprof))
+	handler := cfg.Access.Wrap(NewHTTPHandler(httpConfig(gateway, cfg.Pprof)), log.Named("http"))
+	if len(cfg.HTTPListeners) > 0 {
+		s.serveApart(ctx, ready, handler, httpTLS)
+		return
+	}
 	for _, l := range cfg.Listeners {
 		var split *SplitListener
 		var httpL net.Listener
@@ -197,6 +227,39 @@ func (s *ClientServer) Serve(ctx context.Context) {
 			}()
 			if err := split.Serve(); err != nil {
 				log.Warn("client listener stopped", zap.Error(err))
+			}
+		}()
+	}
+}
+
+// serveApart is Serve with --listen-client-http-urls: gRPC alone on the
+// client listeners, HTTP (with httpTLS on https URLs) alone on the HTTP
+// listeners, both once the member is ready.
+func (s *ClientServer) serveApart(ctx context.Context, ready <-chan struct{}, handler http.Handler, httpTLS *tls.Config) {
+	cfg, log := s.cfg, s.cfg.Logger
+	for _, l := range cfg.Listeners {
+		go func() {
+			if !waitReady(ctx, ready) {
+				_ = l.Close() // never served: nothing else closes it
+				return
+			}
+			_ = cfg.GRPC.Serve(l)
+		}()
+	}
+	for _, l := range cfg.HTTPListeners {
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		s.servers = append(s.servers, srv)
+		httpL := l
+		if httpTLS != nil {
+			httpL = tls.NewListener(l, httpTLS)
+		}
+		go func() {
+			if !waitReady(ctx, ready) {
+				_ = l.Close()
+				return
+			}
+			if err := srv.Serve(httpL); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Warn("HTTP server stopped", zap.Error(err))
 			}
 		}()
 	}

@@ -1,8 +1,12 @@
 // Package tlsconfig turns etcd's TLS flags (--cert-file, --key-file,
-// --trusted-ca-file, --client-cert-auth, --client-crl-file and their --peer-*
-// twins) into the
-// TLS configurations strata's listeners serve with and its dialers (peers,
-// the leader's client URL) connect with. TLS 1.2 is the minimum, as in etcd.
+// --client-cert-file, --client-key-file, --trusted-ca-file,
+// --client-cert-auth, --client-crl-file, --client-cert-allowed-hostname and
+// their --peer-* twins, --peer-cert-allowed-cn, --cipher-suites,
+// --tls-min-version, --tls-max-version, and the self-signed certificates of
+// --auto-tls and --peer-auto-tls) into the TLS configurations strata's
+// listeners serve with and its dialers (peers, the leader's client URL)
+// connect with. TLS 1.2 is the minimum unless --tls-min-version says
+// TLS1.3, as in etcd.
 package tlsconfig
 
 import (
@@ -38,6 +42,36 @@ type Info struct {
 	// every handshake, as etcd reads it, so a new list applies without a
 	// restart.
 	CRLFile string
+	// ClientCertFile and ClientKeyFile (--client-cert-file,
+	// --peer-client-cert-file and their keys) are the certificate this
+	// member presents when it dials the other side; CertFile and KeyFile
+	// if empty, as in etcd.
+	ClientCertFile string
+	ClientKeyFile  string
+	// AllowedCNs and AllowedHostnames (--peer-cert-allowed-cn,
+	// --peer-cert-allowed-hostname, --client-cert-allowed-hostname) narrow
+	// client certificate authentication: a verified certificate must carry
+	// one of the common names, or be valid for one of the host names
+	// (etcd's rule; at most one of the two lists may be set). As in etcd,
+	// the lists apply both ways: a member with a certificate that dials
+	// the other side requires the same of the certificate it is served.
+	AllowedCNs       []string
+	AllowedHostnames []string
+	// CipherSuites, MinVersion and MaxVersion (--cipher-suites,
+	// --tls-min-version, --tls-max-version; ParseCipherSuites,
+	// ParseVersion) bound the handshakes served and dialed. Empty or 0:
+	// Go's choice, with TLS 1.2 the floor.
+	CipherSuites []uint16
+	MinVersion   uint16
+	MaxVersion   uint16
+	// SkipClientSANVerify (--peer-skip-client-san-verification) turns off
+	// the peer listener's check that a connecting peer's certificate names
+	// the address it connects from (PeerServing), as in etcd.
+	SkipClientSANVerify bool
+	// SelfSigned marks a certificate SelfCert generated (--auto-tls,
+	// --peer-auto-tls): nobody can verify it, so this member does not
+	// verify the other side's either when it dials, as etcd does.
+	SelfSigned bool
 }
 
 // Config secures the client and peer URLs. An https:// URL needs the
@@ -78,7 +112,8 @@ func (t Info) ServerConfig() (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, ClientCAs: pool}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool}
+	t.bound(cfg)
 	if t.ClientCertAuth {
 		if pool == nil {
 			return nil, errors.New("client certificate authentication needs a trusted CA file")
@@ -91,9 +126,23 @@ func (t Info) ServerConfig() (*tls.Config, error) {
 		if _, err := readCRL(t.CRLFile); err != nil {
 			return nil, err
 		}
+	}
+	allowed, err := t.allowedCheck()
+	if err != nil {
+		return nil, err
+	}
+	if t.CRLFile != "" || allowed != nil {
 		crlFile := t.CRLFile
-		cfg.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
-			return checkRevoked(crlFile, raw)
+		cfg.VerifyPeerCertificate = func(raw [][]byte, chains [][]*x509.Certificate) error {
+			if crlFile != "" {
+				if err := checkRevoked(crlFile, raw); err != nil {
+					return err
+				}
+			}
+			if allowed != nil {
+				return allowed(chains)
+			}
+			return nil
 		}
 	}
 	return cfg, nil
@@ -150,13 +199,27 @@ func (t Info) ClientConfig() (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	if !t.Empty() {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	cfg := &tls.Config{RootCAs: pool, InsecureSkipVerify: t.SelfSigned}
+	t.bound(cfg)
+	certFile, keyFile := t.CertFile, t.KeyFile
+	if t.ClientCertFile != "" || t.ClientKeyFile != "" {
+		certFile, keyFile = t.ClientCertFile, t.ClientKeyFile
+	}
+	if certFile != "" || keyFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
-			return nil, fmt.Errorf("load key pair %s, %s: %w", t.CertFile, t.KeyFile, err)
+			return nil, fmt.Errorf("load key pair %s, %s: %w", certFile, keyFile, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if !t.Empty() {
+		allowed, err := t.allowedCheck()
+		if err != nil {
+			return nil, err
+		}
+		if allowed != nil {
+			cfg.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error { return allowed(chains) }
+		}
 	}
 	return cfg, nil
 }
@@ -210,7 +273,8 @@ func (t Info) DialCreds(rawURL string, logger *zap.Logger) credentials.Transport
 	cfg, err := t.ClientConfig()
 	if err != nil {
 		logger.Warn("cannot load TLS configuration to dial a member", zap.String("url", rawURL), zap.Error(err))
-		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		cfg = &tls.Config{}
+		t.bound(cfg)
 	}
 	return credentials.NewTLS(cfg)
 }
@@ -220,9 +284,21 @@ func (t Info) DialCreds(rawURL string, logger *zap.Logger) credentials.Transport
 // transport dials peers with: nil, plaintext, when neither the listen nor
 // the advertised peer URLs are https.
 func (c Config) PeerServing(listenPeerURLs, advertisePeerURLs []string) ([]grpc.ServerOption, *tls.Config, error) {
-	opts, err := ServerCreds("--listen-peer-urls", listenPeerURLs, c.Peer)
+	var opts []grpc.ServerOption
+	listenSecure, err := URLsSecure("--listen-peer-urls", listenPeerURLs)
 	if err != nil {
 		return nil, nil, err
+	}
+	if listenSecure {
+		cfg, err := c.Peer.ServerConfig()
+		if err != nil {
+			return nil, nil, fmt.Errorf("--listen-peer-urls: %w", err)
+		}
+		creds := credentials.NewTLS(cfg)
+		if !c.Peer.SkipClientSANVerify {
+			creds = sanChecked{creds}
+		}
+		opts = []grpc.ServerOption{grpc.Creds(creds)}
 	}
 	secure, err := URLsSecure("--initial-advertise-peer-urls", advertisePeerURLs)
 	if err != nil {
@@ -243,7 +319,7 @@ func (c Config) PeerServing(listenPeerURLs, advertisePeerURLs []string) ([]grpc.
 // client CA. nil when the member has no client TLS material (the leader's
 // URL is then plaintext, or the forward fails its handshake and says why).
 func (t Info) ForwardConfig(logger *zap.Logger) *tls.Config {
-	if t.Empty() && t.TrustedCAFile == "" {
+	if t.Empty() && t.TrustedCAFile == "" && t.ClientCertFile == "" {
 		return nil
 	}
 	cfg, err := t.ClientConfig()

@@ -160,15 +160,41 @@ func HostPort(rawURL string) (string, error) {
 	return u.Host, nil
 }
 
+// Listen listens on the host:port of every URL, in order, with
+// ListenConfig's defaults; see ListenConfig.Listen.
+func Listen(what string, urls []string) ([]net.Listener, error) {
+	return ListenConfig{}.Listen(what, urls)
+}
+
+// ListenConfig is etcd's socket options for the listeners of the client,
+// peer and metrics URLs (--socket-reuse-port, --socket-reuse-address).
+type ListenConfig struct {
+	// ReusePort sets SO_REUSEPORT: another process may bind the same port
+	// (unix only).
+	ReusePort bool
+	// ReuseAddress sets SO_REUSEADDR, which Go already sets on every
+	// listener on unix.
+	ReuseAddress bool
+}
+
+// ListenAddr listens on addr (host:port) with c's socket options.
+func (c ListenConfig) ListenAddr(addr string) (net.Listener, error) {
+	if !c.ReusePort && !c.ReuseAddress {
+		return net.Listen("tcp", addr)
+	}
+	lc := net.ListenConfig{Control: c.control}
+	return lc.Listen(context.Background(), "tcp", addr)
+}
+
 // Listen listens on the host:port of every URL, in order; what names the
 // URLs in errors ("client", "peer"). On error it closes what it opened.
-func Listen(what string, urls []string) ([]net.Listener, error) {
+func (c ListenConfig) Listen(what string, urls []string) ([]net.Listener, error) {
 	var out []net.Listener
 	for _, u := range urls {
 		addr, err := HostPort(u)
 		if err == nil {
 			var l net.Listener
-			if l, err = net.Listen("tcp", addr); err == nil {
+			if l, err = c.ListenAddr(addr); err == nil {
 				out = append(out, l)
 				continue
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -117,4 +118,13 @@ func featureGatesUsage() string {
 		fmt.Fprintf(&b, "\n%s=true|false (%s - default=%v): %s", g.name, g.stage, g.on, g.inStrata)
 	}
 	return b.String()
+}
+
+// check applies etcd's rule between gates: LeaseCheckpointPersist needs
+// LeaseCheckpoint. The error is etcd's.
+func (g *featureGates) check() error {
+	if g.Enabled("LeaseCheckpointPersist") && !g.Enabled("LeaseCheckpoint") {
+		return errors.New("enabling feature gate LeaseCheckpointPersist requires enabling feature gate LeaseCheckpoint")
+	}
+	return nil
 }

@@ -105,7 +105,7 @@ func runLoggerServe(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "strata logger: --data-dir is required")
 		return 2
 	}
-	zl, err := newLogger(*logLevel)
+	zl, err := newLogger(*logLevel, "zap", "default", "json", nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "strata logger: %v\n", err)
 		return 2

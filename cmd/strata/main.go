@@ -11,17 +11,27 @@
 //	strata backup create|list|verify|prune incremental backups of engine files
 //	strata logger [join|status|recover]    the logger service (docs/logger.md)
 //
-// The member accepts etcd's flags under etcd's names and meanings, also as
-// ETCD_* environment variables (a flag given on the command line wins), so
-// that strata can stand where an etcd binary stands.
+// The member accepts every flag of etcd 3.7 (and etcd 3.6's
+// --experimental-* names) under etcd's names, defaults and meanings, also as
+// ETCD_* environment variables (a variable beside its own flag is refused,
+// as etcd refuses it), or
+// etcd's YAML configuration file (--config-file, ETCD_CONFIG_FILE; other
+// flags and variables are then ignored, as etcd ignores them), so that
+// strata can stand where an etcd binary stands. docs/flags.md lists what
+// strata does with each: implemented, accepted without effect (and --help
+// says why), or refused unless left at its default.
 package main
 
 import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -29,7 +39,11 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/strata-kv/strata/engine/engines"
+	"github.com/strata-kv/strata/internal/logrotate"
 	"github.com/strata-kv/strata/member"
+	"github.com/strata-kv/strata/tlsconfig"
+	"github.com/strata-kv/strata/transport"
 )
 
 func main() {
@@ -63,7 +77,21 @@ func (s *stringList) Set(v string) error {
 // flags holds the member's command line.
 type flags struct {
 	name, dataDir                               string
+	walDir, configFile                          string
 	listenClientURLs, advertiseClientURLs       string
+	listenClientHTTPURLs                        string
+	maxConcurrentStreams                        uint32Value
+	grpcKeepAliveMinTime, grpcKeepAliveInterval time.Duration
+	grpcKeepAliveTimeout                        time.Duration
+	enableGRPCGateway, strictReconfig, preVote  bool
+	maxLearners, compactionBatchLimit           int
+	compactionSleepInterval, warnUnaryDuration  time.Duration
+	warnApplyDuration                           time.Duration
+	logger, logOutputs, logFormat               string
+	enableLogRotation                           bool
+	logRotationConfig                           string
+	cors, hostWhitelist                         string
+	reusePort, reuseAddress                     bool
 	listenPeerURLs, initialAdvertisePeerURLs    string
 	initialCluster, initialClusterState, token  string
 	autoCompactionMode, autoCompactionRetention string
@@ -75,11 +103,26 @@ type flags struct {
 	version                                     bool
 	logDirs                                     stringList
 	engineWAL                                   bool
+	engine                                      string
 	watchProgressNotifyInterval                 time.Duration
 	corrupt                                     corruptFlags
 	logCompaction                               logCompactionFlags
 	security                                    securityFlags
 	metrics                                     metricsFlags
+	noEffect                                    *noEffectValues
+	refused                                     refusedFlags
+	// unrecognizedEnv are the ETCD_* variables no flag reads, to log.
+	unrecognizedEnv []string
+}
+
+// uint32Value is --max-concurrent-streams: a uint32 (etcd's Uint32Value).
+type uint32Value uint32
+
+func (u *uint32Value) String() string { return strconv.FormatUint(uint64(*u), 10) }
+func (u *uint32Value) Set(s string) error {
+	v, err := strconv.ParseUint(s, 0, 32)
+	*u = uint32Value(v)
+	return err
 }
 
 func newFlagSet(f *flags) *flag.FlagSet {
@@ -108,6 +151,41 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.DurationVar(&f.watchProgressNotifyInterval, "watch-progress-notify-interval", 10*time.Minute, "Duration of periodic watch progress notifications.")
 	fs.DurationVar(&f.watchProgressNotifyInterval, "experimental-watch-progress-notify-interval", 10*time.Minute, "Deprecated name of --watch-progress-notify-interval.")
 	fs.BoolVar(&f.engineWAL, "engine-wal", false, "strata: turn the engine's own WAL on, synced per apply batch (the double-logging baseline).")
+	fs.StringVar(&f.engine, "engine", engines.Default, "strata: the storage engine, "+strings.Join(engines.Names(), " or ")+"; chosen when the data directory is created and recorded there (a restart with another is refused; strata restore --engine moves data to another). docs/engines.md.")
+	fs.StringVar(&f.configFile, "config-file", "", "Path to the server configuration file (etcd's YAML). Note that if a configuration file is provided, other command line flags and environment variables will be ignored.")
+	fs.StringVar(&f.walDir, "wal-dir", "", "Path to the dedicated wal directory. strata: the raft log's directory, as one --log-dir.")
+	fs.StringVar(&f.listenClientHTTPURLs, "listen-client-http-urls", "", "List of URLs to listen on for http only client traffic. Enabling this flag removes http services from --listen-client-urls.")
+	f.maxConcurrentStreams = math.MaxUint32
+	fs.Var(&f.maxConcurrentStreams, "max-concurrent-streams", "Maximum concurrent streams that each client can open at a time.")
+	fs.DurationVar(&f.grpcKeepAliveMinTime, "grpc-keepalive-min-time", 5*time.Second, "Minimum duration interval that a client should wait before pinging server.")
+	fs.DurationVar(&f.grpcKeepAliveInterval, "grpc-keepalive-interval", 2*time.Hour, "Frequency duration of server-to-client ping to check if a connection is alive (0 to disable).")
+	fs.DurationVar(&f.grpcKeepAliveTimeout, "grpc-keepalive-timeout", 20*time.Second, "Additional duration of wait before closing a non-responsive connection (0 to disable).")
+	fs.BoolVar(&f.enableGRPCGateway, "enable-grpc-gateway", true, "Enable GRPC gateway (etcd's JSON gateway on /v3/).")
+	fs.BoolVar(&f.strictReconfig, "strict-reconfig-check", true, "Reject reconfiguration requests that would cause quorum loss.")
+	fs.BoolVar(&f.preVote, "pre-vote", true, "Enable the raft Pre-Vote algorithm to prevent disruption when a node that has been partitioned away rejoins the cluster.")
+	fs.IntVar(&f.compactionBatchLimit, "compaction-batch-limit", 0, "Sets the maximum revisions deleted in each compaction batch. strata: the revision-index entries one engine batch of physical revision compaction visits (0: 1000).")
+	fs.IntVar(&f.compactionBatchLimit, "experimental-compaction-batch-limit", 0, "etcd 3.6's name of --compaction-batch-limit.")
+	fs.DurationVar(&f.compactionSleepInterval, "compaction-sleep-interval", 0, "Sets the sleep interval between each compaction batch. strata: 0 does not wait (etcd waits 10ms).")
+	fs.DurationVar(&f.compactionSleepInterval, "experimental-compaction-sleep-interval", 0, "etcd 3.6's name of --compaction-sleep-interval.")
+	fs.DurationVar(&f.warnUnaryDuration, "warning-unary-request-duration", 300*time.Millisecond, "Set time duration after which a warning is logged if a unary request takes more than this duration.")
+	fs.DurationVar(&f.warnUnaryDuration, "experimental-warning-unary-request-duration", 300*time.Millisecond, "etcd 3.6's name of --warning-unary-request-duration.")
+	fs.DurationVar(&f.warnApplyDuration, "warning-apply-duration", 100*time.Millisecond, "Warning is generated if requests take more than this duration. strata: the apply of replicated requests; read-only requests are not timed.")
+	fs.DurationVar(&f.warnApplyDuration, "experimental-warning-apply-duration", 100*time.Millisecond, "etcd 3.6's name of --warning-apply-duration.")
+	fs.IntVar(&f.maxLearners, "max-learners", 1, "Set the max number of learner members allowed in the cluster membership.")
+	fs.IntVar(&f.maxLearners, "experimental-max-learners", 1, "etcd 3.6's name of --max-learners.")
+	fs.Uint64Var(&f.catchUpEntries, "experimental-snapshot-catchup-entries", 5000, "etcd 3.6's name of --snapshot-catchup-entries.")
+	fs.BoolVar(&f.reusePort, "socket-reuse-port", false, "Enable to set socket option SO_REUSEPORT on listeners allowing rebinding of a port already in use.")
+	fs.BoolVar(&f.reuseAddress, "socket-reuse-address", false, "Enable to set socket option SO_REUSEADDR on listeners allowing binding to an address in TIME_WAIT state.")
+	fs.StringVar(&f.cors, "cors", "*", "Comma-separated whitelist of origins for CORS, or cross-origin resource sharing, (empty or * means allow all).")
+	fs.StringVar(&f.hostWhitelist, "host-whitelist", "*", "Acceptable hostnames from HTTP client requests, if server is not secure (empty or * means allow all).")
+	fs.StringVar(&f.logger, "logger", "zap", "Currently only supports 'zap' for structured logging.")
+	fs.StringVar(&f.logOutputs, "log-outputs", "default", "Specify 'stdout' or 'stderr' to skip journald logging even when running under systemd, or list of comma separated output targets. strata: 'default' and 'systemd/journal' write to stderr (which systemd hands to the journal).")
+	fs.StringVar(&f.logFormat, "log-format", "json", "Configures log format. Only supports json, console.")
+	fs.BoolVar(&f.enableLogRotation, "enable-log-rotation", false, "Enable log rotation of a single log-outputs file target.")
+	fs.StringVar(&f.logRotationConfig, "log-rotation-config-json", `{"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false}`,
+		"Configures log rotation if enabled with a JSON logger config. MaxSize(MB), MaxAge(days,0=no limit), MaxBackups(0=no limit), LocalTime(use computers local time), Compress(gzip).")
+	f.noEffect = registerNoEffect(fs)
+	f.refused.register(fs)
 	f.corrupt.register(fs)
 	f.logCompaction.register(fs)
 	f.security.register(fs)
@@ -115,68 +193,126 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	return fs
 }
 
-// applyEnv sets every flag not given on the command line from its ETCD_*
-// environment variable, as etcd does.
-func applyEnv(fs *flag.FlagSet, given map[string]bool) error {
-	var err error
+// applyEnv sets every flag not given on the command line from its
+// non-empty ETCD_* environment variable, with etcd's rules: a variable for
+// a flag also given on the command line is refused (etcd stops with the
+// same words); ETCD_VERSION is no flag's variable (else a container image
+// that sets it would only print the version); the other ETCD_* variables
+// that no flag reads are returned, for the log, as etcd logs them.
+func applyEnv(fs *flag.FlagSet, given map[string]bool) (unrecognized []string, err error) {
+	used := map[string]bool{"ETCD_VERSION": true, "ETCD_CONFIG_FILE": true}
 	fs.VisitAll(func(fl *flag.Flag) {
-		if err != nil || given[fl.Name] {
+		key := "ETCD_" + strings.ToUpper(strings.ReplaceAll(fl.Name, "-", "_"))
+		v := os.Getenv(key)
+		if err != nil || v == "" || used[key] {
 			return
 		}
-		key := "ETCD_" + strings.ToUpper(strings.ReplaceAll(fl.Name, "-", "_"))
-		if v, ok := os.LookupEnv(key); ok {
-			if e := fs.Set(fl.Name, v); e != nil {
-				err = fmt.Errorf("invalid value %q for %s: %w", v, key, e)
-			}
+		used[key] = true
+		if given[fl.Name] {
+			err = fmt.Errorf("conflicting environment variable %s is shadowed by corresponding command-line flag --%s (either unset environment variable or disable flag)", key, fl.Name)
+			return
+		}
+		if e := fs.Set(fl.Name, v); e != nil {
+			err = fmt.Errorf("invalid value %q for %s: %w", v, key, e)
 		}
 	})
-	return err
+	for _, kv := range os.Environ() {
+		key, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(key, "ETCD_") && !used[key] {
+			unrecognized = append(unrecognized, kv)
+		}
+	}
+	return unrecognized, err
 }
 
-func runMember(args []string) int {
-	var f flags
-	fs := newFlagSet(&f)
+// errPrinted is a parse error the flag package has already printed, with
+// the usage, as etcd's does.
+var errPrinted = errors.New("flag error printed")
+
+// loadFlags reads the member's configuration as etcd does: the command
+// line; then, when --config-file (or ETCD_CONFIG_FILE) names a file, that
+// file alone over etcd's defaults (the other flags and the environment are
+// ignored); else the ETCD_* variable of every flag not given. It returns
+// nil flags after --help.
+func loadFlags(args []string) (*flags, error) {
+	f := &flags{}
+	fs := newFlagSet(f)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return nil, nil
 		}
-		return 2
+		return nil, errPrinted
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "strata: unexpected argument %q (flags start with --)\n", fs.Arg(0))
-		return 2
+		return nil, fmt.Errorf("%q is not a valid flag (flags start with --)", fs.Arg(0))
 	}
 	if f.version {
-		printVersion(os.Stdout)
-		return 0
+		return f, nil
+	}
+	path := f.configFile
+	if path == "" {
+		path = os.Getenv("ETCD_CONFIG_FILE")
+	}
+	if path != "" {
+		fc := &flags{}
+		if err := applyConfigFile(newFlagSet(fc), path); err != nil {
+			return nil, err
+		}
+		fc.configFile = path
+		return fc, nil
 	}
 	given := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
-	if err := applyEnv(fs, given); err != nil {
-		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
-		return 2
-	}
-	cfg, err := f.memberConfig()
+	unrecognized, err := applyEnv(fs, given)
 	if err != nil {
+		return nil, err
+	}
+	f.unrecognizedEnv = unrecognized
+	// etcd's rule, on the command line and the environment (not in a
+	// file): a member listening elsewhere must say where clients reach it.
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if set["listen-client-urls"] && !set["advertise-client-urls"] {
+		return nil, errors.New("--advertise-client-urls is required when --listen-client-urls is set explicitly")
+	}
+	return f, nil
+}
+
+func runMember(args []string) int {
+	f, err := loadFlags(args)
+	switch {
+	case errors.Is(err, errPrinted):
+		return 2
+	case err != nil:
 		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
 		return 2
+	case f == nil:
+		return 0
+	case f.version:
+		printVersion(os.Stdout)
+		return 0
 	}
-	f.corrupt.apply(&cfg)
-	if err := f.logCompaction.apply(&cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
-		return 2
-	}
-	f.security.apply(&cfg)
-	if err := f.metrics.apply(&cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
-		return 2
-	}
-	logger, err := newLogger(f.logLevel)
+	logger, err := newLogger(f.logLevel, f.logger, f.logOutputs, f.logFormat, f.rotation())
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
 		return 2
 	}
 	defer func() { _ = logger.Sync() }()
+	if v := os.Getenv("ETCD_VERSION"); v != "" {
+		logger.Warn("cannot set special environment variable", zap.String("key", "ETCD_VERSION"), zap.String("value", v))
+	}
+	for _, env := range f.unrecognizedEnv {
+		logger.Warn("unrecognized environment variable", zap.String("environment-variable", env))
+	}
+	if f.configFile != "" {
+		logger.Info("loaded server configuration, other configuration command line flags and environment variables will be ignored if provided",
+			zap.String("path", f.configFile))
+	}
+	cfg, err := f.config(logger)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
+		return 2
+	}
 	cfg.Logger = logger
 
 	m, err := member.Start(cfg)
@@ -206,6 +342,38 @@ func runMember(args []string) int {
 	}
 }
 
+// config is every flag's contribution to the member's configuration, after
+// the checks and refusals etcd's flags get; logger reports the
+// certificates --auto-tls and --peer-auto-tls generate.
+func (f *flags) config(logger *zap.Logger) (member.Config, error) {
+	if err := f.refused.check(); err != nil {
+		return member.Config{}, err
+	}
+	if err := f.noEffect.check(); err != nil {
+		return member.Config{}, err
+	}
+	if err := f.corrupt.gates.check(); err != nil {
+		return member.Config{}, err
+	}
+	cfg, err := f.memberConfig()
+	if err != nil {
+		return member.Config{}, err
+	}
+	f.corrupt.apply(&cfg)
+	if err := f.logCompaction.apply(&cfg); err != nil {
+		return member.Config{}, err
+	}
+	if err := f.metrics.apply(&cfg); err != nil {
+		return member.Config{}, err
+	}
+	// Last: --auto-tls writes its certificates once everything else has
+	// been accepted.
+	if err := f.security.apply(&cfg, logger); err != nil {
+		return member.Config{}, err
+	}
+	return cfg, nil
+}
+
 func (f *flags) memberConfig() (member.Config, error) {
 	if f.dataDir == "" {
 		f.dataDir = f.name + ".strata"
@@ -221,26 +389,67 @@ func (f *flags) memberConfig() (member.Config, error) {
 		}
 		cluster[name] = append(cluster[name], u)
 	}
+	// etcd's checks, in etcd's words.
 	switch f.initialClusterState {
 	case "new", "existing":
 	default:
-		return member.Config{}, fmt.Errorf("--initial-cluster-state: %q is neither 'new' nor 'existing'", f.initialClusterState)
+		return member.Config{}, fmt.Errorf("invalid value %q for flag -initial-cluster-state: invalid value", f.initialClusterState)
 	}
 	switch f.autoCompactionMode {
 	case "periodic", "revision":
+	case "":
+		return member.Config{}, errors.New("undefined auto-compaction-mode")
 	default:
-		return member.Config{}, fmt.Errorf("--auto-compaction-mode: %q is neither 'periodic' nor 'revision'", f.autoCompactionMode)
+		return member.Config{}, fmt.Errorf("unknown auto-compaction-mode %q", f.autoCompactionMode)
 	}
-	if f.heartbeatMillis == 0 || f.electionMillis < 5*f.heartbeatMillis {
+	switch {
+	case f.heartbeatMillis == 0:
+		return member.Config{}, fmt.Errorf("--heartbeat-interval must be >0 (set to %dms)", f.heartbeatMillis)
+	case f.electionMillis == 0:
+		return member.Config{}, fmt.Errorf("--election-timeout must be >0 (set to %dms)", f.electionMillis)
+	case f.electionMillis < 5*f.heartbeatMillis:
 		return member.Config{}, fmt.Errorf("--election-timeout[%vms] should be at least as 5 times as --heartbeat-interval[%vms]", f.electionMillis, f.heartbeatMillis)
+	case f.electionMillis > 50000:
+		return member.Config{}, fmt.Errorf("--election-timeout[%vms] is too long, and should be set less than %vms", f.electionMillis, 50000)
 	}
 	if f.maxTxnOps == 0 {
 		return member.Config{}, errors.New("--max-txn-ops must be positive")
 	}
+	logDirs := f.logDirs
+	if f.walDir != "" {
+		if len(logDirs) > 0 && !(len(logDirs) == 1 && logDirs[0] == f.walDir) {
+			return member.Config{}, fmt.Errorf("--wal-dir %s and --log-dir %v both name the raft log's directory: give one of them", f.walDir, []string(logDirs))
+		}
+		logDirs = []string{f.walDir}
+	}
+	for _, origin := range commaList(f.cors) {
+		if err := checkOrigin(origin); err != nil {
+			return member.Config{}, fmt.Errorf("invalid value %q for flag -cors: %w", f.cors, err)
+		}
+	}
+	if f.compactionBatchLimit < 0 || f.compactionSleepInterval < 0 {
+		return member.Config{}, fmt.Errorf("--compaction-batch-limit %d, --compaction-sleep-interval %v: negative", f.compactionBatchLimit, f.compactionSleepInterval)
+	}
+	if f.maxLearners < 1 {
+		// membership.Config reads 0 as etcd's default of 1; a limit of 0
+		// would refuse every learner, which etcd allows but no one needs.
+		return member.Config{}, fmt.Errorf("--max-learners=%d: strata needs at least 1", f.maxLearners)
+	}
+	if err := engines.Check(f.engine); err != nil {
+		return member.Config{}, fmt.Errorf("--engine: %w", err)
+	}
+	httpSecure, err := tlsconfig.URLsSecure("--listen-client-http-urls", splitURLs(f.listenClientHTTPURLs))
+	if err != nil {
+		return member.Config{}, err
+	}
+	if clientSecure, err := tlsconfig.URLsSecure("--listen-client-urls", splitURLs(f.listenClientURLs)); err == nil &&
+		f.listenClientHTTPURLs != "" && httpSecure != clientSecure {
+		return member.Config{}, errors.New("--listen-client-http-urls: strata serves them with the client URLs' TLS, so both must be http or both https")
+	}
 	return member.Config{
 		Name:                        f.name,
 		DataDir:                     f.dataDir,
-		LogDirs:                     f.logDirs,
+		LogDirs:                     logDirs,
 		ListenClientURLs:            splitURLs(f.listenClientURLs),
 		AdvertiseClientURLs:         splitURLs(f.advertiseClientURLs),
 		ListenPeerURLs:              splitURLs(f.listenPeerURLs),
@@ -258,7 +467,24 @@ func (f *flags) memberConfig() (member.Config, error) {
 		HeartbeatInterval:           time.Duration(f.heartbeatMillis) * time.Millisecond,
 		ElectionTimeout:             time.Duration(f.electionMillis) * time.Millisecond,
 		EngineWAL:                   f.engineWAL,
+		Engine:                      f.engine,
 		WatchProgressNotifyInterval: f.watchProgressNotifyInterval,
+		ListenClientHTTPURLs:        splitURLs(f.listenClientHTTPURLs),
+		DisableGRPCGateway:          !f.enableGRPCGateway,
+		MaxConcurrentStreams:        uint32(f.maxConcurrentStreams),
+		GRPCKeepAliveMinTime:        f.grpcKeepAliveMinTime,
+		GRPCKeepAliveInterval:       f.grpcKeepAliveInterval,
+		GRPCKeepAliveTimeout:        f.grpcKeepAliveTimeout,
+		DisablePreVote:              !f.preVote,
+		MaxLearners:                 f.maxLearners,
+		NoStrictReconfig:            !f.strictReconfig,
+		Sockets:                     transport.ListenConfig{ReusePort: f.reusePort, ReuseAddress: f.reuseAddress},
+		CORS:                        commaList(f.cors),
+		HostWhitelist:               commaList(f.hostWhitelist),
+		CompactionBatchLimit:        f.compactionBatchLimit,
+		CompactionSleepInterval:     f.compactionSleepInterval,
+		WarningUnaryRequestDuration: f.warnUnaryDuration,
+		WarningApplyDuration:        f.warnApplyDuration,
 	}, nil
 }
 
@@ -272,14 +498,131 @@ func splitURLs(s string) []string {
 	return out
 }
 
-func newLogger(level string) (*zap.Logger, error) {
+// rotation is --enable-log-rotation's configuration: nil when off.
+func (f *flags) rotation() *string {
+	if !f.enableLogRotation {
+		return nil
+	}
+	return &f.logRotationConfig
+}
+
+// newLogger builds the zap logger of --log-level, --logger, --log-outputs
+// and --log-format, with etcd's rules and errors: 'default' alone or not at
+// all, 'systemd/journal' alone (both write to stderr, which systemd hands
+// to the journal), 'stderr', 'stdout' and file paths otherwise. With
+// rotation (--enable-log-rotation, its --log-rotation-config-json), the
+// one file among the outputs is rotated (internal/logrotate).
+func newLogger(level, logger, outputs, format string, rotation *string) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
+	switch logger {
+	case "zap":
+	case "capnslog":
+		return nil, errors.New("--logger=capnslog is removed in v3.5")
+	default:
+		return nil, fmt.Errorf("unknown logger option %q", logger)
+	}
+	outs := splitURLs(outputs)
+	if len(outs) == 0 {
+		outs = []string{"default"}
+	}
+	var paths []string
+	for _, o := range outs {
+		switch o {
+		case "default", "systemd/journal":
+			if len(outs) > 1 {
+				return nil, fmt.Errorf("multi logoutput for %q is not supported yet", o)
+			}
+			paths = append(paths, "stderr")
+		default:
+			paths = append(paths, o)
+		}
+	}
+	if format != "json" && format != "console" {
+		return nil, fmt.Errorf("unknown log format: %s, supported values json, console", format)
+	}
 	cfg := zap.NewProductionConfig()
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
 	cfg.Sampling = nil
+	cfg.Encoding = format
+	cfg.OutputPaths = paths
+	cfg.ErrorOutputPaths = paths
 	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-	return cfg.Build()
+	if rotation == nil {
+		return cfg.Build()
+	}
+	return rotatingLogger(cfg, paths, *rotation)
+}
+
+// errRotationOutputs is etcd's refusal of rotation without exactly one
+// file among the log outputs.
+var errRotationOutputs = errors.New("--log-outputs requires a single file path when --log-rotate-config-json is defined")
+
+// rotatingLogger is cfg's logger with its one file output rotated.
+func rotatingLogger(cfg zap.Config, paths []string, rotationJSON string) (*zap.Logger, error) {
+	var file string
+	for _, p := range paths {
+		if p != "stderr" && p != "stdout" {
+			if file != "" {
+				return nil, errRotationOutputs
+			}
+			file = p
+		}
+	}
+	if file == "" {
+		return nil, errRotationOutputs
+	}
+	rc, err := logrotate.ParseConfig(rotationJSON)
+	if err != nil {
+		return nil, err
+	}
+	var sinks []zapcore.WriteSyncer
+	for _, p := range paths {
+		if p == file {
+			w, err := logrotate.Open(file, rc)
+			if err != nil {
+				return nil, fmt.Errorf("--log-outputs: %w", err)
+			}
+			sinks = append(sinks, w)
+			continue
+		}
+		ws, _, err := zap.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		sinks = append(sinks, ws)
+	}
+	enc := zapcore.NewJSONEncoder(cfg.EncoderConfig)
+	if cfg.Encoding == "console" {
+		enc = zapcore.NewConsoleEncoder(cfg.EncoderConfig)
+	}
+	out := zapcore.NewMultiWriteSyncer(sinks...)
+	return zap.New(zapcore.NewCore(enc, out, cfg.Level), zap.AddCaller(), zap.AddStacktrace(zap.ErrorLevel), zap.ErrorOutput(out)), nil
+}
+
+// checkOrigin applies etcd's rule to a --cors origin: "*", or a URL of
+// scheme http or https with host:port and no path (or unix, unixs).
+func checkOrigin(origin string) error {
+	if origin == "*" {
+		return nil
+	}
+	u, err := url.Parse(origin)
+	if err != nil {
+		return err
+	}
+	switch u.Scheme {
+	case "http", "https":
+		if _, _, err := net.SplitHostPort(u.Host); err != nil {
+			return fmt.Errorf(`URL address does not have the form "host:port": %s`, origin)
+		}
+		if u.Path != "" {
+			return fmt.Errorf("URL must not contain a path: %s", origin)
+		}
+	case "unix", "unixs":
+	default:
+		return fmt.Errorf("URL scheme must be http, https, unix, or unixs: %s", origin)
+	}
+	return nil
 }

@@ -15,7 +15,7 @@ type metricsFlags struct {
 }
 
 func (f *metricsFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.listenURLs, "listen-metrics-urls", "", "List of additional URLs to listen on that respond to the /metrics, /health, /livez and /readyz endpoints (http only).")
+	fs.StringVar(&f.listenURLs, "listen-metrics-urls", "", "List of additional URLs to listen on that respond to the /metrics, /health, /livez and /readyz endpoints. For https, the client URL TLS info is used.")
 	fs.StringVar(&f.level, "metrics", "basic", "Set level of detail for exported metrics, specify 'extensive' to include server side grpc histogram metrics. strata exports the same set at both levels.")
 	fs.BoolVar(&f.pprof, "enable-pprof", false, "Enable runtime profiling data via HTTP server. Address is at client URL + \"/debug/pprof/\"")
 }

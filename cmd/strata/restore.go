@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/strata-kv/strata/backup"
+	"github.com/strata-kv/strata/engine/engines"
 	"github.com/strata-kv/strata/maintenance"
 	"github.com/strata-kv/strata/member"
 )
@@ -36,6 +37,7 @@ func runRestore(args []string) int {
 	fs.StringVar(&tf.url, "from", "", "Restore from an incremental backup target (file:///dir or s3://bucket/prefix) instead of a backup file.")
 	tf.registerS3(fs)
 	version := fs.Uint64("version", 0, "With --from: the version to restore (0: the latest).")
+	engineName := fs.String("engine", engines.Default, "The storage engine of the new data directory ("+strings.Join(engines.Names(), " or ")+"): a snapshot of a member on one engine restores onto another. Not with --from, whose engine files are Pebble's.")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -48,6 +50,9 @@ func runRestore(args []string) int {
 		return 2
 	case tf.url == "" && fs.NArg() != 1:
 		fmt.Fprintln(os.Stderr, "strata restore: want exactly one backup file argument, or --from URL")
+		return 2
+	case tf.url != "" && *engineName != engines.Default:
+		fmt.Fprintln(os.Stderr, "strata restore: --from restores Pebble's engine files; --engine is for a snapshot file")
 		return 2
 	case tf.url == "" && *version != 0:
 		fmt.Fprintln(os.Stderr, "strata restore: --version needs --from")
@@ -78,6 +83,7 @@ func runRestore(args []string) int {
 	}
 	res, err := maintenance.Restore(maintenance.RestoreConfig{
 		Backup:              fs.Arg(0),
+		Engine:              *engineName,
 		Name:                *name,
 		DataDir:             *dataDir,
 		InitialCluster:      members,
