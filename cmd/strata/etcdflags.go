@@ -31,7 +31,7 @@ type noEffect struct {
 
 // Reasons shared by several flags.
 const (
-	whyBbolt     = "a bbolt backend setting; strata's engine is Pebble, which commits one batch per applied run of raft entries"
+	whyBbolt     = "etcd's bbolt backend setting; strata commits one engine batch per applied run of raft entries, and its own bbolt engine (--engine bbolt) writes them to bbolt in its flushes"
 	whyDiscovery = "used only by discovery, which strata refuses (bootstrap with --initial-cluster)"
 	whyTracing   = "strata exports no OpenTelemetry traces"
 )
@@ -46,7 +46,7 @@ var etcdNoEffect = []noEffect{
 	{name: "max-wals", def: "5", kind: "uint", help: "Maximum number of wal files to retain (0 is unlimited).",
 		why: "strata's raft log is truncated below the engine's durable index (--snapshot-count, --snapshot-catchup-entries), not by file count"},
 	{name: "memory-mlock", def: "false", kind: "bool", help: "Enable to enforce etcd pages (in particular bbolt) to stay in RAM.",
-		why: "bbolt's pages; strata's engine is Pebble", aliases: []string{"experimental-memory-mlock"}},
+		why: "etcd's bbolt pages; strata's engines keep their own memory", aliases: []string{"experimental-memory-mlock"}},
 	{name: "backend-bbolt-freelist-type", def: "map", kind: "string", help: "BackendFreelistType specifies the type of freelist that boltdb backend uses(array and map are supported types).",
 		why: whyBbolt, aliases: []string{"experimental-backend-bbolt-freelist-type"}},
 	{name: "backend-batch-interval", def: "0s", kind: "duration", help: "BackendBatchInterval is the maximum time before commit the backend transaction.", why: whyBbolt},
@@ -86,7 +86,7 @@ var etcdNoEffect = []noEffect{
 	{name: "experimental-enable-lease-checkpoint-persist", def: "false", kind: "bool", help: "Enable persisting remainingTTL to prevent indefinite auto-renewal of long lived leases (3.6's --feature-gates=LeaseCheckpointPersist=true).",
 		why: "strata always persists checkpointed TTLs"},
 	{name: "experimental-txn-mode-write-with-shared-buffer", def: "true", kind: "bool", help: "Enable the write transaction to use a shared buffer in its readonly check operations (3.6's --feature-gates=TxnModeWriteWithSharedBuffer).",
-		why: "a bbolt buffer setting; strata's engine is Pebble"},
+		why: "an etcd bbolt buffer setting, not strata's"},
 	{name: "experimental-stop-grpc-service-on-defrag", def: "false", kind: "bool", help: "Enable etcd gRPC service to stop serving client requests on defragmentation (3.6's --feature-gates=StopGRPCServiceOnDefrag=true).",
 		why: "Defragment in strata (an LSM engine) does not stop serving"},
 }

@@ -35,7 +35,7 @@ var etcdFeatureGates = []featureGate{
 	{"PriorityRequest", "ALPHA", false, "no effect: strata does not prioritise requests"},
 	{"SetMemberLocalAddr", "ALPHA", false, "no effect: strata dials peers from any local address"},
 	{"StopGRPCServiceOnDefrag", "ALPHA", false, "no effect: Defragment in strata (an LSM engine) does not stop serving"},
-	{"TxnModeWriteWithSharedBuffer", "BETA", true, "no effect: a bbolt buffer setting; strata's engine is Pebble"},
+	{"TxnModeWriteWithSharedBuffer", "BETA", true, "no effect: an etcd bbolt buffer setting, not strata's"},
 }
 
 // featureGates is the --feature-gates flag's value: etcd's defaults, then
