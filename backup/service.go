@@ -1,0 +1,257 @@
+package backup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/strata-kv/strata/datadir"
+)
+
+// Options are a running member's backup settings (its --backup-* and
+// --s3-* flags).
+type Options struct {
+	// Target is the URL of the member's own target (--backup-target);
+	// empty: none, and the member takes versions only when asked for one
+	// of another target (Service.Create).
+	Target string
+	// TargetOptions reach an s3:// target: the member's --s3-* flags,
+	// else its environment. They are used for every target the member
+	// writes, its own and those a request names.
+	TargetOptions TargetOptions
+	// Interval is the time between two versions of the continuous mode
+	// (--backup-interval); 0 turns it off.
+	Interval time.Duration
+	// Keep prunes the target after each version of the continuous mode
+	// (--backup-keep-last, --backup-keep-within); zero prunes nothing.
+	Keep Retention
+}
+
+// ServiceConfig is what a member gives its Service at construction.
+type ServiceConfig struct {
+	Options
+	// Engine, ID, Term and Logger are as in Config.
+	Engine Checkpointer
+	ID     datadir.ID
+	Term   func(index uint64) (uint64, error)
+	Logger *zap.Logger
+	// StagingDir holds the checkpoints while they upload; it must be on
+	// the engine's file system (Config.StagingDir). OpenService creates
+	// it and removes what a crash left in it.
+	StagingDir string
+	// Leader reports whether the member leads its cluster; the continuous
+	// mode takes a version only then (docs/backup.md, "Which member backs
+	// up"). Nil: always.
+	Leader func() bool
+}
+
+// Service is a running member's backups: the continuous mode (Run) into
+// its own target, versions on request into any target (Create, and the
+// gRPC method Register serves), and the counters of both (Stats).
+//
+// Concurrency: every method is safe from any goroutine. Versions of the
+// member's own target go through one Backuper (serialised with its
+// prunes); versions of any other target are serialised by mu, so the
+// member is one writer of each target (package comment, "Concurrency").
+type Service struct {
+	cfg ServiceConfig
+
+	mu sync.Mutex // guards own; serialises versions of other targets
+	// own is the Backuper of cfg.Target, nil until the target is first
+	// reached: a member starts even if its target cannot be reached, and
+	// tries again at each interval. Guarded by mu.
+	own *Backuper
+	// counters are shared by every Backuper of the Service, so that Stats
+	// counts the versions of every target.
+	counters *counters
+
+	// closed ends the versions under way when Close is called; inflight
+	// counts the Create calls Close waits for. closeMu orders Close after
+	// every inflight.Add.
+	closed    context.Context
+	close     context.CancelFunc
+	closeMu   sync.Mutex
+	inflight  sync.WaitGroup
+	isClosing bool // guarded by closeMu
+}
+
+// stagingPrefix begins every directory a Backuper stages a checkpoint in
+// (os.MkdirTemp in create).
+const stagingPrefix = "strata-backup-"
+
+// OpenService checks cfg (a malformed target URL or interval is an
+// error), creates the staging directory and removes the checkpoints a
+// crash left in it. It starts nothing and does not reach the target.
+func OpenService(cfg ServiceConfig) (*Service, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Interval < 0 {
+		return nil, fmt.Errorf("--backup-interval %s: want 0 (off) or more", cfg.Interval)
+	}
+	if cfg.Interval > 0 && cfg.Target == "" {
+		return nil, errors.New("--backup-interval needs --backup-target")
+	}
+	if cfg.Target != "" {
+		if err := checkTargetURL(cfg.Target); err != nil {
+			return nil, fmt.Errorf("--backup-target: %w", err)
+		}
+	}
+	if cfg.StagingDir == "" {
+		return nil, errors.New("backup: no staging directory")
+	}
+	if err := os.MkdirAll(cfg.StagingDir, 0o700); err != nil {
+		return nil, fmt.Errorf("backup: staging directory: %w", err)
+	}
+	entries, err := os.ReadDir(cfg.StagingDir)
+	if err != nil {
+		return nil, fmt.Errorf("backup: staging directory: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), stagingPrefix) {
+			p := filepath.Join(cfg.StagingDir, e.Name())
+			if err := os.RemoveAll(p); err != nil {
+				return nil, fmt.Errorf("backup: remove a crashed backup's checkpoint: %w", err)
+			}
+			cfg.Logger.Info("backup: removed a checkpoint a crash left behind", zap.String("dir", p))
+		}
+	}
+	closed, cancel := context.WithCancel(context.Background())
+	return &Service{cfg: cfg, counters: &counters{}, closed: closed, close: cancel}, nil
+}
+
+// checkTargetURL refuses a URL OpenTarget would refuse without reaching
+// anything.
+func checkTargetURL(raw string) error {
+	if !strings.HasPrefix(raw, "file://") && !strings.HasPrefix(raw, "s3://") {
+		return fmt.Errorf("%q: want a file:// or s3:// URL", raw)
+	}
+	return nil
+}
+
+// config is the Backuper configuration of target t.
+func (s *Service) config(t Target) Config {
+	return Config{Engine: s.cfg.Engine, Target: t, ID: s.cfg.ID, Term: s.cfg.Term, StagingDir: s.cfg.StagingDir,
+		Logger: s.cfg.Logger, counters: s.counters}
+}
+
+// ownBackuper returns the Backuper of the member's own target, opening
+// the target the first time it can be reached.
+func (s *Service) ownBackuper(ctx context.Context) (*Backuper, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.own != nil {
+		return s.own, nil
+	}
+	if s.cfg.Target == "" {
+		return nil, ErrNoTarget
+	}
+	t, err := openWithin(ctx, s.cfg.Target, s.cfg.TargetOptions)
+	if err != nil {
+		return nil, err
+	}
+	s.own = New(s.config(t))
+	return s.own, nil
+}
+
+// openWithin opens a target, giving up after 30 seconds.
+func openWithin(ctx context.Context, url string, opts TargetOptions) (Target, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return OpenTarget(ctx, url, opts)
+}
+
+// ErrNoTarget: a version was asked of the member's own target, and it has
+// none (--backup-target).
+var ErrNoTarget = errors.New("backup: the member has no --backup-target and the request names none")
+
+// Create takes a version of the engine into the target targetURL (empty:
+// the member's own) and returns its manifest. The target is reached with
+// the member's TargetOptions.
+func (s *Service) Create(ctx context.Context, targetURL string) (*Manifest, error) {
+	s.closeMu.Lock()
+	if s.isClosing {
+		s.closeMu.Unlock()
+		return nil, ErrClosed
+	}
+	s.inflight.Add(1)
+	s.closeMu.Unlock()
+	defer s.inflight.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.closed, cancel)()
+	if targetURL == "" || targetURL == s.cfg.Target {
+		b, err := s.ownBackuper(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return b.Create(ctx)
+	}
+	if err := checkTargetURL(targetURL); err != nil {
+		return nil, fmt.Errorf("backup target: %w", err)
+	}
+	t, err := openWithin(ctx, targetURL, s.cfg.TargetOptions)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return New(s.config(t)).Create(ctx)
+}
+
+// ErrClosed: the Service was closed (the member is stopping).
+var ErrClosed = errors.New("backup: the member is stopping")
+
+// Close cancels the versions under way (Create calls, the uploads of
+// which resume at the next version) and waits for them to return; a
+// Create called after Close returns ErrClosed. A member calls it before
+// it closes its engine. Run ends with its own context.
+func (s *Service) Close() {
+	s.closeMu.Lock()
+	s.isClosing = true
+	s.closeMu.Unlock()
+	s.close()
+	s.inflight.Wait()
+}
+
+// Run is the continuous mode: every Interval, if the member leads its
+// cluster, a version of the member's own target, then a prune by Keep.
+// It returns when ctx is done; with no Interval or no target it returns at
+// once.
+func (s *Service) Run(ctx context.Context) {
+	if s.cfg.Interval <= 0 || s.cfg.Target == "" {
+		return
+	}
+	s.cfg.Logger.Info("backup: continuous mode", zap.String("target", s.cfg.Target), zap.Duration("interval", s.cfg.Interval),
+		zap.Int("keep-last", s.cfg.Keep.KeepLast), zap.Duration("keep-within", s.cfg.Keep.KeepWithin))
+	tick := time.NewTicker(s.cfg.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if s.cfg.Leader != nil && !s.cfg.Leader() {
+			continue
+		}
+		b, err := s.ownBackuper(ctx)
+		if err != nil {
+			s.counters.failures.Add(1)
+			s.cfg.Logger.Warn("backup: target unreachable; next try at the next interval", zap.Error(err))
+			continue
+		}
+		b.once(ctx, s.cfg.Keep)
+	}
+}
+
+// Stats returns the counters of every version the member took or tried,
+// of its own target and of others.
+func (s *Service) Stats() Stats { return s.counters.read() }
