@@ -76,6 +76,7 @@ type flags struct {
 	logCompaction                               logCompactionFlags
 	security                                    securityFlags
 	metrics                                     metricsFlags
+	backup                                      memberBackupFlags
 }
 
 func newFlagSet(f *flags) *flag.FlagSet {
@@ -108,6 +109,7 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	f.logCompaction.register(fs)
 	f.security.register(fs)
 	f.metrics.register(fs)
+	f.backup.register(fs)
 	return fs
 }
 
@@ -164,6 +166,10 @@ func runMember(args []string) int {
 	}
 	f.security.apply(&cfg)
 	if err := f.metrics.apply(&cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
+		return 2
+	}
+	if err := f.backup.apply(&cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
 		return 2
 	}
