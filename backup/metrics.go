@@ -25,6 +25,11 @@ type Stats struct {
 	// BytesHashed counts the bytes read to hash files (unchanged tables
 	// are hashed once per Backuper).
 	BytesHashed uint64
+	// LogEntries and LogBytes count the raft log entries archived and the
+	// bytes written for them; LogLastIndex is the last entry archived;
+	// LogGaps counts the archiving runs that found the member's log no
+	// longer holding the next entry.
+	LogEntries, LogBytes, LogLastIndex, LogGaps uint64
 	// Durations is the distribution of the durations of the versions
 	// written.
 	Durations Histogram
@@ -54,6 +59,8 @@ type counters struct {
 	lastSuccessUnixNano, lastDurationNs atomic.Int64
 	filesUploaded, bytesUploaded        atomic.Uint64
 	filesReused, bytesHashed            atomic.Uint64
+	logEntries, logBytes                atomic.Uint64
+	logLastIndex, logGaps               atomic.Uint64
 
 	hmu sync.Mutex // guards the histogram
 	// durationCounts[i] counts versions of at most DurationBuckets[i]
@@ -90,6 +97,7 @@ func (c *counters) read() Stats {
 		LastDuration:  time.Duration(c.lastDurationNs.Load()),
 		FilesUploaded: c.filesUploaded.Load(), BytesUploaded: c.bytesUploaded.Load(),
 		FilesReused: c.filesReused.Load(), BytesHashed: c.bytesHashed.Load(),
+		LogEntries: c.logEntries.Load(), LogBytes: c.logBytes.Load(), LogLastIndex: c.logLastIndex.Load(), LogGaps: c.logGaps.Load(),
 	}
 	if ns := c.lastSuccessUnixNano.Load(); ns != 0 {
 		st.LastSuccess = time.Unix(0, ns).UTC()
@@ -135,6 +143,14 @@ var (
 		"Engine files a version named that the target already held (not uploaded again).", nil, nil)
 	descBytesHashed = prometheus.NewDesc("strata_backup_hashed_bytes_total",
 		"Bytes read to hash engine files (an unchanged table is hashed once).", nil, nil)
+	descLogEntries = prometheus.NewDesc("strata_backup_log_archived_entries_total",
+		"Raft log entries archived to the backup target (point-in-time restore).", nil, nil)
+	descLogBytes = prometheus.NewDesc("strata_backup_log_archived_bytes_total",
+		"Bytes of archived raft log objects written.", nil, nil)
+	descLogLast = prometheus.NewDesc("strata_backup_log_archived_index",
+		"The last raft index archived: a restore can reach the revision of this entry.", nil, nil)
+	descLogGaps = prometheus.NewDesc("strata_backup_log_gaps_total",
+		"Log archiving runs that found the raft log no longer holding the next entry (a restore cannot cross the gap).", nil, nil)
 	descSnapSave = prometheus.NewDesc("etcd_debugging_snap_save_total_duration_seconds",
 		"The total latency distributions of save called by snapshot (strata: a backup version, from checkpoint to manifest; strata writes no raft snapshot file, whose save etcd times).", nil, nil)
 )
@@ -142,7 +158,8 @@ var (
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLastSuccess, descLastDuration, descLastVersion, descLastIndex, descVersions,
-		descFailures, descBytesUploaded, descFilesUploaded, descFilesReused, descBytesHashed, descSnapSave} {
+		descFailures, descBytesUploaded, descFilesUploaded, descFilesReused, descBytesHashed, descLogEntries, descLogBytes, descLogLast,
+		descLogGaps, descSnapSave} {
 		ch <- d
 	}
 }
@@ -168,6 +185,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descFilesUploaded, st.FilesUploaded)
 	counter(descFilesReused, st.FilesReused)
 	counter(descBytesHashed, st.BytesHashed)
+	counter(descLogEntries, st.LogEntries)
+	counter(descLogBytes, st.LogBytes)
+	gauge(descLogLast, float64(st.LogLastIndex))
+	counter(descLogGaps, st.LogGaps)
 	h := st.Durations
 	ch <- prometheus.MustNewConstHistogram(descSnapSave, h.Count, h.Sum.Seconds(), h.Buckets)
 }

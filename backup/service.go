@@ -46,6 +46,11 @@ type ServiceConfig struct {
 	// the engine's file system (Config.StagingDir). OpenService creates
 	// it and removes what a crash left in it.
 	StagingDir string
+	// Log and Applied, if Log is not nil, are the member's raft log and
+	// applied index: the continuous mode archives the applied entries
+	// to the target for point-in-time restore (ArchiveLog).
+	Log     LogSource
+	Applied func() uint64
 	// Leader reports whether the member leads its cluster; the continuous
 	// mode takes a version only then (docs/backup.md, "Which member backs
 	// up"). Nil: always.
@@ -247,6 +252,15 @@ func (s *Service) Run(ctx context.Context) {
 			s.counters.failures.Add(1)
 			s.cfg.Logger.Warn("backup: target unreachable; next try at the next interval", zap.Error(err))
 			continue
+		}
+		if s.cfg.Log != nil && s.cfg.Applied != nil {
+			// Before the version: the entries up to now, which a restore
+			// to a revision before this version replays.
+			if rep, err := b.ArchiveLog(ctx, s.cfg.Log, s.cfg.Applied()); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("backup: archiving the raft log failed", zap.Error(err))
+			} else if rep.Entries > 0 {
+				s.cfg.Logger.Debug("backup: raft log archived", zap.Uint64("first", rep.First), zap.Uint64("last", rep.Last))
+			}
 		}
 		b.once(ctx, s.cfg.Keep)
 	}

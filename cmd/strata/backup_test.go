@@ -50,14 +50,17 @@ func TestBackupCommandLine(t *testing.T) {
 	}
 }
 
-// TestRestoreFromFlags: --from and a backup file exclude each other, and
-// --version needs --from.
+// TestRestoreFromFlags: --from and a backup file exclude each other,
+// --version and --to-revision need --from and exclude each other.
 func TestRestoreFromFlags(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "new")
 	for _, args := range [][]string{
 		{"--from=file:///x", "--data-dir=" + dir, "backup.db"},
 		{"--version=2", "--data-dir=" + dir, "backup.db"},
 		{"--data-dir=" + dir},
+		{"--to-revision=5", "--data-dir=" + dir, "backup.db"},
+		{"--from=file:///x", "--version=2", "--to-revision=5", "--data-dir=" + dir},
+		{"--from=file:///x", "--to-revision=-1", "--data-dir=" + dir},
 	} {
 		if code := runRestore(args); code != 2 {
 			t.Errorf("strata restore %v: exit %d, want 2", args, code)
