@@ -205,3 +205,112 @@ func TestBackupContinuous(t *testing.T) {
 		t.Errorf("backup create as root: exit %d, stdout %q, stderr %q", res.Code, res.Stdout, res.Stderr)
 	}
 }
+
+// readBackupStateAt is readBackupState at an older revision: what the live
+// member answers at rev (every key and HashKV there).
+func readBackupStateAt(t *testing.T, ctx context.Context, cli *clientv3.Client, endpoint string, rev int64) backupState {
+	t.Helper()
+	resp, err := cli.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := backupState{rev: rev}
+	for _, kv := range resp.Kvs {
+		st.kvs = append(st.kvs, fmt.Sprintf("%s=%q c%d m%d v%d l%x", kv.Key, kv.Value, kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease))
+	}
+	h, err := cli.HashKV(ctx, endpoint, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.hash = h.Hash
+	return st
+}
+
+// TestBackupPointInTime: a member in continuous mode archives its raft log
+// beside its versions; `strata restore --from URL --to-revision R` for R
+// between two versions answers what the live member answered at R (keys,
+// values, revisions, HashKV), and a revision past the archived log is
+// refused.
+func TestBackupPointInTime(t *testing.T) {
+	target := "file://" + filepath.Join(t.TempDir(), "target")
+	p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src",
+		Flags: []string{"--backup-target=" + target, "--backup-interval=300ms"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cli := p.Client(t)
+	tgt, err := backup.OpenTarget(ctx, target, backup.TargetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := cli.Grant(ctx, 3600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []*backup.Manifest
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 0; len(list) < 3; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than 3 versions in 60 s: %d", len(list))
+		}
+		key := fmt.Sprintf("k%03d", i%97)
+		var err error
+		switch i % 5 {
+		case 3:
+			_, err = cli.Delete(ctx, fmt.Sprintf("k%03d", (i+50)%97))
+		case 4:
+			_, err = cli.Put(ctx, key, fmt.Sprint("leased-", i), clientv3.WithLease(lease.ID))
+		default:
+			_, err = cli.Put(ctx, key, fmt.Sprint("v", i))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%20 == 0 {
+			if list, err = backup.List(ctx, tgt); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	v1, v2 := list[0], list[1]
+	if v2.Revision-v1.Revision < 2 {
+		t.Fatalf("versions 1 and 2 at revisions %d and %d: nothing between them", v1.Revision, v2.Revision)
+	}
+	logs, err := backup.ArchivedLog(ctx, tgt)
+	if err != nil || len(logs) == 0 || logs[0].First != v1.RaftIndex+1 || logs[len(logs)-1].Last < v2.RaftIndex {
+		t.Fatalf("archived log %v (%v); want it from index %d past %d", logs, err, v1.RaftIndex+1, v2.RaftIndex)
+	}
+	for _, rev := range []int64{v1.Revision + 1, (v1.Revision + v2.Revision) / 2, v2.Revision - 1} {
+		want := readBackupStateAt(t, ctx, cli, p.Endpoint(), rev)
+		restoreToRevision(t, target, rev, want)
+	}
+	res := testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "restore", "--from="+target, "--to-revision=1000000",
+		"--data-dir="+filepath.Join(t.TempDir(), "none"))
+	if res.Code != 1 || !strings.Contains(res.Stderr, "revision out of the restorable range") {
+		t.Errorf("restore past the archived log: exit %d, stderr %q", res.Code, res.Stderr)
+	}
+}
+
+// restoreToRevision restores target to rev into a new single-member
+// cluster and checks that it answers want.
+func restoreToRevision(t *testing.T, target string, rev int64, want backupState) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := testutil.NewProcess(t, testutil.Options{Binary: binary(t, strata), Name: "r", Token: "restored"})
+	res := testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "restore", "--from="+target,
+		fmt.Sprintf("--to-revision=%d", rev), "--data-dir="+p.DataDir(), "--name=r", "--initial-cluster=r="+p.PeerURL(),
+		"--initial-advertise-peer-urls="+p.PeerURL(), "--initial-cluster-token=restored")
+	if res.Code != 0 || !strings.HasPrefix(res.Stdout, fmt.Sprintf("restored revision %d ", rev)) {
+		t.Fatalf("restore to revision %d: exit %d, stdout %q, stderr %s", rev, res.Code, res.Stdout, res.Stderr)
+	}
+	p.Launch()
+	if err := p.WaitReady(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := readBackupState(t, ctx, p.Client(t), p.Endpoint())
+	if got.rev != want.rev || got.hash != want.hash || strings.Join(got.kvs, "\n") != strings.Join(want.kvs, "\n") {
+		t.Errorf("restored to revision %d: revision %d, HashKV %d, %d keys; the live member answered revision %d, HashKV %d, %d keys",
+			rev, got.rev, got.hash, len(got.kvs), want.rev, want.hash, len(want.kvs))
+	}
+	p.Stop()
+}
