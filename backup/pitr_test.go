@@ -345,3 +345,39 @@ func TestDecodeLogRefusals(t *testing.T) {
 		t.Error("encodeLog of entries with a hole succeeded")
 	}
 }
+
+// TestServiceLogInterval: between versions, the continuous mode archives
+// the applied log every LogInterval.
+func TestServiceLogInterval(t *testing.T) {
+	ctx := context.Background()
+	m := newMember(t)
+	a := newApplied(t, m)
+	target := fileTarget(t)
+	a.propose(put("a", "1", 0))
+	s, err := OpenService(ServiceConfig{
+		Options: Options{Target: target.String(), Interval: time.Hour, LogInterval: time.Millisecond},
+		Engine:  m.eng, ID: testID, StagingDir: t.TempDir(), Log: a.log, Applied: a.app.AppliedIndex,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.Create(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.Run(runCtx); close(done) }()
+	defer func() { cancel(); <-done }()
+	for i := range 5 {
+		a.propose(put("a", fmt.Sprint(i), 0))
+	}
+	want := a.app.AppliedIndex()
+	waitFor(t, "the log archived up to the applied index", func() bool {
+		logs, err := ArchivedLog(ctx, target)
+		return err == nil && len(logs) > 0 && logs[0].First == v.RaftIndex+1 && logs[len(logs)-1].Last == want
+	})
+	if st := s.Stats(); st.Versions != 1 || st.LogEntries != want-v.RaftIndex || st.LogLastIndex != want {
+		t.Errorf("stats %+v: want one version and entries %d..%d archived", st, v.RaftIndex+1, want)
+	}
+}

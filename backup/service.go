@@ -29,6 +29,12 @@ type Options struct {
 	// Interval is the time between two versions of the continuous mode
 	// (--backup-interval); 0 turns it off.
 	Interval time.Duration
+	// LogInterval is the time between two archivings of the raft log
+	// between versions (--backup-log-interval; docs/backup.md,
+	// "Point-in-time restore"); 0: the log is archived only before each
+	// version. It must be short enough that the member's log still holds
+	// what was applied since the last archiving (else a gap).
+	LogInterval time.Duration
 	// Keep prunes the target after each version of the continuous mode
 	// (--backup-keep-last, --backup-keep-within); zero prunes nothing.
 	Keep Retention
@@ -103,6 +109,9 @@ func OpenService(cfg ServiceConfig) (*Service, error) {
 	}
 	if cfg.Interval > 0 && cfg.Target == "" {
 		return nil, errors.New("--backup-interval needs --backup-target")
+	}
+	if cfg.LogInterval < 0 || cfg.LogInterval > 0 && cfg.Interval == 0 {
+		return nil, fmt.Errorf("--backup-log-interval %s: want 0 (off), or more with --backup-interval", cfg.LogInterval)
 	}
 	if cfg.Target != "" {
 		if err := checkTargetURL(cfg.Target); err != nil {
@@ -235,14 +244,23 @@ func (s *Service) Run(ctx context.Context) {
 		return
 	}
 	s.cfg.Logger.Info("backup: continuous mode", zap.String("target", s.cfg.Target), zap.Duration("interval", s.cfg.Interval),
-		zap.Int("keep-last", s.cfg.Keep.KeepLast), zap.Duration("keep-within", s.cfg.Keep.KeepWithin))
+		zap.Duration("log-interval", s.cfg.LogInterval), zap.Int("keep-last", s.cfg.Keep.KeepLast), zap.Duration("keep-within", s.cfg.Keep.KeepWithin))
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
+	var logTick <-chan time.Time
+	if s.cfg.LogInterval > 0 && s.cfg.Log != nil {
+		t := time.NewTicker(s.cfg.LogInterval)
+		defer t.Stop()
+		logTick = t.C
+	}
 	for {
+		version := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			version = true
+		case <-logTick:
 		}
 		if s.cfg.Leader != nil && !s.cfg.Leader() {
 			continue
@@ -253,16 +271,27 @@ func (s *Service) Run(ctx context.Context) {
 			s.cfg.Logger.Warn("backup: target unreachable; next try at the next interval", zap.Error(err))
 			continue
 		}
-		if s.cfg.Log != nil && s.cfg.Applied != nil {
-			// Before the version: the entries up to now, which a restore
-			// to a revision before this version replays.
-			if rep, err := b.ArchiveLog(ctx, s.cfg.Log, s.cfg.Applied()); err != nil && ctx.Err() == nil {
-				s.cfg.Logger.Warn("backup: archiving the raft log failed", zap.Error(err))
-			} else if rep.Entries > 0 {
-				s.cfg.Logger.Debug("backup: raft log archived", zap.Uint64("first", rep.First), zap.Uint64("last", rep.Last))
-			}
+		// Before the version: the entries up to now, which a restore to
+		// a revision before this version replays.
+		s.archive(ctx, b)
+		if version {
+			b.once(ctx, s.cfg.Keep)
 		}
-		b.once(ctx, s.cfg.Keep)
+	}
+}
+
+// archive archives the member's applied raft log into b's target, if the
+// Service has the log.
+func (s *Service) archive(ctx context.Context, b *Backuper) {
+	if s.cfg.Log == nil || s.cfg.Applied == nil {
+		return
+	}
+	rep, err := b.ArchiveLog(ctx, s.cfg.Log, s.cfg.Applied())
+	switch {
+	case err != nil && ctx.Err() == nil:
+		s.cfg.Logger.Warn("backup: archiving the raft log failed", zap.Error(err))
+	case rep.Entries > 0:
+		s.cfg.Logger.Debug("backup: raft log archived", zap.Uint64("first", rep.First), zap.Uint64("last", rep.Last))
 	}
 }
 

@@ -80,6 +80,8 @@ func TestServiceBadConfig(t *testing.T) {
 		{name: "interval without target", opts: Options{Interval: time.Second}},
 		{name: "negative interval", opts: Options{Target: "file:///x", Interval: -time.Second}},
 		{name: "unknown scheme", opts: Options{Target: "ftp://host/x"}},
+		{name: "log interval without interval", opts: Options{Target: "file:///x", LogInterval: time.Second}},
+		{name: "negative log interval", opts: Options{Target: "file:///x", Interval: time.Second, LogInterval: -time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := OpenService(ServiceConfig{Options: tc.opts, Engine: m.eng, StagingDir: t.TempDir()}); err == nil {

@@ -80,10 +80,10 @@ func TestMemberBackupFlags(t *testing.T) {
 		{name: "off by default", check: func(cfg member.Config) bool { return reflect.DeepEqual(cfg.Backup, backup.Options{}) }},
 		{
 			name: "every flag",
-			args: []string{"--backup-target=s3://b/p", "--backup-interval=1h", "--backup-keep-last=3", "--backup-keep-within=24h",
+			args: []string{"--backup-target=s3://b/p", "--backup-interval=1h", "--backup-log-interval=1m", "--backup-keep-last=3", "--backup-keep-within=24h",
 				"--s3-endpoint=http://127.0.0.1:9000", "--s3-region=r", "--s3-access-key=a", "--s3-secret-key=s"},
 			check: func(cfg member.Config) bool {
-				return reflect.DeepEqual(cfg.Backup, backup.Options{Target: "s3://b/p", Interval: time.Hour,
+				return reflect.DeepEqual(cfg.Backup, backup.Options{Target: "s3://b/p", Interval: time.Hour, LogInterval: time.Minute,
 					Keep:          backup.Retention{KeepLast: 3, KeepWithin: 24 * time.Hour},
 					TargetOptions: backup.TargetOptions{Endpoint: "http://127.0.0.1:9000", Region: "r", AccessKey: "a", SecretKey: "s"}})
 			},
