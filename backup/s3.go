@@ -118,7 +118,7 @@ func credentialsSource(opts TargetOptions, creds *credentials.Credentials) (key,
 	case os.Getenv("AWS_ACCESS_KEY_ID") != "":
 		return os.Getenv("AWS_ACCESS_KEY_ID"), "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
 	}
-	v, err := creds.Get()
+	v, err := creds.GetWithContext(nil) // env and file providers only: no HTTP client needed
 	if err != nil || v.AccessKeyID == "" {
 		return "", "no credentials found (AWS_ACCESS_KEY_ID or ~/.aws/credentials)"
 	}
