@@ -279,6 +279,10 @@ func TestBackupPointInTime(t *testing.T) {
 	if err != nil || len(logs) == 0 || logs[0].First != v1.RaftIndex+1 || logs[len(logs)-1].Last < v2.RaftIndex {
 		t.Fatalf("archived log %v (%v); want it from index %d past %d", logs, err, v1.RaftIndex+1, v2.RaftIndex)
 	}
+	out := testutil.RunToExit(t, 30*time.Second, "", nil, binary(t, strata), "backup", "list", "--target="+target)
+	if wantLine := fmt.Sprintf("archived raft log (point-in-time restore): entries %d-", v1.RaftIndex+1); out.Code != 0 || !strings.Contains(out.Stdout, wantLine) {
+		t.Errorf("backup list: exit %d, stdout %q; want a line %q...", out.Code, out.Stdout, wantLine)
+	}
 	for _, rev := range []int64{v1.Revision + 1, (v1.Revision + v2.Revision) / 2, v2.Revision - 1} {
 		want := readBackupStateAt(t, ctx, cli, p.Endpoint(), rev)
 		restoreToRevision(t, target, rev, want)

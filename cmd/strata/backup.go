@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -135,6 +136,13 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		if err := tw.Flush(); err != nil {
 			return fail(err)
 		}
+		logs, err := backup.ArchivedLog(ctx, t)
+		if err != nil {
+			return fail(err)
+		}
+		if len(logs) > 0 {
+			fmt.Fprintf(stdout, "archived raft log (point-in-time restore): entries %s in %d objects\n", logRuns(logs), len(logs))
+		}
 		return 0
 	case "verify":
 		version := fs.Uint64("version", 0, "The version to verify (0: the latest).")
@@ -260,4 +268,21 @@ func (f *memberBackupFlags) apply(cfg *member.Config) error {
 		Keep: backup.Retention{KeepLast: f.keepLast, KeepWithin: f.keepWithin},
 	}
 	return nil
+}
+
+// logRuns writes archived log ranges as runs of contiguous indexes,
+// "a-b, c-d": a comma marks a gap no restore can cross.
+func logRuns(logs []backup.LogRange) string {
+	var runs []string
+	first, last := logs[0].First, logs[0].Last
+	for _, l := range logs[1:] {
+		if l.First == last+1 {
+			last = l.Last
+			continue
+		}
+		runs = append(runs, fmt.Sprintf("%d-%d", first, last))
+		first, last = l.First, l.Last
+	}
+	runs = append(runs, fmt.Sprintf("%d-%d", first, last))
+	return strings.Join(runs, ", ")
 }

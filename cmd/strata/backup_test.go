@@ -112,3 +112,19 @@ func TestMemberBackupFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestLogRuns: archived log objects as runs of contiguous indexes.
+func TestLogRuns(t *testing.T) {
+	for _, tc := range []struct {
+		logs []backup.LogRange
+		want string
+	}{
+		{logs: []backup.LogRange{{First: 5, Last: 9}}, want: "5-9"},
+		{logs: []backup.LogRange{{First: 5, Last: 9}, {First: 10, Last: 20}, {First: 21, Last: 21}}, want: "5-21"},
+		{logs: []backup.LogRange{{First: 5, Last: 9}, {First: 12, Last: 20}, {First: 21, Last: 30}}, want: "5-9, 12-30"},
+	} {
+		if got := logRuns(tc.logs); got != tc.want {
+			t.Errorf("logRuns(%v) = %q, want %q", tc.logs, got, tc.want)
+		}
+	}
+}
