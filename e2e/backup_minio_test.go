@@ -205,6 +205,23 @@ func TestBackupMinIO(t *testing.T) {
 		t.Errorf("a refused backup wrote %s (%v)", o.Key, o.Err)
 	}
 
+	// `strata backup create --endpoints`: the member reaches MinIO with its
+	// own credentials; the CLI has none (docs/backup.md, "Taking a version
+	// of a running member").
+	online := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "online", Env: srv.env(minioPassword)})
+	if _, err := online.Client(t).Put(ctx, "online", "yes"); err != nil {
+		t.Fatal(err)
+	}
+	res := testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "backup", "create", "--endpoints="+online.Endpoint(),
+		"--target=s3://"+minioBucket+"/online")
+	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "version 1 of s3://"+minioBucket+"/online by member ") {
+		t.Errorf("backup create --endpoints into MinIO: exit %d, stdout %q, stderr %q", res.Code, res.Stdout, res.Stderr)
+	}
+	if res := testutil.RunToExit(t, 60*time.Second, "", srv.env(minioPassword), binary(t, strata), "backup", "verify",
+		"--target=s3://"+minioBucket+"/online"); res.Code != 0 {
+		t.Errorf("verify of the online version: exit %d, %s %s", res.Code, res.Stdout, res.Stderr)
+	}
+
 	// A member whose continuous backups MinIO refuses serves and counts.
 	p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "refused", Env: srv.env("not-the-secret"),
 		Flags: []string{"--backup-target=" + other, "--backup-interval=100ms"}})

@@ -318,3 +318,65 @@ func restoreToRevision(t *testing.T, target string, rev int64, want backupState)
 	}
 	p.Stop()
 }
+
+// TestBackupMemberKilled: a member killed -9 (the failpoint
+// backup/after-file-upload) while its continuous mode uploads its first
+// version leaves a checkpoint in its staging directory and no version in
+// the target; restarted, it removes the checkpoint, takes versions, and
+// they verify and restore to what it answered.
+func TestBackupMemberKilled(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "target")
+	target := "file://" + dir
+	p := testutil.NewProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src",
+		Flags: []string{"--backup-target=" + target, "--backup-interval=300ms"},
+		Env:   []string{"STRATA_FAILPOINTS=backup/after-file-upload=1"}})
+	p.Launch()
+	if _, ok := p.WaitExit(60 * time.Second); !ok {
+		t.Fatal("the member did not die at its first upload within 60 s")
+	}
+	staged := func() []string {
+		m, err := filepath.Glob(filepath.Join(p.DataDir(), "backup.tmp", "strata-backup-*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if len(staged()) == 0 {
+		t.Fatalf("no checkpoint left in the staging directory by the killed member:\n%s", p.Output())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	tgt, err := backup.OpenTarget(ctx, target, backup.TargetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, err := backup.List(ctx, tgt); err != nil || len(list) != 0 {
+		t.Fatalf("after the kill the target lists %d versions (%v); want none", len(list), err)
+	}
+
+	p.SetEnv()
+	p.Restart()
+	if left := staged(); len(left) != 0 {
+		t.Errorf("the restarted member left %v", left)
+	}
+	cli := p.Client(t)
+	for i := range 50 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("k%02d", i), fmt.Sprint("v", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rev := readBackupState(t, ctx, cli, p.Endpoint()).rev
+	var v *backup.Manifest
+	for deadline := time.Now().Add(60 * time.Second); v == nil || v.Revision < rev; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no version at revision %d or later within 60 s", rev)
+		}
+		if list, err := backup.List(ctx, tgt); err == nil && len(list) > 0 {
+			v = list[len(list)-1]
+		}
+	}
+	if res := testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "backup", "verify", "--target="+target); res.Code != 0 {
+		t.Errorf("verify: exit %d, %s %s", res.Code, res.Stdout, res.Stderr)
+	}
+	restoreAndCompare(t, target, nil, v.Version, readBackupStateAt(t, ctx, cli, p.Endpoint(), v.Revision))
+}
