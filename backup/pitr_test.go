@@ -250,11 +250,18 @@ func TestPointInTime(t *testing.T) {
 	if _, _, err := restore(v1.Revision + 1); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("restore over a damaged log object = %v, want ErrCorrupt", err)
 	}
+	if rep, err := VerifyLog(ctx, target); !errors.Is(err, ErrCorrupt) || len(rep.Bad) != 1 || rep.Objects != 2 ||
+		!strings.Contains(rep.Bad[0], logName(logs[0].First, logs[0].Last)) {
+		t.Errorf("VerifyLog over a damaged log object = %+v, %v; want it named", rep, err)
+	}
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := restore(v1.Revision + 1); !errors.Is(err, ErrLogGap) {
 		t.Errorf("restore over a missing log object = %v, want ErrLogGap", err)
+	}
+	if rep, err := VerifyLog(ctx, target); err != nil || rep.Objects != 1 || rep.Entries != int(logs[1].Last-logs[1].First+1) {
+		t.Errorf("VerifyLog with the damaged object gone = %+v, %v", rep, err)
 	}
 	// Past version 2 the log is whole still.
 	if _, got, err := restore(last); err != nil || got != a.states[last] {

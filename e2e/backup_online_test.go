@@ -283,6 +283,10 @@ func TestBackupPointInTime(t *testing.T) {
 	if wantLine := fmt.Sprintf("archived raft log (point-in-time restore): entries %d-", v1.RaftIndex+1); out.Code != 0 || !strings.Contains(out.Stdout, wantLine) {
 		t.Errorf("backup list: exit %d, stdout %q; want a line %q...", out.Code, out.Stdout, wantLine)
 	}
+	if v := testutil.RunToExit(t, 30*time.Second, "", nil, binary(t, strata), "backup", "verify", "--target="+target); v.Code != 0 ||
+		!strings.Contains(v.Stdout, "archived raft log: ") {
+		t.Errorf("backup verify: exit %d, stdout %q, stderr %q; want the archived log checked", v.Code, v.Stdout, v.Stderr)
+	}
 	for _, rev := range []int64{v1.Revision + 1, (v1.Revision + v2.Revision) / 2, v2.Revision - 1} {
 		want := readBackupStateAt(t, ctx, cli, p.Endpoint(), rev)
 		restoreToRevision(t, target, rev, want)

@@ -22,6 +22,7 @@ const backupUsage = `usage:
                                                      its --backup-target; it uses its own --s3-* settings)
   strata backup list   --target URL [--json]         the versions, oldest first
   strata backup verify --target URL [--version N]    check every file of a version (default the latest)
+                                                     and every archived raft log object
   strata backup prune  --target URL [--keep-last N] [--keep-within D]
                                                      delete other versions, then the files none kept names
   strata restore --from URL [--version N] --data-dir NEW ...   build a data dir from a version
@@ -161,6 +162,16 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		fmt.Fprintf(stdout, "version %d of %s: %d files (%d bytes) match their sha256\n", rep.Version, t, rep.Files, rep.Bytes)
+		lrep, err := backup.VerifyLog(ctx, t)
+		if err != nil {
+			for _, b := range lrep.Bad {
+				fmt.Fprintf(stdout, "bad: %s\n", b)
+			}
+			return fail(err)
+		}
+		if lrep.Objects > 0 {
+			fmt.Fprintf(stdout, "archived raft log: %d objects (%d entries) match their sha256\n", lrep.Objects, lrep.Entries)
+		}
 		return 0
 	case "prune":
 		keepLast := fs.Int("keep-last", 0, "Keep the newest N versions.")
