@@ -388,3 +388,31 @@ func TestServiceLogInterval(t *testing.T) {
 		t.Errorf("stats %+v: want one version and entries %d..%d archived", st, v.RaftIndex+1, want)
 	}
 }
+
+// FuzzDecodeLog: a log object decoder never panics, refuses with
+// ErrCorrupt, and what it accepts encodes and decodes again.
+func FuzzDecodeLog(f *testing.F) {
+	good, err := encodeLog([]*raftpb.Entry{{Index: proto.Uint64(5), Term: proto.Uint64(2), Data: []byte("put")},
+		{Index: proto.Uint64(6), Term: proto.Uint64(2), Type: raftpb.EntryConfChange.Enum()}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good, uint64(5), uint64(6))
+	f.Add([]byte("{}\n"), uint64(1), uint64(1))
+	f.Fuzz(func(t *testing.T, raw []byte, first, last uint64) {
+		ents, err := decodeLog(strings.NewReader(string(raw)), first, last)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		again, err := encodeLog(ents)
+		if err != nil {
+			t.Fatalf("accepted entries do not encode: %v", err)
+		}
+		if _, err := decodeLog(strings.NewReader(string(again)), first, last); err != nil {
+			t.Fatalf("re-encoded object does not decode: %v", err)
+		}
+	})
+}
