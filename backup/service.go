@@ -31,7 +31,7 @@ type Options struct {
 	Interval time.Duration
 	// LogInterval is the time between two archivings of the raft log
 	// between versions (--backup-log-interval; docs/backup.md,
-	// "Point-in-time restore"); 0: the log is archived only before each
+	// "Point-in-time restore"); 0: the log is archived only right after each
 	// version. It must be short enough that the member's log still holds
 	// what was applied since the last archiving (else a gap).
 	LogInterval time.Duration
@@ -271,12 +271,12 @@ func (s *Service) Run(ctx context.Context) {
 			s.cfg.Logger.Warn("backup: target unreachable; next try at the next interval", zap.Error(err))
 			continue
 		}
-		// Before the version: the entries up to now, which a restore to
-		// a revision before this version replays.
-		s.archive(ctx, b)
 		if version {
 			b.once(ctx, s.cfg.Keep)
 		}
+		// After the version: the entries up to now, past its index, so
+		// that every revision up to the version's is restorable at once.
+		s.archive(ctx, b)
 	}
 }
 

@@ -261,7 +261,7 @@ type memberBackupFlags struct {
 func (f *memberBackupFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.target.url, "backup-target", "", "strata: the member's backup target, file:///dir or s3://bucket/prefix (docs/backup.md). Also the default target of `strata backup create --endpoints`.")
 	fs.DurationVar(&f.interval, "backup-interval", 0, "strata: take a version of the engine into --backup-target this often, on the leader only (0: off).")
-	fs.DurationVar(&f.logInterval, "backup-log-interval", 0, "strata: also archive the applied raft log into --backup-target this often between versions, for point-in-time restore (0: only before each version). Keep it well under the time the member takes to apply --snapshot-count entries.")
+	fs.DurationVar(&f.logInterval, "backup-log-interval", 0, "strata: also archive the applied raft log into --backup-target this often between versions, for point-in-time restore (0: only right after each version). Keep it well under the time the member takes to apply --snapshot-count entries.")
 	fs.IntVar(&f.keepLast, "backup-keep-last", 0, "strata: after each version of --backup-interval, prune the target to the newest N versions (0: no such rule).")
 	fs.DurationVar(&f.keepWithin, "backup-keep-within", 0, "strata: after each version of --backup-interval, keep the versions created within this duration (0: no such rule). The newest is always kept.")
 	f.target.registerS3(fs)
