@@ -384,3 +384,42 @@ func TestBackupMemberKilled(t *testing.T) {
 	}
 	restoreAndCompare(t, target, nil, v.Version, readBackupStateAt(t, ctx, cli, p.Endpoint(), v.Revision))
 }
+
+// TestBackupOnlineTLS: `strata backup create --endpoints https://...`
+// carries the client URL's TLS (--cacert, --cert, --key) and, with auth
+// on and --client-cert-auth, the certificate's common name is the caller:
+// root's certificate may ask for a version, alice's may not, and a client
+// without a certificate is refused.
+func TestBackupOnlineTLS(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	serverCert, serverKey := ca.issue(t, "server")
+	rootCert, rootKey := ca.issue(t, "root")
+	aliceCert, aliceKey := ca.issue(t, "alice")
+	url := fmt.Sprintf("https://127.0.0.1:%d", testutil.FreePorts(t, 1)[0])
+	p := testutil.NewProcess(t, testutil.Options{Binary: binary(t, strata), Flags: []string{
+		"--listen-client-urls=" + url, "--advertise-client-urls=" + url,
+		"--cert-file=" + serverCert, "--key-file=" + serverKey, "--trusted-ca-file=" + ca.path,
+		"--client-cert-auth", "--bcrypt-cost=4",
+	}})
+	p.Launch()
+	root := tlsClient(t, url, ca, rootCert, rootKey)
+	waitTLSReady(t, p, root)
+	setupAuth(t, root)
+	target := "file://" + filepath.Join(t.TempDir(), "target")
+	create := func(args ...string) testutil.Result {
+		return testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata),
+			append([]string{"backup", "create", "--endpoints=" + url, "--target=" + target, "--command-timeout=10s"}, args...)...)
+	}
+	if res := create("--cacert="+ca.path, "--cert="+rootCert, "--key="+rootKey); res.Code != 0 || !strings.HasPrefix(res.Stdout, "version 1 ") {
+		t.Errorf("as root by certificate: exit %d, stdout %q, stderr %q", res.Code, res.Stdout, res.Stderr)
+	}
+	if res := create("--cacert="+ca.path, "--cert="+aliceCert, "--key="+aliceKey); res.Code != 1 || !strings.Contains(res.Stderr, "permission denied") {
+		t.Errorf("as alice by certificate: exit %d, stderr %q; want permission denied", res.Code, res.Stderr)
+	}
+	if res := create("--cacert=" + ca.path); res.Code != 1 {
+		t.Errorf("without a client certificate: exit %d, stdout %q; want a refusal", res.Code, res.Stdout)
+	}
+	if res := create("--cert="+rootCert, "--key="+rootKey); res.Code != 1 || !strings.Contains(res.Stderr, "certificate") {
+		t.Errorf("without the CA (the system's roots do not know it): exit %d, stderr %q; want a certificate error", res.Code, res.Stderr)
+	}
+}
