@@ -69,6 +69,8 @@ type Config struct {
 //     manifest only after the last of them succeeded. A failure before
 //     that leaves only files no manifest names, which the next Create
 //     reuses (the upload resumes where it stopped) and Prune removes.
+//     A file found present and reused is checked again just before the
+//     manifest and uploaded if it went (another writer's prune).
 //  2. Files are never overwritten (Put creates only if absent; a name is
 //     its content's hash) and never deleted while a kept manifest names
 //     them (Prune deletes manifests first, then only unnamed files).
@@ -228,6 +230,13 @@ func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 	// files, so that the cache forgets the tables compacted away.
 	sums := map[fileKey]string{}
 	defer func() { b.sums = sums }()
+	// reused are the files the target already held: checked again before
+	// the manifest.
+	type reusedFile struct {
+		path, name, sum string
+		size            int64
+	}
+	var reused []reusedFile
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
 			return nil, fmt.Errorf("backup: checkpoint holds %s, not a regular file", e.Name())
@@ -250,6 +259,26 @@ func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 			b.stats.bytesUploaded.Add(uint64(size))
 		} else {
 			b.stats.filesReused.Add(1)
+			reused = append(reused, reusedFile{path: p, name: e.Name(), sum: sum, size: size})
+		}
+	}
+	// Invariant 1 with another writer: a member that leads no longer may
+	// still prune this target (docs/backup.md, "Which member backs up"),
+	// deleting a file found present above. Each reused file is checked
+	// again and uploaded if it went, which leaves only the time between
+	// this check and the manifest's Put.
+	for _, f := range reused {
+		uploaded, err := putFileIfAbsent(ctx, t, f.path, f.sum, f.size)
+		if err != nil {
+			return nil, fmt.Errorf("backup: upload %s: %w", f.name, err)
+		}
+		if uploaded {
+			b.cfg.Logger.Warn("backup: a file the target held went before the manifest; uploaded again (another writer pruning?)",
+				zap.String("file", f.name), zap.String("sha256", f.sum))
+			m.NewFiles++
+			m.NewBytes += uint64(f.size)
+			b.stats.filesUploaded.Add(1)
+			b.stats.bytesUploaded.Add(uint64(f.size))
 		}
 	}
 	last, err := latestVersion(ctx, t)

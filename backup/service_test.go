@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -309,5 +311,52 @@ func TestCollector(t *testing.T) {
 	h := got["etcd_debugging_snap_save_total_duration_seconds"].GetHistogram()
 	if h.GetSampleCount() != 2 || h.GetSampleSum() <= 0 || len(h.GetBucket()) != len(DurationBuckets) {
 		t.Errorf("snap save histogram %v, want 2 samples", h)
+	}
+}
+
+// vanishingTarget deletes each file right after the first Stat that found
+// it, as a prune by another member (an old leader's, at a leader change)
+// could between a Create's check and its manifest.
+type vanishingTarget struct {
+	*FileTarget
+	mu   sync.Mutex
+	gone map[string]bool
+}
+
+func (v *vanishingTarget) Stat(ctx context.Context, name string) (Object, error) {
+	o, err := v.FileTarget.Stat(ctx, name)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err == nil && strings.HasPrefix(name, filesPrefix) && !v.gone[name] {
+		v.gone[name] = true
+		if err := v.FileTarget.Delete(ctx, name); err != nil {
+			return o, err
+		}
+	}
+	return o, err
+}
+
+// TestCreateRechecksReusedFiles: a file the target held when Create
+// looked, and that vanished before the manifest, is uploaded again, so
+// the manifest never names a missing file (Backuper invariant 1) even
+// with another writer pruning.
+func TestCreateRechecksReusedFiles(t *testing.T) {
+	ctx := context.Background()
+	m := newMember(t)
+	m.put("a", 20, 100)
+	ft := fileTarget(t)
+	if _, err := newBackuper(t, m, ft).Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vt := &vanishingTarget{FileTarget: ft, gone: map[string]bool{}}
+	v2, err := newBackuper(t, m, vt).Create(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vt.gone) == 0 {
+		t.Fatal("no file was reused: the test shows nothing")
+	}
+	if rep, err := Verify(ctx, ft, v2.Version); err != nil {
+		t.Errorf("version %d names files a concurrent prune deleted: %v (%+v)", v2.Version, err, rep)
 	}
 }
