@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -141,6 +143,20 @@ func OpenService(cfg ServiceConfig) (*Service, error) {
 	return &Service{cfg: cfg, counters: &counters{}, closed: closed, close: cancel}, nil
 }
 
+// sameTarget reports whether two target URLs name the same target, so
+// that a request naming the member's own target in another spelling
+// (a trailing slash, say) goes through the member's own Backuper and never
+// writes alongside it.
+func sameTarget(a, b string) bool {
+	ua, erra := url.Parse(a)
+	ub, errb := url.Parse(b)
+	if erra != nil || errb != nil {
+		return a == b
+	}
+	clean := func(p string) string { return path.Clean("/" + strings.Trim(p, "/")) }
+	return ua.Scheme == ub.Scheme && ua.Host == ub.Host && clean(ua.Path) == clean(ub.Path)
+}
+
 // checkTargetURL refuses a URL OpenTarget would refuse without reaching
 // anything.
 func checkTargetURL(raw string) error {
@@ -201,7 +217,7 @@ func (s *Service) Create(ctx context.Context, targetURL string) (*Manifest, erro
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.closed, cancel)()
-	if targetURL == "" || targetURL == s.cfg.Target {
+	if targetURL == "" || sameTarget(targetURL, s.cfg.Target) {
 		b, err := s.ownBackuper(ctx)
 		if err != nil {
 			return nil, err

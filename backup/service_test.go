@@ -360,3 +360,23 @@ func TestCreateRechecksReusedFiles(t *testing.T) {
 		t.Errorf("version %d names files a concurrent prune deleted: %v (%+v)", v2.Version, err, rep)
 	}
 }
+
+// TestSameTarget: spellings of one target are one target.
+func TestSameTarget(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		same bool
+	}{
+		{a: "s3://b/p", b: "s3://b/p/", same: true},
+		{a: "s3://b/p", b: "s3://b//p", same: true},
+		{a: "file:///x/y", b: "file:///x/y/", same: true},
+		{a: "s3://b/p", b: "s3://b/q", same: false},
+		{a: "s3://b/p", b: "s3://c/p", same: false},
+		{a: "s3://b/p", b: "file:///b/p", same: false},
+		{a: "s3://b", b: "s3://b/", same: true},
+	} {
+		if got := sameTarget(tc.a, tc.b); got != tc.same {
+			t.Errorf("sameTarget(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.same)
+		}
+	}
+}
