@@ -71,12 +71,16 @@ type ServiceConfig struct {
 //
 // Concurrency: every method is safe from any goroutine. Versions of the
 // member's own target go through one Backuper (serialised with its
-// prunes); versions of any other target are serialised by mu, so the
+// prunes); versions of any other target are serialised by otherMu, so the
 // member is one writer of each target (package comment, "Concurrency").
 type Service struct {
 	cfg ServiceConfig
 
-	mu sync.Mutex // guards own; serialises versions of other targets
+	mu sync.Mutex // guards own
+	// otherMu serialises the versions of targets other than the member's
+	// own, apart from mu, so that a long one never holds up the
+	// continuous mode.
+	otherMu sync.Mutex
 	// own is the Backuper of cfg.Target, nil until the target is first
 	// reached: a member starts even if its target cannot be reached, and
 	// tries again at each interval. Guarded by mu.
@@ -231,8 +235,8 @@ func (s *Service) Create(ctx context.Context, targetURL string) (*Manifest, erro
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.otherMu.Lock()
+	defer s.otherMu.Unlock()
 	return New(s.config(t)).Create(ctx)
 }
 
