@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
 
 	"github.com/strata-kv/strata/datadir"
@@ -59,6 +60,11 @@ type ServiceConfig struct {
 	// to the target for point-in-time restore (ArchiveLog).
 	Log     LogSource
 	Applied func() uint64
+	// FS is the member's file system (nil: the operating system's). A
+	// Backuper reads checkpoints with the os package, so on any other file
+	// system (the power-cut tests' in-memory one) the Service touches no
+	// directory and refuses versions (ErrOtherFS).
+	FS vfs.FS
 	// Leader reports whether the member leads its cluster; the continuous
 	// mode takes a version only then (docs/backup.md, "Which member backs
 	// up"). Nil: always.
@@ -97,6 +103,9 @@ type Service struct {
 	closeMu   sync.Mutex
 	inflight  sync.WaitGroup
 	isClosing bool // guarded by closeMu
+	// otherFS: the member's file system is not the operating system's;
+	// every version is refused (ErrOtherFS).
+	otherFS bool
 }
 
 // stagingPrefix begins every directory a Backuper stages a checkpoint in
@@ -124,6 +133,16 @@ func OpenService(cfg ServiceConfig) (*Service, error) {
 			return nil, fmt.Errorf("--backup-target: %w", err)
 		}
 	}
+	closed, cancel := context.WithCancel(context.Background())
+	s := &Service{cfg: cfg, counters: &counters{}, closed: closed, close: cancel}
+	if cfg.FS != nil && cfg.FS != vfs.Default {
+		if cfg.Target != "" {
+			cancel()
+			return nil, fmt.Errorf("--backup-target: %w", ErrOtherFS)
+		}
+		s.otherFS = true
+		return s, nil
+	}
 	if cfg.StagingDir == "" {
 		return nil, errors.New("backup: no staging directory")
 	}
@@ -143,8 +162,7 @@ func OpenService(cfg ServiceConfig) (*Service, error) {
 			cfg.Logger.Info("backup: removed a checkpoint a crash left behind", zap.String("dir", p))
 		}
 	}
-	closed, cancel := context.WithCancel(context.Background())
-	return &Service{cfg: cfg, counters: &counters{}, closed: closed, close: cancel}, nil
+	return s, nil
 }
 
 // sameTarget reports whether two target URLs name the same target, so
@@ -202,6 +220,10 @@ func openWithin(ctx context.Context, url string, opts TargetOptions) (Target, er
 	return OpenTarget(ctx, url, opts)
 }
 
+// ErrOtherFS: the member runs on a file system other than the operating
+// system's, where backups cannot read its checkpoints.
+var ErrOtherFS = errors.New("backup: the member's file system is not the operating system's; backups need it")
+
 // ErrNoTarget: a version was asked of the member's own target, and it has
 // none (--backup-target).
 var ErrNoTarget = errors.New("backup: the member has no --backup-target and the request names none")
@@ -218,6 +240,9 @@ func (s *Service) Create(ctx context.Context, targetURL string) (*Manifest, erro
 	s.inflight.Add(1)
 	s.closeMu.Unlock()
 	defer s.inflight.Done()
+	if s.otherFS {
+		return nil, ErrOtherFS
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.closed, cancel)()

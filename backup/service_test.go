@@ -3,6 +3,7 @@ package backup
 import (
 	"context"
 	"errors"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"io"
 	"net"
 	"os"
@@ -378,5 +379,29 @@ func TestSameTarget(t *testing.T) {
 		if got := sameTarget(tc.a, tc.b); got != tc.same {
 			t.Errorf("sameTarget(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.same)
 		}
+	}
+}
+
+// TestServiceOtherFS: a member on a file system other than the operating
+// system's (the power-cut tests' in-memory one) gets a Service that
+// touches no real directory, refuses versions with a clear error, and a
+// configured target is refused at open.
+func TestServiceOtherFS(t *testing.T) {
+	m := newMember(t)
+	staging := filepath.Join(t.TempDir(), "data", "backup.tmp")
+	s, err := OpenService(ServiceConfig{Engine: m.eng, StagingDir: staging, FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(staging)); !os.IsNotExist(err) {
+		t.Errorf("OpenService on an in-memory file system made %s on the real one (%v)", filepath.Dir(staging), err)
+	}
+	if _, err := s.Create(context.Background(), fileTarget(t).String()); !errors.Is(err, ErrOtherFS) {
+		t.Errorf("Create = %v, want ErrOtherFS", err)
+	}
+	s.Run(context.Background()) // returns at once: nothing configured
+	s.Close()
+	if _, err := OpenService(ServiceConfig{Options: Options{Target: "file:///x"}, Engine: m.eng, StagingDir: staging, FS: vfs.NewMem()}); !errors.Is(err, ErrOtherFS) {
+		t.Errorf("OpenService with a target on an in-memory file system = %v, want ErrOtherFS", err)
 	}
 }

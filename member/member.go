@@ -404,7 +404,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	pb.RegisterMaintenanceServer(m.grpc, server.NewMaintenance(m, m.maintainer, m.membership, cfg.QuotaBackendBytes))
 	m.backups, err = backup.OpenService(backup.ServiceConfig{
 		Options: cfg.Backup, Engine: m.engine, ID: id, Term: m.log.Term, StagingDir: datadir.BackupStaging(cfg.DataDir),
-		Log: m.log, Applied: m.applier.AppliedIndex,
+		Log: m.log, Applied: m.applier.AppliedIndex, FS: cfg.FS,
 		Leader: func() bool { return m.node.Leader() == m.memberID }, Logger: cfg.Logger.Named("backup"),
 	})
 	if err != nil {
