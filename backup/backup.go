@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -56,6 +55,9 @@ type Config struct {
 	// Now is the clock for manifests' creation times; nil is time.Now.
 	Now    func() time.Time
 	Logger *zap.Logger
+
+	// counters, if not nil, are shared with other Backupers (a Service's).
+	counters *counters
 }
 
 // Backuper takes versions of one engine into one target.
@@ -67,6 +69,8 @@ type Config struct {
 //     manifest only after the last of them succeeded. A failure before
 //     that leaves only files no manifest names, which the next Create
 //     reuses (the upload resumes where it stopped) and Prune removes.
+//     A file found present and reused is checked again just before the
+//     manifest and uploaded if it went (another writer's prune).
 //  2. Files are never overwritten (Put creates only if absent; a name is
 //     its content's hash) and never deleted while a kept manifest names
 //     them (Prune deletes manifests first, then only unnamed files).
@@ -86,14 +90,9 @@ type Backuper struct {
 	// continuous backup hashes only the files created since the last one
 	// instead of the whole engine every time. Guarded by mu.
 	sums map[fileKey]string
-
-	stats struct {
-		versions, failures                  atomic.Uint64
-		lastVersion, lastIndex              atomic.Uint64
-		lastSuccessUnixNano, lastDurationNs atomic.Int64
-		filesUploaded, bytesUploaded        atomic.Uint64
-		filesReused, bytesHashed            atomic.Uint64
-	}
+	// stats are the counters Stats reads: the Backuper's own, or shared
+	// with the other Backupers of a Service.
+	stats *counters
 }
 
 // fileKey names an immutable engine file in sums.
@@ -109,38 +108,8 @@ func immutable(name string) bool {
 	return ext == ".sst" || ext == ".blob"
 }
 
-// Stats are a Backuper's counters since it was made, for metrics.
-type Stats struct {
-	// Versions and Failures count Create calls that wrote a version and
-	// that failed.
-	Versions, Failures uint64
-	// LastVersion, LastIndex, LastSuccess and LastDuration describe the
-	// last version written (zero before the first).
-	LastVersion, LastIndex uint64
-	LastSuccess            time.Time
-	LastDuration           time.Duration
-	// FilesUploaded and BytesUploaded count what the target lacked;
-	// FilesReused the files the target already held.
-	FilesUploaded, BytesUploaded, FilesReused uint64
-	// BytesHashed counts the bytes read to hash files (unchanged tables
-	// are hashed once per Backuper).
-	BytesHashed uint64
-}
-
 // Stats returns the Backuper's counters; safe from any goroutine.
-func (b *Backuper) Stats() Stats {
-	st := Stats{
-		Versions: b.stats.versions.Load(), Failures: b.stats.failures.Load(),
-		LastVersion: b.stats.lastVersion.Load(), LastIndex: b.stats.lastIndex.Load(),
-		LastDuration:  time.Duration(b.stats.lastDurationNs.Load()),
-		FilesUploaded: b.stats.filesUploaded.Load(), BytesUploaded: b.stats.bytesUploaded.Load(),
-		FilesReused: b.stats.filesReused.Load(), BytesHashed: b.stats.bytesHashed.Load(),
-	}
-	if ns := b.stats.lastSuccessUnixNano.Load(); ns != 0 {
-		st.LastSuccess = time.Unix(0, ns).UTC()
-	}
-	return st
-}
+func (b *Backuper) Stats() Stats { return b.stats.read() }
 
 // Run takes a version every interval until ctx is done, then returns
 // ctx's error; a failed version is logged, counted (Stats.Failures) and
@@ -159,17 +128,25 @@ func (b *Backuper) Run(ctx context.Context, interval time.Duration, keep Retenti
 			return ctx.Err()
 		case <-tick.C:
 		}
-		if _, err := b.Create(ctx); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			b.cfg.Logger.Warn("backup: version failed; next try at the next interval", zap.Error(err))
-			continue
+		b.once(ctx, keep)
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		if keep.KeepLast > 0 || keep.KeepWithin > 0 {
-			if _, err := b.Prune(ctx, keep); err != nil {
-				b.cfg.Logger.Warn("backup: prune failed", zap.Error(err))
-			}
+	}
+}
+
+// once is one turn of Run: a version, then a prune if keep says to.
+// Failures are logged and counted.
+func (b *Backuper) once(ctx context.Context, keep Retention) {
+	if _, err := b.Create(ctx); err != nil {
+		if ctx.Err() == nil {
+			b.cfg.Logger.Warn("backup: version failed; next try at the next interval", zap.Error(err))
+		}
+		return
+	}
+	if keep.KeepLast > 0 || keep.KeepWithin > 0 {
+		if _, err := b.Prune(ctx, keep); err != nil {
+			b.cfg.Logger.Warn("backup: prune failed", zap.Error(err))
 		}
 	}
 }
@@ -182,7 +159,11 @@ func New(cfg Config) *Backuper {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Backuper{cfg: cfg}
+	st := cfg.counters
+	if st == nil {
+		st = &counters{}
+	}
+	return &Backuper{cfg: cfg, stats: st}
 }
 
 // Create takes a new version: a checkpoint of the engine, the files the
@@ -197,11 +178,7 @@ func (b *Backuper) Create(ctx context.Context) (*Manifest, error) {
 		b.stats.failures.Add(1)
 		return nil, err
 	}
-	b.stats.versions.Add(1)
-	b.stats.lastVersion.Store(m.Version)
-	b.stats.lastIndex.Store(m.RaftIndex)
-	b.stats.lastSuccessUnixNano.Store(m.Created.UnixNano())
-	b.stats.lastDurationNs.Store(int64(time.Since(start)))
+	b.stats.succeeded(m, time.Since(start))
 	return m, nil
 }
 
@@ -217,7 +194,7 @@ func (b *Backuper) Prune(ctx context.Context, r Retention) (PruneReport, error) 
 
 // create is Create under mu.
 func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
-	staging, err := os.MkdirTemp(b.cfg.StagingDir, "strata-backup-")
+	staging, err := os.MkdirTemp(b.cfg.StagingDir, stagingPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("backup: staging directory: %w", err)
 	}
@@ -253,6 +230,13 @@ func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 	// files, so that the cache forgets the tables compacted away.
 	sums := map[fileKey]string{}
 	defer func() { b.sums = sums }()
+	// reused are the files the target already held: checked again before
+	// the manifest.
+	type reusedFile struct {
+		path, name, sum string
+		size            int64
+	}
+	var reused []reusedFile
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
 			return nil, fmt.Errorf("backup: checkpoint holds %s, not a regular file", e.Name())
@@ -275,6 +259,26 @@ func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 			b.stats.bytesUploaded.Add(uint64(size))
 		} else {
 			b.stats.filesReused.Add(1)
+			reused = append(reused, reusedFile{path: p, name: e.Name(), sum: sum, size: size})
+		}
+	}
+	// Invariant 1 with another writer: a member that leads no longer may
+	// still prune this target (docs/backup.md, "Which member backs up"),
+	// deleting a file found present above. Each reused file is checked
+	// again and uploaded if it went, which leaves only the time between
+	// this check and the manifest's Put.
+	for _, f := range reused {
+		uploaded, err := putFileIfAbsent(ctx, t, f.path, f.sum, f.size)
+		if err != nil {
+			return nil, fmt.Errorf("backup: upload %s: %w", f.name, err)
+		}
+		if uploaded {
+			b.cfg.Logger.Warn("backup: a file the target held went before the manifest; uploaded again (another writer pruning?)",
+				zap.String("file", f.name), zap.String("sha256", f.sum))
+			m.NewFiles++
+			m.NewBytes += uint64(f.size)
+			b.stats.filesUploaded.Add(1)
+			b.stats.bytesUploaded.Add(uint64(f.size))
 		}
 	}
 	last, err := latestVersion(ctx, t)

@@ -28,10 +28,12 @@
 //	res, err := backup.Restore(ctx, t, backup.RestoreConfig{...}) // a new data dir
 //	pr, err := backup.Prune(ctx, t, backup.Retention{KeepLast: 7})
 //
-// A running member constructs one Backuper with its engine, its raft log's
-// Term and a staging directory on the engine's file system (so that Pebble
-// hard-links the tables into the checkpoint), and calls Create on demand or
-// Run in a goroutine; Stats feeds its metrics.
+// A running member opens one Service (OpenService): it stages checkpoints
+// in a directory on the engine's file system (so that Pebble hard-links
+// the tables), runs the continuous mode on the leader only (Run), serves
+// the gRPC method CreateMethod on the member's client URLs (Register;
+// CreateRemote is its client), feeds the metrics (NewCollector over
+// Stats) and is closed before the engine (Close).
 //
 // CreateOffline backs up the data directory of a stopped member: it opens
 // the engine itself and reads the term of the applied entry from the raft

@@ -103,6 +103,9 @@ type PruneReport struct {
 	// FilesDeleted and BytesFreed count the files no kept version names.
 	FilesDeleted int
 	BytesFreed   int64
+	// LogObjectsDeleted counts the archived log objects no kept version
+	// can replay (their last index is at most the oldest kept version's).
+	LogObjectsDeleted int
 }
 
 // Prune deletes the versions r does not keep, then every file no kept
@@ -127,6 +130,7 @@ func Prune(ctx context.Context, t Target, r Retention) (PruneReport, error) {
 	}
 	now := r.Now()
 	var rep PruneReport
+	var oldestKept uint64 // the raft index of the oldest kept version
 	named := map[string]bool{}
 	var drop []*Manifest
 	for i, m := range all {
@@ -137,6 +141,9 @@ func Prune(ctx context.Context, t Target, r Retention) (PruneReport, error) {
 			continue
 		}
 		rep.Kept = append(rep.Kept, m.Version)
+		if oldestKept == 0 {
+			oldestKept = m.RaftIndex
+		}
 		for _, f := range m.Files {
 			named[f.SHA256] = true
 		}
@@ -160,6 +167,21 @@ func Prune(ctx context.Context, t Target, r Retention) (PruneReport, error) {
 		}
 		rep.FilesDeleted++
 		rep.BytesFreed += o.Size
+	}
+	// The archived log a kept version may replay starts after its index
+	// (docs/backup.md, "Point-in-time restore", rule 5).
+	logs, err := ArchivedLog(ctx, t)
+	if err != nil {
+		return rep, fmt.Errorf("prune: %w", err)
+	}
+	for _, l := range logs {
+		if oldestKept == 0 || l.Last > oldestKept {
+			continue
+		}
+		if err := t.Delete(ctx, logName(l.First, l.Last)); err != nil {
+			return rep, fmt.Errorf("prune: %w", err)
+		}
+		rep.LogObjectsDeleted++
 	}
 	if ft, ok := t.(interface{ RemoveStaged() error }); ok {
 		if err := ft.RemoveStaged(); err != nil {

@@ -26,6 +26,11 @@ import (
 type RestoreConfig struct {
 	// Version to restore; 0 means the latest.
 	Version uint64
+	// ToRevision, if not 0, restores the state at that revision instead:
+	// the newest version at or before it, then the archived raft log
+	// replayed up to it (docs/backup.md, "Point-in-time restore"). It
+	// excludes Version.
+	ToRevision int64
 	// DataDir is the new data directory; it must not exist.
 	DataDir string
 	// Name, InitialCluster and InitialClusterToken give the new member
@@ -42,6 +47,9 @@ type RestoreResult struct {
 	maintenance.RestoreResult
 	// Manifest is the version restored.
 	Manifest *Manifest
+	// ReplayedTo is the index of the last archived entry replayed after
+	// the version (point-in-time restore), 0 if none was.
+	ReplayedTo uint64
 }
 
 // Restore builds a new data directory from a version in t (FORMAT.md,
@@ -71,7 +79,16 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	if _, ok := cfg.InitialCluster[cfg.Name]; !ok {
 		return RestoreResult{}, fmt.Errorf("restore: --initial-cluster has no member named %q (--name)", cfg.Name)
 	}
-	m, err := ReadManifest(ctx, t, cfg.Version)
+	var m *Manifest
+	var err error
+	if cfg.ToRevision != 0 {
+		if cfg.Version != 0 {
+			return RestoreResult{}, errors.New("restore: give a version or a revision, not both")
+		}
+		m, err = versionForRevision(ctx, t, cfg.ToRevision)
+	} else {
+		m, err = ReadManifest(ctx, t, cfg.Version)
+	}
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore: %w", err)
 	}
@@ -89,13 +106,20 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 			return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
 		}
 	}
+	applied, replayed := m.RaftIndex, uint64(0)
+	if cfg.ToRevision > m.Revision {
+		if replayed, err = replayTo(ctx, t, engineDir, m, cfg.ToRevision, cfg.Logger); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore to revision %d: %w", cfg.ToRevision, err)
+		}
+		applied = replayed
+	}
 	eng, err := pebbleengine.Open(engineDir, pebbleengine.Options{ReadOnly: true, Logger: cfg.Logger.Named("engine")})
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore version %d: open the downloaded engine: %w", m.Version, err)
 	}
 	defer eng.Close()
 	res, err := maintenance.Restore(maintenance.RestoreConfig{
-		Source:              engineSource(eng, m),
+		Source:              engineSource(eng, applied),
 		Name:                cfg.Name,
 		DataDir:             cfg.DataDir,
 		InitialCluster:      cfg.InitialCluster,
@@ -105,20 +129,21 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
 	}
-	return RestoreResult{RestoreResult: res, Manifest: m}, nil
+	return RestoreResult{RestoreResult: res, Manifest: m, ReplayedTo: replayed}, nil
 }
 
 // engineSource gives maintenance.Restore every key of the downloaded
-// engine, the reserved ones included, from one consistent view.
-func engineSource(eng *pebbleengine.Engine, m *Manifest) maintenance.RestoreSource {
+// engine, the reserved ones included, from one consistent view, which
+// must hold applied index applied (the version's, or the last replayed).
+func engineSource(eng *pebbleengine.Engine, applied uint64) maintenance.RestoreSource {
 	return func(sink snapshot.Sink) (uint64, uint64, error) {
 		v, err := eng.NewExportView()
 		if err != nil {
 			return 0, 0, err
 		}
 		defer v.Close()
-		if v.AppliedIndex() != m.RaftIndex {
-			return 0, 0, fmt.Errorf("%w: the files hold applied index %d, the manifest says %d", ErrCorrupt, v.AppliedIndex(), m.RaftIndex)
+		if v.AppliedIndex() != applied {
+			return 0, 0, fmt.Errorf("%w: the files hold applied index %d, want %d", ErrCorrupt, v.AppliedIndex(), applied)
 		}
 		var n uint64
 		err = v.ForEach(func(key, value []byte) error {

@@ -3,6 +3,7 @@ package backup
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -82,12 +83,46 @@ func openS3(ctx context.Context, u *url.URL, opts TargetOptions) (*S3Target, err
 	t := &S3Target{c: c, bucket: bucket, prefix: prefix, url: "s3://" + bucket + "/" + prefix}
 	ok, err := c.BucketExists(ctx, bucket)
 	if err != nil {
+		if refusedCredentials(err) {
+			key, from := credentialsSource(opts, creds)
+			return nil, fmt.Errorf("backup target %s at %s: %w (access key %q from %s): %w", t.url, c.EndpointURL(), ErrCredentials, key, from, err)
+		}
 		return nil, fmt.Errorf("backup target %s at %s: %w", t.url, c.EndpointURL(), err)
 	}
 	if !ok {
 		return nil, fmt.Errorf("backup target %s at %s: bucket %q does not exist", t.url, c.EndpointURL(), bucket)
 	}
 	return t, nil
+}
+
+// ErrCredentials: the S3 server refused the credentials (an unknown
+// access key, a wrong secret key, or a key without access to the bucket).
+var ErrCredentials = errors.New("the S3 server refused the credentials")
+
+// refusedCredentials reports whether err is S3's answer to credentials it
+// does not accept.
+func refusedCredentials(err error) bool {
+	switch minio.ToErrorResponse(err).Code {
+	case "SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "InvalidToken", "ExpiredToken":
+		return true
+	}
+	return false
+}
+
+// credentialsSource names the access key used and where it came from, for
+// an error message (never the secret).
+func credentialsSource(opts TargetOptions, creds *credentials.Credentials) (key, from string) {
+	switch {
+	case opts.AccessKey != "":
+		return opts.AccessKey, "--s3-access-key/--s3-secret-key"
+	case os.Getenv("AWS_ACCESS_KEY_ID") != "":
+		return os.Getenv("AWS_ACCESS_KEY_ID"), "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+	}
+	v, err := creds.GetWithContext(nil) // env and file providers only: no HTTP client needed
+	if err != nil || v.AccessKeyID == "" {
+		return "", "no credentials found (AWS_ACCESS_KEY_ID or ~/.aws/credentials)"
+	}
+	return v.AccessKeyID, "the shared credentials file (~/.aws/credentials)"
 }
 
 // String implements Target.

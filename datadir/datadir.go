@@ -9,6 +9,7 @@
 //	                      own) or bbolt (engine/bbolt.db)
 //	<data-dir>/log/       the raft log, unless --log-dir names other places
 //	<data-dir>/snap/      raft snapshots received and not yet installed
+//	<data-dir>/backup.tmp/ checkpoints of backup versions while they upload
 //
 // Invariants:
 //
@@ -46,6 +47,11 @@ func Log(dataDir string) string { return filepath.Join(dataDir, "log") }
 
 // Snap holds raft snapshots received and not yet installed.
 func Snap(dataDir string) string { return filepath.Join(dataDir, "snap") }
+
+// BackupStaging is where a running member stages the checkpoints of its
+// backup versions (package backup): on the engine's file system, so that
+// Pebble hard-links the tables into them.
+func BackupStaging(dataDir string) string { return filepath.Join(dataDir, "backup.tmp") }
 
 // Identity is the identity file (ID).
 func Identity(dataDir string) string { return filepath.Join(dataDir, "identity") }

@@ -26,6 +26,12 @@
 //     error and nothing stored lost.
 //   - log damage: a torn tail is truncated at start; a flipped byte in the
 //     middle of the log stops start-up with the file and offset named.
+//   - backups (backup*_test.go, docs/backup.md): versions of a stopped and
+//     of a running member, continuous on the leader, restored and compared
+//     with what the live member answered, to a version or to a revision;
+//     on file://, on gofakes3 (tools/cmd/s3server) and on MinIO
+//     (tools/minio, built on first use; STRATA_E2E_MINIO names a prebuilt
+//     binary), with the member, the CLI or MinIO killed -9 mid-upload.
 //
 // Tests that only make sense against etcd's behaviour run against both
 // binaries, so that a failure on etcd means the test is wrong, and a

@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/strata-kv/strata/auth"
+	"github.com/strata-kv/strata/backup"
 	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
@@ -99,6 +100,9 @@ type Config struct {
 	CorruptCheckTime    time.Duration
 	// LogCompaction configures log compaction and recovery.
 	LogCompaction logcompact.Config
+	// Backup configures backups: the continuous mode and the member's own
+	// target (--backup-*, --s3-*; package backup, docs/backup.md).
+	Backup backup.Options
 
 	Logger *zap.Logger
 }

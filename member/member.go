@@ -34,6 +34,7 @@ import (
 
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/auth"
+	"github.com/strata-kv/strata/backup"
 	"github.com/strata-kv/strata/datadir"
 	"github.com/strata-kv/strata/engine"
 	"github.com/strata-kv/strata/engine/engines"
@@ -98,6 +99,9 @@ type Member struct {
 
 	// watchHub serves the Watch service from the store's revision index.
 	watchHub *watch.Hub
+	// backups takes versions of the engine: continuously (leader only)
+	// and on request (backup.CreateMethod).
+	backups *backup.Service
 	// maintainer serves backups, Hash, Defragment, alarms and the
 	// corruption check.
 	maintainer *maintenance.Maintainer
@@ -347,6 +351,15 @@ func Start(cfg Config) (_ *Member, err error) {
 		Logger: cfg.Logger.Named("maintenance"),
 	})
 	pb.RegisterMaintenanceServer(m.grpc, server.NewMaintenance(m, m.maintainer, m.membership, cfg.QuotaBackendBytes))
+	m.backups, err = backup.OpenService(backup.ServiceConfig{
+		Options: cfg.Backup, Engine: m.engine, ID: id, Term: m.log.Term, StagingDir: datadir.BackupStaging(cfg.DataDir),
+		Log: m.log, Applied: m.applier, FS: cfg.FS, Raft: m.node, MemberID: m.memberID, Logger: cfg.Logger.Named("backup"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.backups.Register(m.grpc)
+	m.metrics.Registry().MustRegister(backup.NewCollector(m.backups.Stats))
 	cluster := server.NewCluster(m, m.membership)
 	pb.RegisterClusterServer(m.grpc, cluster)
 	hs := health.NewServer()
@@ -423,6 +436,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.run(func() { recovery.AwaitReplay(ctx, m.log, m.applier, logOpen, cfg.Logger) })
 	m.run(func() { compactor.Run(ctx) })
 	m.run(func() { m.lessor.Run(ctx) })
+	m.run(func() { m.backups.Run(ctx) })
 	m.logger.Info("strata member started",
 		zap.String("name", cfg.Name),
 		zap.String("member-id", fmt.Sprintf("%x", m.memberID)),
@@ -515,6 +529,7 @@ func (m *Member) Stop() error {
 	}
 	m.cancel()
 	m.wg.Wait()
+	m.backups.Close()
 	if m.clients != nil {
 		m.clients.Wait()
 	}

@@ -7,16 +7,23 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/strata-kv/strata/backup"
+	"github.com/strata-kv/strata/engine/engines"
+	"github.com/strata-kv/strata/member"
 )
 
 const backupUsage = `usage:
   strata backup create --data-dir DIR --target URL   back up a stopped member's engine (a new version)
+  strata backup create --endpoints URL [--target URL] [--user NAME[:PASSWORD]] [--cacert F --cert F --key F]
+                                                     ask a running member for a version (default target:
+                                                     its --backup-target; it uses its own --s3-* settings)
   strata backup list   --target URL [--json]         the versions, oldest first
   strata backup verify --target URL [--version N]    check every file of a version (default the latest)
+                                                     and every archived raft log object
   strata backup prune  --target URL [--keep-last N] [--keep-within D]
                                                      delete other versions, then the files none kept names
   strata restore --from URL [--version N] --data-dir NEW ...   build a data dir from a version
@@ -36,6 +43,10 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var tf targetFlags
 	tf.register(fs)
+	var online onlineFlags
+	if cmd == "create" {
+		online.register(fs)
+	}
 	ctx := context.Background()
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "strata backup %s: %v\n", cmd, err)
@@ -52,7 +63,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "strata backup %s: unexpected arguments %q\n", cmd, fs.Args())
 			return 2
 		}
-		if tf.url == "" {
+		if tf.url == "" && online.endpoints == "" {
 			fmt.Fprintf(stderr, "strata backup %s: --target is required\n", cmd)
 			return 2
 		}
@@ -64,8 +75,22 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		if code := parse(); code >= 0 {
 			return code
 		}
+		if online.endpoints != "" {
+			if *dataDir != "" {
+				fmt.Fprintln(stderr, "strata backup create: give --data-dir (a stopped member) or --endpoints (a running one), not both")
+				return 2
+			}
+			resp, err := online.create(ctx, tf.url)
+			if err != nil {
+				return fail(err)
+			}
+			fmt.Fprintf(stdout, "version %d of %s by member %x: raft index %d, term %d, revision %d, %d files (%d bytes), uploaded %d files (%d bytes) in %s\n",
+				resp.Version, resp.Target, resp.MemberID, resp.RaftIndex, resp.RaftTerm, resp.Revision, resp.Files, resp.Size, resp.NewFiles,
+				resp.NewBytes, resp.Duration.Round(time.Millisecond))
+			return 0
+		}
 		if *dataDir == "" {
-			fmt.Fprintln(stderr, "strata backup create: --data-dir is required")
+			fmt.Fprintln(stderr, "strata backup create: --data-dir (a stopped member) or --endpoints (a running one) is required")
 			return 2
 		}
 		t, err := tf.open(ctx)
@@ -113,6 +138,13 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		if err := tw.Flush(); err != nil {
 			return fail(err)
 		}
+		logs, err := backup.ArchivedLog(ctx, t)
+		if err != nil {
+			return fail(err)
+		}
+		if len(logs) > 0 {
+			fmt.Fprintf(stdout, "archived raft log (point-in-time restore): entries %s in %d objects\n", logRuns(logs), len(logs))
+		}
 		return 0
 	case "verify":
 		version := fs.Uint64("version", 0, "The version to verify (0: the latest).")
@@ -131,6 +163,16 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		fmt.Fprintf(stdout, "version %d of %s: %d files (%d bytes) match their sha256\n", rep.Version, t, rep.Files, rep.Bytes)
+		lrep, err := backup.VerifyLog(ctx, t)
+		if err != nil {
+			for _, b := range lrep.Bad {
+				fmt.Fprintf(stdout, "bad: %s\n", b)
+			}
+			return fail(err)
+		}
+		if lrep.Objects > 0 {
+			fmt.Fprintf(stdout, "archived raft log: %d objects (%d entries) match their sha256\n", lrep.Objects, lrep.Entries)
+		}
 		return 0
 	case "prune":
 		keepLast := fs.Int("keep-last", 0, "Keep the newest N versions.")
@@ -165,6 +207,8 @@ func (f *targetFlags) register(fs *flag.FlagSet) {
 	f.registerS3(fs)
 }
 
+// registerS3 registers the --s3-* flags, which `strata backup`, `strata
+// restore --from` and the member (memberBackupFlags) share.
 func (f *targetFlags) registerS3(fs *flag.FlagSet) {
 	fs.StringVar(&f.opts.Endpoint, "s3-endpoint", "", "S3 endpoint, host:port or http(s)://host:port (default AWS_ENDPOINT_URL, else s3.amazonaws.com).")
 	fs.StringVar(&f.opts.Region, "s3-region", "", "S3 region (default AWS_REGION).")
@@ -195,7 +239,65 @@ func restoreFromTarget(tf *targetFlags, version uint64, cfg backup.RestoreConfig
 		return 1
 	}
 	m := res.Manifest
+	if res.ReplayedTo != 0 {
+		fmt.Fprintf(stdout, "restored revision %d (version %d of %s at raft index %d, revision %d, then its archived log to index %d; %d records) into %s: member %x of cluster %x\n",
+			cfg.ToRevision, m.Version, t, m.RaftIndex, m.Revision, res.ReplayedTo, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
+		return 0
+	}
 	fmt.Fprintf(stdout, "restored version %d of %s (raft index %d, revision %d, %d records) into %s: member %x of cluster %x\n",
 		m.Version, t, m.RaftIndex, m.Revision, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
 	return 0
+}
+
+// memberBackupFlags are a member's backup flags: its own target, the
+// continuous mode and its retention, and the --s3-* flags the CLI has.
+type memberBackupFlags struct {
+	target      targetFlags
+	interval    time.Duration
+	logInterval time.Duration
+	keepLast    int
+	keepWithin  time.Duration
+}
+
+func (f *memberBackupFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.target.url, "backup-target", "", "strata: the member's backup target, file:///dir or s3://bucket/prefix (docs/backup.md). Also the default target of `strata backup create --endpoints`.")
+	fs.DurationVar(&f.interval, "backup-interval", 0, "strata: take a version of the engine into --backup-target this often, on the leader only (0: off).")
+	fs.DurationVar(&f.logInterval, "backup-log-interval", 0, "strata: also archive the applied raft log into --backup-target this often between versions, for point-in-time restore (0: only right after each version). Keep it well under the time the member takes to apply --snapshot-count entries.")
+	fs.IntVar(&f.keepLast, "backup-keep-last", 0, "strata: after each version of --backup-interval, prune the target to the newest N versions (0: no such rule).")
+	fs.DurationVar(&f.keepWithin, "backup-keep-within", 0, "strata: after each version of --backup-interval, keep the versions created within this duration (0: no such rule). The newest is always kept.")
+	f.target.registerS3(fs)
+}
+
+func (f *memberBackupFlags) apply(cfg *member.Config) error {
+	if f.keepLast < 0 || f.keepWithin < 0 {
+		return fmt.Errorf("--backup-keep-last %d, --backup-keep-within %s: want 0 or more", f.keepLast, f.keepWithin)
+	}
+	if (f.keepLast > 0 || f.keepWithin > 0) && f.interval == 0 {
+		return errors.New("--backup-keep-last and --backup-keep-within prune after the versions of --backup-interval, which is 0 (off)")
+	}
+	if f.target.url != "" && cfg.Engine != "" && cfg.Engine != engines.Pebble {
+		return fmt.Errorf("--backup-target: incremental backups copy Pebble's engine files, and this member's engine is %s (--engine); take etcd-format snapshots with etcdctl snapshot save instead", cfg.Engine)
+	}
+	cfg.Backup = backup.Options{
+		Target: f.target.url, TargetOptions: f.target.opts, Interval: f.interval, LogInterval: f.logInterval,
+		Keep: backup.Retention{KeepLast: f.keepLast, KeepWithin: f.keepWithin},
+	}
+	return nil
+}
+
+// logRuns writes archived log ranges as runs of contiguous indexes,
+// "a-b, c-d": a comma marks a gap no restore can cross.
+func logRuns(logs []backup.LogRange) string {
+	var runs []string
+	first, last := logs[0].First, logs[0].Last
+	for _, l := range logs[1:] {
+		if l.First == last+1 {
+			last = l.Last
+			continue
+		}
+		runs = append(runs, fmt.Sprintf("%d-%d", first, last))
+		first, last = l.First, l.Last
+	}
+	runs = append(runs, fmt.Sprintf("%d-%d", first, last))
+	return strings.Join(runs, ", ")
 }

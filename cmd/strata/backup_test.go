@@ -3,8 +3,13 @@ package main
 import (
 	"bytes"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/strata-kv/strata/backup"
+	"github.com/strata-kv/strata/member"
 )
 
 // TestBackupCommandLine: the backup subcommands' refusals and their output
@@ -21,7 +26,10 @@ func TestBackupCommandLine(t *testing.T) {
 		{name: "no command", args: nil, code: 2, stderrPart: "usage:"},
 		{name: "unknown command", args: []string{"copy"}, code: 2, stderrPart: `unknown command "copy"`},
 		{name: "no target", args: []string{"list"}, code: 2, stderrPart: "--target is required"},
-		{name: "create without data dir", args: []string{"create", "--target=" + target}, code: 2, stderrPart: "--data-dir is required"},
+		{name: "create without data dir", args: []string{"create", "--target=" + target}, code: 2, stderrPart: "--data-dir (a stopped member) or --endpoints (a running one) is required"},
+		{name: "create of both", args: []string{"create", "--target=" + target, "--data-dir=x", "--endpoints=http://127.0.0.1:1"}, code: 2, stderrPart: "not both"},
+		{name: "endpoints on list", args: []string{"list", "--target=" + target, "--endpoints=http://127.0.0.1:1"}, code: 2, stderrPart: "flag provided but not defined: -endpoints"},
+		{name: "user without password", args: []string{"create", "--endpoints=http://127.0.0.1:1", "--user=root"}, code: 1, stderrPart: "--user needs a password"},
 		{name: "stray argument", args: []string{"verify", "--target=" + target, "3"}, code: 2, stderrPart: "unexpected arguments"},
 		{name: "bad target", args: []string{"list", "--target=ftp://x"}, code: 1, stderrPart: "want a file:// or s3:// URL"},
 		{name: "list of an empty target", args: []string{"list", "--target=" + target}, code: 0, stdout: "VERSION  CREATED"},
@@ -42,17 +50,81 @@ func TestBackupCommandLine(t *testing.T) {
 	}
 }
 
-// TestRestoreFromFlags: --from and a backup file exclude each other, and
-// --version needs --from.
+// TestRestoreFromFlags: --from and a backup file exclude each other,
+// --version and --to-revision need --from and exclude each other.
 func TestRestoreFromFlags(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "new")
 	for _, args := range [][]string{
 		{"--from=file:///x", "--data-dir=" + dir, "backup.db"},
 		{"--version=2", "--data-dir=" + dir, "backup.db"},
 		{"--data-dir=" + dir},
+		{"--to-revision=5", "--data-dir=" + dir, "backup.db"},
+		{"--from=file:///x", "--version=2", "--to-revision=5", "--data-dir=" + dir},
+		{"--from=file:///x", "--to-revision=-1", "--data-dir=" + dir},
 	} {
 		if code := runRestore(args); code != 2 {
 			t.Errorf("strata restore %v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+// TestMemberBackupFlags: the member's backup flags, the --s3-* ones
+// shared with the CLI among them, into member.Config, and their refusals.
+func TestMemberBackupFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+		check   func(cfg member.Config) bool
+	}{
+		{name: "off by default", check: func(cfg member.Config) bool { return reflect.DeepEqual(cfg.Backup, backup.Options{}) }},
+		{
+			name: "every flag",
+			args: []string{"--backup-target=s3://b/p", "--backup-interval=1h", "--backup-log-interval=1m", "--backup-keep-last=3", "--backup-keep-within=24h",
+				"--s3-endpoint=http://127.0.0.1:9000", "--s3-region=r", "--s3-access-key=a", "--s3-secret-key=s"},
+			check: func(cfg member.Config) bool {
+				return reflect.DeepEqual(cfg.Backup, backup.Options{Target: "s3://b/p", Interval: time.Hour, LogInterval: time.Minute,
+					Keep:          backup.Retention{KeepLast: 3, KeepWithin: 24 * time.Hour},
+					TargetOptions: backup.TargetOptions{Endpoint: "http://127.0.0.1:9000", Region: "r", AccessKey: "a", SecretKey: "s"}})
+			},
+		},
+		{name: "keep without interval", args: []string{"--backup-target=file:///x", "--backup-keep-last=3"}, wantErr: "--backup-interval"},
+		{name: "negative keep", args: []string{"--backup-target=file:///x", "--backup-interval=1h", "--backup-keep-last=-1"}, wantErr: "want 0 or more"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var f flags
+			fs := newFlagSet(&f)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			var cfg member.Config
+			err := f.backup.apply(&cfg)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("apply = %v, want an error with %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !tc.check(cfg) {
+				t.Errorf("apply = %v, config %+v", err, cfg.Backup)
+			}
+		})
+	}
+}
+
+// TestLogRuns: archived log objects as runs of contiguous indexes.
+func TestLogRuns(t *testing.T) {
+	for _, tc := range []struct {
+		logs []backup.LogRange
+		want string
+	}{
+		{logs: []backup.LogRange{{First: 5, Last: 9}}, want: "5-9"},
+		{logs: []backup.LogRange{{First: 5, Last: 9}, {First: 10, Last: 20}, {First: 21, Last: 21}}, want: "5-21"},
+		{logs: []backup.LogRange{{First: 5, Last: 9}, {First: 12, Last: 20}, {First: 21, Last: 30}}, want: "5-9, 12-30"},
+	} {
+		if got := logRuns(tc.logs); got != tc.want {
+			t.Errorf("logRuns(%v) = %q, want %q", tc.logs, got, tc.want)
 		}
 	}
 }

@@ -109,6 +109,7 @@ type flags struct {
 	logCompaction                               logCompactionFlags
 	security                                    securityFlags
 	metrics                                     metricsFlags
+	backup                                      memberBackupFlags
 	noEffect                                    *noEffectValues
 	refused                                     refusedFlags
 	// unrecognizedEnv are the ETCD_* variables no flag reads, to log.
@@ -190,6 +191,7 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	f.logCompaction.register(fs)
 	f.security.register(fs)
 	f.metrics.register(fs)
+	f.backup.register(fs)
 	return fs
 }
 
@@ -364,6 +366,9 @@ func (f *flags) config(logger *zap.Logger) (member.Config, error) {
 		return member.Config{}, err
 	}
 	if err := f.metrics.apply(&cfg); err != nil {
+		return member.Config{}, err
+	}
+	if err := f.backup.apply(&cfg); err != nil {
 		return member.Config{}, err
 	}
 	// Last: --auto-tls writes its certificates once everything else has

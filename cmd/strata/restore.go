@@ -21,7 +21,7 @@ import (
 //
 //	strata restore --data-dir NEW --name NAME --initial-cluster NAME=URL,...
 //	    [--initial-advertise-peer-urls URL] [--initial-cluster-token TOKEN] FILE
-//	strata restore --from URL [--version N] --data-dir NEW ... (same flags, no FILE)
+//	strata restore --from URL [--version N | --to-revision R] --data-dir NEW ... (same flags, no FILE)
 //
 // Start the member on NEW with the same --name, --initial-cluster and
 // --initial-cluster-token: it bootstraps the new cluster's raft log over
@@ -38,6 +38,7 @@ func runRestore(args []string) int {
 	tf.registerS3(fs)
 	version := fs.Uint64("version", 0, "With --from: the version to restore (0: the latest).")
 	engineName := fs.String("engine", engines.Default, "The storage engine of the new data directory ("+strings.Join(engines.Names(), " or ")+"): a snapshot of a member on one engine restores onto another. Not with --from, whose engine files are Pebble's.")
+	toRevision := fs.Int64("to-revision", 0, "With --from: restore the state at this revision: the newest version at or before it, then the archived raft log up to it (docs/backup.md, \"Point-in-time restore\").")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -54,8 +55,14 @@ func runRestore(args []string) int {
 	case tf.url != "" && *engineName != engines.Default:
 		fmt.Fprintln(os.Stderr, "strata restore: --from restores Pebble's engine files; --engine is for a snapshot file")
 		return 2
-	case tf.url == "" && *version != 0:
-		fmt.Fprintln(os.Stderr, "strata restore: --version needs --from")
+	case tf.url == "" && (*version != 0 || *toRevision != 0):
+		fmt.Fprintln(os.Stderr, "strata restore: --version and --to-revision need --from")
+		return 2
+	case *version != 0 && *toRevision != 0:
+		fmt.Fprintln(os.Stderr, "strata restore: give --version or --to-revision, not both")
+		return 2
+	case *toRevision < 0:
+		fmt.Fprintln(os.Stderr, "strata restore: --to-revision must be positive")
 		return 2
 	}
 	if *dataDir == "" {
@@ -79,6 +86,7 @@ func runRestore(args []string) int {
 			Name:                *name,
 			InitialCluster:      members,
 			InitialClusterToken: *token,
+			ToRevision:          *toRevision,
 		}, os.Stdout, os.Stderr)
 	}
 	res, err := maintenance.Restore(maintenance.RestoreConfig{

@@ -105,3 +105,26 @@ func BuildTool(repoRoot, dir, pkg string) (string, error) {
 	}
 	return out, nil
 }
+
+// MinIOEnvVar names a MinIO server binary built beforehand; BuildMinIO
+// then builds nothing (a cold build takes minutes: tools/minio/README.md).
+const MinIOEnvVar = "STRATA_E2E_MINIO"
+
+// BuildMinIO returns the path of a MinIO server binary: the one
+// MinIOEnvVar names, else one built into dir from the nested module
+// tools/minio (its own go.mod, so that MinIO's dependencies never reach
+// tools/go.mod). MinIO is AGPL-3.0: tests run it as a separate process;
+// it is never linked into strata.
+func BuildMinIO(repoRoot, dir string) (string, error) {
+	if p := os.Getenv(MinIOEnvVar); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s: %w", MinIOEnvVar, err)
+		}
+		return p, nil
+	}
+	out := filepath.Join(dir, "minio")
+	if err := goBuild(filepath.Join(repoRoot, "tools", "minio"), "-o", out, "github.com/minio/minio"); err != nil {
+		return "", err
+	}
+	return out, nil
+}
