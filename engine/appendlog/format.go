@@ -1,7 +1,6 @@
 package appendlog
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -242,5 +241,3 @@ func readHeader(f *os.File) (header, int64, error) {
 	h, err := decodeHeader(b[:n])
 	return h, st.Size(), err
 }
-
-func isReserved(key []byte) bool { return bytes.HasPrefix(key, []byte{0, 0}) }
