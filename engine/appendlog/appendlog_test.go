@@ -312,7 +312,7 @@ func powerCut(t *testing.T, seed uint64, opts Options, flushEvery int, compact b
 			continue
 		}
 		cuts++
-		mode := rng.IntN(5)
+		mode := rng.IntN(TearModes)
 		dir, d := cut(t, e, rng, mode)
 		if opts.SyncCommits && d != i {
 			t.Fatalf("with synced commits, durable at batch %d = %d", i, d)
@@ -342,50 +342,10 @@ func powerCut(t *testing.T, seed uint64, opts Options, flushEvery int, compact b
 // index reported before the cut.
 func cut(t *testing.T, e *Engine, rng *rand.Rand, mode int) (string, uint64) {
 	t.Helper()
-	e.mergeMu.Lock() // the background merger writes and removes files
-	defer e.mergeMu.Unlock()
-	e.writeMu.Lock()
-	defer e.writeMu.Unlock()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	d := e.DurableIndex()
-	synced := map[string]int64{}
-	for _, s := range e.mu.segs {
-		synced[filepath.Base(s.path)] = s.synced
-	}
 	dst := t.TempDir()
-	ents, err := os.ReadDir(e.dir)
+	d, err := e.CrashCopy(dst, Tear(rng, mode))
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, de := range ents {
-		data, err := os.ReadFile(filepath.Join(e.dir, de.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n, ok := synced[de.Name()]; ok && n < int64(len(data)) {
-			rest := data[n:]
-			data = data[:n:n]
-			switch mode {
-			case 0: // the unsynced bytes are lost
-			case 1: // torn at any byte
-				data = append(data, rest[:rng.IntN(len(rest)+1)]...)
-			case 2: // all of it, then garbage
-				data = append(data, rest...)
-				for range 1 + rng.IntN(64) {
-					data = append(data, byte(rng.Uint32()))
-				}
-			case 3: // a prefix, then zeros (the file grew, the data never came)
-				data = append(data, rest[:rng.IntN(len(rest)+1)]...)
-				data = append(data, make([]byte, 1+rng.IntN(600))...)
-			case 4: // all of it but one damaged byte
-				data = append(data, rest...)
-				data[int(n)+rng.IntN(len(rest))] ^= 0x5a
-			}
-		}
-		if err := os.WriteFile(filepath.Join(dst, de.Name()), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
 	}
 	return dst, d
 }
