@@ -147,6 +147,7 @@ type Engine struct {
 		closed  bool
 	}
 	mergeMu sync.Mutex
+	lastCut uint64 // the cut of the last merge; guarded by mergeMu
 
 	applied atomic.Uint64
 	durable atomic.Uint64

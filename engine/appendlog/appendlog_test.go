@@ -776,3 +776,29 @@ func TestTornNewestHeader(t *testing.T) {
 		t.Fatalf("open with a damaged header: %v, want corruption", err)
 	}
 }
+
+// TestMergeTwiceWithoutCommits: a second merge with nothing committed
+// since the first keeps the data (it once reused the first's file names
+// and removed its outputs).
+func TestMergeTwiceWithoutCommits(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir, Options{MergeMinBytes: -1})
+	b := e.NewBatch()
+	_ = b.Set([]byte("k1"), []byte("v"))
+	if err := b.Commit(1); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := e.CompactAll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = open(t, dir, Options{MergeMinBytes: -1})
+	defer e.Close()
+	if v, err := e.Get([]byte("k1")); err != nil || string(v) != "v" || e.AppliedIndex() != 1 {
+		t.Fatalf("after three merges and a reopen: %q, %v, applied %d", v, err, e.AppliedIndex())
+	}
+}

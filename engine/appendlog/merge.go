@@ -84,6 +84,12 @@ func (e *Engine) merge() error {
 	if err != nil {
 		return err
 	}
+	if cut == e.lastCut {
+		// Nothing was committed since the last merge, which cut here: its
+		// outputs are all there is, and a second merge at the same cut
+		// would reuse their ids.
+		return nil
+	}
 	v, err := e.newView()
 	if err != nil {
 		return err
@@ -153,6 +159,7 @@ func (e *Engine) merge() error {
 		s.obsolete.Store(true)
 		s.unref()
 	}
+	e.lastCut = cut
 	return nil
 }
 
@@ -203,6 +210,9 @@ func (w *mergeWriter) newFile() error {
 	}
 	id := w.cut - idStep + 1 + n
 	final := filepath.Join(w.dir, fileName(id))
+	if _, err := os.Stat(final); err == nil {
+		return fmt.Errorf("merge: output %s exists", final)
+	}
 	f, err := os.OpenFile(final+tmpSuffix, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
 	if err != nil {
 		return fmt.Errorf("merge: create %s: %w", final+tmpSuffix, err)
