@@ -25,6 +25,7 @@ import (
 	"github.com/strata-kv/strata/engine"
 	"github.com/strata-kv/strata/engine/appendlog"
 	bboltengine "github.com/strata-kv/strata/engine/bbolt"
+	"github.com/strata-kv/strata/engine/hybridlog"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 )
 
@@ -35,13 +36,16 @@ const (
 	// AppendLog is Bitcask's design: append-only data files and an
 	// in-memory ordered key directory (engine/appendlog).
 	AppendLog = "appendlog"
+	// HybridLog is FASTER's design: a log whose tail is mutable in memory,
+	// over an appendlog stable region (engine/hybridlog).
+	HybridLog = "hybridlog"
 )
 
 // Default is the engine used when none is named (datadir.DefaultEngine).
 const Default = Pebble
 
 // Names lists the engines, the default first.
-func Names() []string { return []string{Pebble, Bbolt, AppendLog} }
+func Names() []string { return []string{Pebble, Bbolt, AppendLog, HybridLog} }
 
 // Check returns nil if name ("" meaning Default) names an engine, else an
 // error listing the engines.
@@ -56,13 +60,14 @@ func Check(name string) error {
 // Options configure Open.
 type Options struct {
 	// FS is the file system; nil means the operating system's. Only Pebble
-	// runs on another (an in-memory or crashable one): bbolt and appendlog
-	// write through the operating system's files, and refuse any other FS.
+	// runs on another (an in-memory or crashable one): bbolt, appendlog and
+	// hybridlog write through the operating system's files, and refuse any
+	// other FS.
 	FS vfs.FS
 	// EnableWAL asks for the double-logging baseline (--engine-wal): Pebble
 	// turns its WAL on and syncs every commit; bbolt, which has no WAL,
 	// flushes and syncs every commit (bbolt.Options.SyncCommits), and
-	// appendlog syncs every commit (appendlog.Options.SyncCommits).
+	// appendlog and hybridlog sync every commit (their SyncCommits).
 	EnableWAL bool
 	// Logger receives the engine's log lines; nil means zap.NewNop().
 	Logger *zap.Logger
@@ -81,6 +86,12 @@ func Open(name, dir string, opts Options) (engine.Transferable, error) {
 		return nil, fmt.Errorf("open %s engine in %s: it works on the operating system's files only, not on %T", name, dir, opts.FS)
 	}
 	switch name {
+	case HybridLog:
+		e, err := hybridlog.Open(dir, hybridlog.Options{SyncCommits: opts.EnableWAL, Logger: opts.Logger})
+		if err != nil {
+			return nil, err
+		}
+		return hybridLogEngine{e}, nil
 	case AppendLog:
 		e, err := appendlog.Open(dir, appendlog.Options{SyncCommits: opts.EnableWAL, Logger: opts.Logger})
 		if err != nil {
@@ -160,6 +171,25 @@ func (a appendLogEngine) NewSnapshotWriter(path string) (engine.SnapshotWriter, 
 	return w, nil
 }
 
+// hybridLogEngine adapts engine/hybridlog's concrete export types likewise.
+type hybridLogEngine struct{ *hybridlog.Engine }
+
+func (h hybridLogEngine) NewExportView() (engine.ExportView, error) {
+	v, err := h.Engine.NewExportView()
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func (h hybridLogEngine) NewSnapshotWriter(path string) (engine.SnapshotWriter, error) {
+	w, err := h.Engine.NewSnapshotWriter(path)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
 // checkForeign refuses a directory that holds another engine's files: an
 // engine opened there would start empty beside them, silently. (The data
 // directory's identity is the first check, datadir.LoadOrCreateID; this
@@ -192,6 +222,8 @@ func ownerOf(file string) string {
 		return Bbolt
 	case strings.HasSuffix(file, ".alog"):
 		return AppendLog
+	case file == hybridlog.StableDir:
+		return HybridLog
 	}
 	return ""
 }

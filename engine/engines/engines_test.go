@@ -28,7 +28,9 @@ func TestOpenByName(t *testing.T) {
 		{name: "bbolt in memory", engine: Bbolt, fs: vfs.NewMem(), wantErr: "works on the operating system's files only"},
 		{name: "appendlog", engine: AppendLog},
 		{name: "appendlog in memory", engine: AppendLog, fs: vfs.NewMem(), wantErr: "works on the operating system's files only"},
-		{name: "unknown", engine: "rocksdb", wantErr: `unknown engine "rocksdb": --engine takes pebble, bbolt or appendlog`},
+		{name: "hybridlog", engine: HybridLog},
+		{name: "hybridlog in memory", engine: HybridLog, fs: vfs.NewMem(), wantErr: "works on the operating system's files only"},
+		{name: "unknown", engine: "rocksdb", wantErr: `unknown engine "rocksdb": --engine takes pebble, bbolt, appendlog or hybridlog`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,6 +146,8 @@ func TestForeignEngineRefused(t *testing.T) {
 		{first: AppendLog, second: Pebble, wantErr: "the directory holds an appendlog engine"},
 		{first: Pebble, second: AppendLog, wantErr: "the directory holds a pebble engine"},
 		{first: AppendLog, second: Bbolt, wantErr: "the directory holds an appendlog engine"},
+		{first: HybridLog, second: AppendLog, wantErr: "the directory holds a hybridlog engine (stable)"},
+		{first: AppendLog, second: HybridLog, wantErr: "the directory holds an appendlog engine"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.first+"-then-"+tc.second, func(t *testing.T) {

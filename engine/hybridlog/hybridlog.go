@@ -205,6 +205,9 @@ func (e *Engine) commitLocked(own *layer, tails []*writeOnlyBatch, appliedIndex 
 		}
 		e.mu.cond.Wait()
 	}
+	if e.mu.closed {
+		return errEngineClosed
+	}
 	if e.mu.err != nil {
 		return e.mu.err
 	}
