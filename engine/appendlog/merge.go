@@ -133,6 +133,15 @@ func (e *Engine) merge() error {
 		return err
 	}
 	e.mu.Lock()
+	if e.mu.closed {
+		// Close ran meanwhile. The outputs are in place and hold the same
+		// data as the files they supersede, so recovery reads either.
+		e.mu.Unlock()
+		for _, s := range outs {
+			_ = s.f.Close()
+		}
+		return errEngineClosed
+	}
 	for _, m := range moves {
 		if _, cur, ok := e.mu.kd.Get(m.key); ok && cur == m.old {
 			e.mu.kd.ReplaceOrInsert(m.key, m.new)
