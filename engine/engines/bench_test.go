@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -205,5 +206,53 @@ func BenchmarkEngineUpdate(b *testing.B) {
 				b.ReportMetric(float64(e.DiskSize())/float64(keys), "disk-B/key")
 			})
 		}
+	}
+}
+
+// BenchmarkEngineHeap: the Go heap an engine holds for its keys. One op
+// opens an engine, loads `keys` random keys (8 bytes, values of 256) in
+// batches of 1000 and flushes; the heap in use after a collection, less
+// the heap before the engine was opened, is reported per key. It counts
+// the Go heap only: memory Pebble allocates outside it (its block cache)
+// and bbolt's memory-mapped file are not in it, while appendlog's key
+// directory and hybridlog's records and indexes are all in it. Run it
+// with -benchtime 1x.
+func BenchmarkEngineHeap(b *testing.B) {
+	const keys = 200_000
+	for _, name := range Names() {
+		b.Run(fmt.Sprintf("engine=%s/keys=%d", name, keys), func(b *testing.B) {
+			var total float64
+			for range b.N {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				e, err := Open(name, b.TempDir(), Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				rng := rand.New(rand.NewPCG(3, 4))
+				key := make([]byte, 8)
+				for i := 0; i < keys; i += 1000 {
+					wb := e.NewBatch()
+					for j := range 1000 {
+						binary.BigEndian.PutUint64(key, rng.Uint64())
+						_ = wb.Set(key, values[j%len(values)])
+					}
+					if err := wb.Commit(uint64(i + 1)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := e.Flush(); err != nil {
+					b.Fatal(err)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				total += (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / keys
+				if err := e.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(total/float64(b.N), "heap-B/key")
+		})
 	}
 }
