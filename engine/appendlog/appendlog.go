@@ -24,6 +24,11 @@ import (
 // new one started, when Options.MaxFileBytes is 0.
 const DefaultMaxFileBytes = 64 << 20
 
+// maxKeptFrame is the largest frame buffer a commit keeps for the next
+// one; a larger one (hybridlog writes a whole flush as one batch) is
+// dropped, so that the engine does not hold it for good.
+const maxKeptFrame = 4 << 20
+
 // DefaultMergeMinBytes is the size of the immutable files below which the
 // background merger does not run, when Options.MergeMinBytes is 0.
 const DefaultMergeMinBytes = 64 << 20
@@ -517,6 +522,10 @@ func (e *Engine) commitLocked(own *layer, tails []*writeOnlyBatch, appliedIndex 
 	e.applied.Store(appliedIndex)
 	e.mu.Unlock()
 	clear(ops)
+	if cap(e.enc.buf) > maxKeptFrame {
+		e.enc.buf = nil // a large batch's buffers are not kept for the next
+		e.pending = nil
+	}
 	if seg.size >= e.opts.MaxFileBytes {
 		return e.rotateLocked()
 	}

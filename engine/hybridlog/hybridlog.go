@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -102,6 +103,7 @@ type Engine struct {
 	mu struct {
 		sync.RWMutex
 		index     map[string]*rec
+		indexPeak int // the most keys index held since it was last built
 		tree      *tree
 		treeClone *tree // read-only clone for views; nil once tree changed
 		recs      []*rec
@@ -250,6 +252,7 @@ func (e *Engine) writeLocked(key, value []byte, del bool) {
 	e.mu.tail++
 	e.mu.recs = append(e.mu.recs, r)
 	e.mu.index[string(key)] = r
+	e.mu.indexPeak = max(e.mu.indexPeak, len(e.mu.index))
 	e.mu.tree.ReplaceOrInsert(key, r)
 	e.mu.treeClone = nil
 	e.mu.memBytes += r.size()
@@ -310,6 +313,12 @@ func (e *Engine) flushPendingLocked() error {
 			e.mu.treeClone = nil
 		}
 		e.mu.memBytes -= r.size()
+	}
+	if n := len(e.mu.index); n*4 < e.mu.indexPeak {
+		// Go maps do not shrink: rebuild one that lost most of its keys.
+		index := make(map[string]*rec, n)
+		maps.Copy(index, e.mu.index)
+		e.mu.index, e.mu.indexPeak = index, n
 	}
 	rest := e.mu.recs[to-from:]
 	e.mu.recs = append(make([]*rec, 0, len(rest)+16), rest...) // drop the evicted records
