@@ -252,7 +252,7 @@ func (e *Engine) recover() error {
 	}
 	var live, obsolete []*segment
 	for _, s := range all {
-		if s.id >= cutoff || s.hdr.base == cutoff {
+		if s.id >= cutoff || (cutoff > 0 && s.hdr.base == cutoff) {
 			live = append(live, s)
 		} else {
 			obsolete = append(obsolete, s)

@@ -369,11 +369,13 @@ func reopen(t *testing.T, dir string, last uint64, states []map[string]string) u
 	return a
 }
 
-// TestMergeLeftovers: whichever of the files a merge replaced a crash
-// leaves behind, and a merge's unfinished temporary file, the reopened
-// engine holds exactly the state before the crash (FORMAT.md, Recovery 3).
+// TestMergeLeftovers: a crash during a merge leaves, before the marker's
+// rename, every old file and any subset of the renamed outputs; after it,
+// the marker and every output and any subset of the old files; and in
+// both, perhaps a temporary file. The reopened engine holds exactly the
+// state before the crash (FORMAT.md, Recovery 3).
 func TestMergeLeftovers(t *testing.T) {
-	for seed := uint64(1); seed <= 4; seed++ {
+	for seed := uint64(1); seed <= 8; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 3))
 			dir := t.TempDir()
@@ -387,7 +389,7 @@ func TestMergeLeftovers(t *testing.T) {
 						_ = b.Delete([]byte(k))
 						delete(state, k)
 					} else {
-						v := fmt.Sprintf("v%d-%s", i, strings.Repeat("y", rng.IntN(100)))
+						v := fmt.Sprintf("v%d-%s", i, strings.Repeat("y", 100+rng.IntN(200)))
 						_ = b.Set([]byte(k), []byte(v))
 						state[k] = v
 					}
@@ -407,10 +409,43 @@ func TestMergeLeftovers(t *testing.T) {
 			if err := e.Close(); err != nil {
 				t.Fatal(err)
 			}
-			// Put back a random subset of the replaced files.
-			var back int
+			var marker string
+			var outputs []string
+			for name, data := range after {
+				if _, ok := before[name]; ok {
+					continue
+				}
+				h, err := decodeHeader(data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch {
+				case h.flags&flagMarker != 0:
+					marker = name
+				case h.base != 0:
+					outputs = append(outputs, name)
+				}
+			}
+			if marker == "" || len(outputs) < 2 {
+				t.Fatalf("merge wrote marker %q and %d outputs; the test wants a marker and several outputs", marker, len(outputs))
+			}
+			beforeMarker := seed%2 == 0
+			var dropped, back int
+			if beforeMarker {
+				if err := os.Remove(filepath.Join(dir, marker)); err != nil {
+					t.Fatal(err)
+				}
+				for _, name := range outputs {
+					if rng.IntN(2) == 0 {
+						dropped++
+						if err := os.Remove(filepath.Join(dir, name)); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
 			for name, data := range before {
-				if _, ok := after[name]; ok || rng.IntN(2) == 0 {
+				if _, ok := after[name]; ok || (!beforeMarker && rng.IntN(2) == 0) {
 					continue
 				}
 				back++
@@ -427,16 +462,17 @@ func TestMergeLeftovers(t *testing.T) {
 				t.Fatalf("applied %d after the merge, want 60", a)
 			}
 			if got := scan(t, r); !maps.Equal(got, state) {
-				t.Fatalf("with %d replaced files put back: %v, want %v", back, got, state)
+				t.Fatalf("before marker %v, %d of %d outputs dropped, %d old files put back: %v, want %v",
+					beforeMarker, dropped, len(outputs), back, got, state)
 			}
 			for name := range readFiles(t, dir) {
-				if _, ok := before[name]; ok {
+				if strings.HasSuffix(name, tmpSuffix) {
+					t.Fatalf("temporary file %s not removed on open", name)
+				}
+				if _, ok := before[name]; ok && !beforeMarker {
 					if _, ok := after[name]; !ok {
 						t.Fatalf("superseded file %s not removed on open", name)
 					}
-				}
-				if strings.HasSuffix(name, tmpSuffix) {
-					t.Fatalf("temporary file %s not removed on open", name)
 				}
 			}
 		})

@@ -55,12 +55,14 @@
 // Overwritten values and tombstones are garbage. A merge (CompactAll, or
 // the background merger once garbage exceeds half the immutable bytes)
 // rotates the active file, then rewrites every live value held by the
-// immutable files into new files whose header supersedes them all, syncs
-// and renames those into place, and swaps the key directory's locations
-// to them (a location a newer commit replaced meanwhile is left alone).
-// The old files are deleted when the last reader holding them lets go;
-// whichever of them a crash leaves behind, recovery ignores them (each
-// header's base, FORMAT.md). Commits and reads go on during a merge.
+// immutable files into new files, syncs and renames those into place,
+// then writes a marker file whose header supersedes every file below the
+// cut, and swaps the key directory's locations to the new files (a
+// location a newer commit replaced meanwhile is left alone). The old files
+// are deleted when the last reader holding them lets go; whichever of them
+// a crash leaves behind, recovery ignores them, and outputs without their
+// marker change nothing (FORMAT.md, Recovery). Commits and reads go on
+// during a merge.
 //
 // Since files never change once sealed, Checkpoint hard-links every sealed
 // file and copies only the active file's committed prefix: a backup taken

@@ -16,6 +16,7 @@ const (
 	frameHead   = 12 // length (4) + applied (8)
 	frameTail   = 4  // CRC
 	flagReset   = 1
+	flagMarker  = 2
 	kindSet     = 1
 	kindDelete  = 2
 	idStep      = 1 << 20
@@ -58,19 +59,24 @@ func decodeHeader(b []byte) (header, error) {
 		return header{}, fmt.Errorf("%w: header CRC %08x, computed %08x", errCorrupt, got, want)
 	}
 	h := header{base: binary.BigEndian.Uint64(b[8:]), flags: binary.BigEndian.Uint32(b[16:])}
-	if h.flags&^flagReset != 0 {
+	if h.flags&^(flagReset|flagMarker) != 0 {
 		return header{}, fmt.Errorf("%w: unknown header flags %#x", errCorrupt, h.flags)
 	}
 	return h, nil
 }
 
 // supersedes returns the id below which this file makes every file
-// obsolete (0: none).
+// obsolete (0: none): an installed snapshot's own id, a merge marker's
+// base. A merge's outputs carry the base too but supersede nothing by
+// themselves: only the marker, written after all of them, does.
 func (h header) supersedes(id uint64) uint64 {
-	if h.flags&flagReset != 0 {
+	switch {
+	case h.flags&flagReset != 0:
 		return id
+	case h.flags&flagMarker != 0:
+		return h.base
 	}
-	return h.base
+	return 0
 }
 
 func fileName(id uint64) string { return fmt.Sprintf("%0*x%s", idNameWidth, id, fileSuffix) }

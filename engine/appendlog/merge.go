@@ -104,7 +104,7 @@ func (e *Engine) merge() error {
 	if len(olds) == 0 {
 		return nil
 	}
-	w := &mergeWriter{dir: e.dir, cut: cut}
+	w := &mergeWriter{dir: e.dir, cut: cut, maxSize: e.opts.MaxFileBytes}
 	defer w.abort()
 	var moves []moved
 	var werr error
@@ -178,6 +178,7 @@ func (e *Engine) merge() error {
 type mergeWriter struct {
 	dir     string
 	cut     uint64
+	maxSize int64
 	segs    []*segment
 	cur     *segment
 	enc     frameEncoder
@@ -199,11 +200,11 @@ func (w *mergeWriter) add(key, value []byte) (loc, error) {
 	}
 	off := w.enc.set(key, value)
 	l := loc{seg: w.cur, off: w.cur.size + int64(off), n: uint32(len(value))}
-	if w.enc.bodyLen() >= mergeFrameBytes {
+	if int64(w.enc.bodyLen()) >= min(mergeFrameBytes, w.maxSize) {
 		if err := w.writeFrame(); err != nil {
 			return loc{}, err
 		}
-		if w.cur.size >= DefaultMaxFileBytes {
+		if w.cur.size >= w.maxSize {
 			if err := w.sealFile(); err != nil {
 				return loc{}, err
 			}
@@ -214,7 +215,7 @@ func (w *mergeWriter) add(key, value []byte) (loc, error) {
 
 func (w *mergeWriter) newFile() error {
 	n := uint64(len(w.segs))
-	if n+1 >= idStep {
+	if n+2 >= idStep { // the last id below cut is the marker's
 		return errors.New("merge: too many output files")
 	}
 	id := w.cut - idStep + 1 + n
@@ -262,14 +263,13 @@ func (w *mergeWriter) sealFile() error {
 }
 
 // finish writes the last frame, syncs every output, renames them into
-// place in id order and syncs the directory. At least one file is
-// written, even empty: its header is what supersedes the merged files.
+// place and syncs the directory; then it writes the merge's marker (id
+// cut-1: a header with base cut and the marker flag), which is what
+// supersedes the merged files (FORMAT.md), synced, renamed, directory
+// synced. A crash before the marker's rename leaves outputs that recovery
+// replays after the files they copy, which changes nothing. It returns the
+// outputs and the marker, all for the set.
 func (w *mergeWriter) finish() ([]*segment, error) {
-	if len(w.segs) == 0 {
-		if err := w.newFile(); err != nil {
-			return nil, err
-		}
-	}
 	if w.cur != nil {
 		if err := w.writeFrame(); err != nil {
 			return nil, err
@@ -286,11 +286,39 @@ func (w *mergeWriter) finish() ([]*segment, error) {
 	if err := syncDir(w.dir); err != nil {
 		return nil, fmt.Errorf("merge: %w", err)
 	}
+	id := w.cut - 1
+	final := filepath.Join(w.dir, fileName(id))
+	h := header{base: w.cut, flags: flagMarker}
+	f, err := os.OpenFile(final+tmpSuffix, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("merge: create %s: %w", final+tmpSuffix, err)
+	}
+	marker := &segment{id: id, hdr: h, path: final, f: f, size: headerSize, synced: headerSize, sealed: true}
+	w.segs = append(w.segs, marker)
+	if _, err := f.Write(h.encode()); err != nil {
+		return nil, fmt.Errorf("merge: write %s: %w", final+tmpSuffix, err)
+	}
+	if err := f.Sync(); err != nil {
+		return nil, fmt.Errorf("merge: sync %s: %w", final+tmpSuffix, err)
+	}
+	if err := os.Rename(final+tmpSuffix, final); err != nil {
+		return nil, fmt.Errorf("merge: rename %s: %w", final, err)
+	}
+	// From here the marker may be on disk: the outputs must stay. Should
+	// the directory sync fail, the set keeps the old files, which the
+	// outputs copy, and the next merge supersedes both.
 	w.done = true
+	if err := syncDir(w.dir); err != nil {
+		for _, s := range w.segs {
+			_ = s.f.Close()
+		}
+		return nil, fmt.Errorf("merge: %w", err)
+	}
 	return w.segs, nil
 }
 
-// abort removes the outputs of an unfinished merge.
+// abort closes and removes the files of an unfinished merge: renamed
+// outputs without their marker change nothing on recovery, but take room.
 func (w *mergeWriter) abort() {
 	if w.done {
 		return
@@ -298,6 +326,7 @@ func (w *mergeWriter) abort() {
 	for _, s := range w.segs {
 		_ = s.f.Close()
 		_ = os.Remove(s.path + tmpSuffix)
+		_ = os.Remove(s.path)
 	}
 	w.done = true
 }
