@@ -470,14 +470,14 @@ func TestInstallSnapshot(t *testing.T) {
 
 // TestConcurrentReadersSeeWholeBatches: readers on other goroutines
 // (Get, iterators, snapshots) never see part of a batch while the applier
-// commits, seals, flushes, evicts and merges. Every batch writes the same value under
-// every key.
+// commits, seals, flushes, evicts and merges, and Flush runs on another
+// goroutine. Every batch writes the same value under every key.
 func TestConcurrentReadersSeeWholeBatches(t *testing.T) {
 	e := open(t, t.TempDir(), Options{MemBytes: 2 << 10, Stable: appendlog.Options{MaxFileBytes: 2 << 10, MergeMinBytes: 1}})
 	defer e.Close()
 	const nkeys = 20
 	stop := make(chan struct{})
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	var wg sync.WaitGroup
 	for r := range 3 {
 		wg.Go(func() {
@@ -512,6 +512,28 @@ func TestConcurrentReadersSeeWholeBatches(t *testing.T) {
 			}
 		})
 	}
+	// A flusher on its own goroutine: the durable index never falls and
+	// never passes the applied index.
+	wg.Go(func() {
+		var last uint64
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := e.Flush(); err != nil {
+				errs <- err
+				return
+			}
+			d := e.DurableIndex()
+			if a := e.AppliedIndex(); d < last || d > a {
+				errs <- fmt.Errorf("durable index %d after %d, applied %d", d, last, a)
+				return
+			}
+			last = d
+		}
+	})
 	for i := uint64(1); i <= 300; i++ {
 		b := e.NewBatch()
 		for k := range nkeys {
