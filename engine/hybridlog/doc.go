@@ -78,7 +78,8 @@
 //   - Memory: the in-memory records (up to twice MemBytes before a stall),
 //     both indexes over them, and the stable region's key directory.
 //   - Readers on other goroutines seal the mutable region (above).
-//   - A view waits for a flush's write to the stable region in progress.
+//   - A view waits for a flush's write to the stable region in progress,
+//     and for a Checkpoint's copy of the stable region's active file.
 //   - The limits of engine/appendlog apply to the stable region.
 //
 // Concurrency: as engine.Engine says. Open starts one goroutine (the
