@@ -23,7 +23,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/strata-kv/strata/engine"
+	"github.com/strata-kv/strata/engine/appendlog"
 	bboltengine "github.com/strata-kv/strata/engine/bbolt"
+	"github.com/strata-kv/strata/engine/hybridlog"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 )
 
@@ -31,13 +33,19 @@ import (
 const (
 	Pebble = "pebble" // the default: Pebble's LSM tree, WAL off (engine/pebble)
 	Bbolt  = "bbolt"  // etcd's B+tree, behind an in-memory overlay (engine/bbolt)
+	// AppendLog is Bitcask's design: append-only data files and an
+	// in-memory ordered key directory (engine/appendlog).
+	AppendLog = "appendlog"
+	// HybridLog is FASTER's design: a log whose tail is mutable in memory,
+	// over an appendlog stable region (engine/hybridlog).
+	HybridLog = "hybridlog"
 )
 
 // Default is the engine used when none is named (datadir.DefaultEngine).
 const Default = Pebble
 
 // Names lists the engines, the default first.
-func Names() []string { return []string{Pebble, Bbolt} }
+func Names() []string { return []string{Pebble, Bbolt, AppendLog, HybridLog} }
 
 // Check returns nil if name ("" meaning Default) names an engine, else an
 // error listing the engines.
@@ -45,18 +53,21 @@ func Check(name string) error {
 	if name == "" || slices.Contains(Names(), name) {
 		return nil
 	}
-	return fmt.Errorf("unknown engine %q: --engine takes %s", name, strings.Join(Names(), " or "))
+	names := Names()
+	return fmt.Errorf("unknown engine %q: --engine takes %s or %s", name, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
 }
 
 // Options configure Open.
 type Options struct {
 	// FS is the file system; nil means the operating system's. Only Pebble
-	// runs on another (an in-memory or crashable one): bbolt writes
-	// through the operating system's files, and refuses any other FS.
+	// runs on another (an in-memory or crashable one): bbolt, appendlog and
+	// hybridlog write through the operating system's files, and refuse any
+	// other FS.
 	FS vfs.FS
 	// EnableWAL asks for the double-logging baseline (--engine-wal): Pebble
 	// turns its WAL on and syncs every commit; bbolt, which has no WAL,
-	// flushes and syncs every commit (bbolt.Options.SyncCommits).
+	// flushes and syncs every commit (bbolt.Options.SyncCommits), and
+	// appendlog and hybridlog sync every commit (their SyncCommits).
 	EnableWAL bool
 	// Logger receives the engine's log lines; nil means zap.NewNop().
 	Logger *zap.Logger
@@ -71,11 +82,23 @@ func Open(name, dir string, opts Options) (engine.Transferable, error) {
 	if err := checkForeign(name, dir, opts.FS); err != nil {
 		return nil, err
 	}
+	if name != Pebble && name != "" && opts.FS != nil && opts.FS != vfs.Default {
+		return nil, fmt.Errorf("open %s engine in %s: it works on the operating system's files only, not on %T", name, dir, opts.FS)
+	}
 	switch name {
-	case Bbolt:
-		if opts.FS != nil && opts.FS != vfs.Default {
-			return nil, fmt.Errorf("open %s engine in %s: it works on the operating system's files only, not on %T", name, dir, opts.FS)
+	case HybridLog:
+		e, err := hybridlog.Open(dir, hybridlog.Options{SyncCommits: opts.EnableWAL, Logger: opts.Logger})
+		if err != nil {
+			return nil, err
 		}
+		return hybridLogEngine{e}, nil
+	case AppendLog:
+		e, err := appendlog.Open(dir, appendlog.Options{SyncCommits: opts.EnableWAL, Logger: opts.Logger})
+		if err != nil {
+			return nil, err
+		}
+		return appendLogEngine{e}, nil
+	case Bbolt:
 		e, err := bboltengine.Open(dir, bboltengine.Options{SyncCommits: opts.EnableWAL, Logger: opts.Logger})
 		if err != nil {
 			return nil, err
@@ -129,11 +152,52 @@ func (b bboltEngine) NewSnapshotWriter(path string) (engine.SnapshotWriter, erro
 	return w, nil
 }
 
-// checkForeign refuses a directory that holds the other engine's files: an
+// appendLogEngine adapts engine/appendlog's concrete export types likewise.
+type appendLogEngine struct{ *appendlog.Engine }
+
+func (a appendLogEngine) NewExportView() (engine.ExportView, error) {
+	v, err := a.Engine.NewExportView()
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func (a appendLogEngine) NewSnapshotWriter(path string) (engine.SnapshotWriter, error) {
+	w, err := a.Engine.NewSnapshotWriter(path)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// hybridLogEngine adapts engine/hybridlog's concrete export types likewise.
+type hybridLogEngine struct{ *hybridlog.Engine }
+
+func (h hybridLogEngine) NewExportView() (engine.ExportView, error) {
+	v, err := h.Engine.NewExportView()
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func (h hybridLogEngine) NewSnapshotWriter(path string) (engine.SnapshotWriter, error) {
+	w, err := h.Engine.NewSnapshotWriter(path)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// checkForeign refuses a directory that holds another engine's files: an
 // engine opened there would start empty beside them, silently. (The data
 // directory's identity is the first check, datadir.LoadOrCreateID; this
 // one also covers a directory opened without it.)
 func checkForeign(name, dir string, fs vfs.FS) error {
+	if name == "" {
+		name = Default
+	}
 	if fs == nil {
 		fs = vfs.Default
 	}
@@ -142,12 +206,31 @@ func checkForeign(name, dir string, fs vfs.FS) error {
 		return nil // not there yet: the engine creates it
 	}
 	for _, n := range names {
-		switch {
-		case name == Bbolt && (n == "CURRENT" || strings.HasPrefix(n, "MANIFEST-")):
-			return fmt.Errorf("open %s engine in %s: the directory holds a %s engine (%s)", name, dir, Pebble, n)
-		case name != Bbolt && n == bboltengine.FileName:
-			return fmt.Errorf("open %s engine in %s: the directory holds a %s engine (%s)", Pebble, dir, Bbolt, n)
+		if other := ownerOf(n); other != "" && other != name {
+			return fmt.Errorf("open %s engine in %s: the directory holds %s %s engine (%s)", name, dir, article(other), other, n)
 		}
 	}
 	return nil
+}
+
+// ownerOf returns the engine whose file a name is, or "".
+func ownerOf(file string) string {
+	switch {
+	case file == "CURRENT" || strings.HasPrefix(file, "MANIFEST-"):
+		return Pebble
+	case file == bboltengine.FileName:
+		return Bbolt
+	case strings.HasSuffix(file, ".alog"):
+		return AppendLog
+	case file == hybridlog.StableDir:
+		return HybridLog
+	}
+	return ""
+}
+
+func article(name string) string {
+	if strings.ContainsRune("aeiou", rune(name[0])) {
+		return "an"
+	}
+	return "a"
 }

@@ -26,7 +26,11 @@ func TestOpenByName(t *testing.T) {
 		{name: "bbolt", engine: Bbolt},
 		{name: "bbolt on the default fs", engine: Bbolt, fs: vfs.Default},
 		{name: "bbolt in memory", engine: Bbolt, fs: vfs.NewMem(), wantErr: "works on the operating system's files only"},
-		{name: "unknown", engine: "rocksdb", wantErr: `unknown engine "rocksdb": --engine takes pebble or bbolt`},
+		{name: "appendlog", engine: AppendLog},
+		{name: "appendlog in memory", engine: AppendLog, fs: vfs.NewMem(), wantErr: "works on the operating system's files only"},
+		{name: "hybridlog", engine: HybridLog},
+		{name: "hybridlog in memory", engine: HybridLog, fs: vfs.NewMem(), wantErr: "works on the operating system's files only"},
+		{name: "unknown", engine: "rocksdb", wantErr: `unknown engine "rocksdb": --engine takes pebble, bbolt, appendlog or hybridlog`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,6 +143,11 @@ func TestForeignEngineRefused(t *testing.T) {
 	tests := []struct{ first, second, wantErr string }{
 		{first: Pebble, second: Bbolt, wantErr: "the directory holds a pebble engine"},
 		{first: Bbolt, second: Pebble, wantErr: "the directory holds a bbolt engine (bbolt.db)"},
+		{first: AppendLog, second: Pebble, wantErr: "the directory holds an appendlog engine"},
+		{first: Pebble, second: AppendLog, wantErr: "the directory holds a pebble engine"},
+		{first: AppendLog, second: Bbolt, wantErr: "the directory holds an appendlog engine"},
+		{first: HybridLog, second: AppendLog, wantErr: "the directory holds a hybridlog engine (stable)"},
+		{first: AppendLog, second: HybridLog, wantErr: "the directory holds an appendlog engine"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.first+"-then-"+tc.second, func(t *testing.T) {
