@@ -19,11 +19,20 @@ import (
 	"github.com/strata-kv/strata/mvcc"
 )
 
-// TestEngineChoice runs a member on bbolt: it serves, keeps its data across
-// a restart, refuses to restart on another engine (naming both), and its
-// snapshot, in etcd's format, restores into a data directory on Pebble
-// with the same keys and revision.
+// TestEngineChoice runs a member on each engine other than Pebble: it
+// serves, keeps its data across a restart, refuses to restart on another
+// engine (naming both), and its snapshot, in etcd's format, restores into a
+// data directory on Pebble with the same keys and revision.
 func TestEngineChoice(t *testing.T) {
+	for _, name := range engines.Names() {
+		if name == engines.Pebble {
+			continue
+		}
+		t.Run(name, func(t *testing.T) { testEngineChoice(t, name) })
+	}
+}
+
+func testEngineChoice(t *testing.T, engineName string) {
 	dir := t.TempDir()
 	dataDir := filepath.Join(dir, "data")
 	start := func(engineName string) (*Member, error) {
@@ -45,7 +54,7 @@ func TestEngineChoice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m, err := start(engines.Bbolt)
+	m, err := start(engineName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,17 +75,17 @@ func TestEngineChoice(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := m.maintainer.WriteBackup(ctx, f); err != nil {
-		t.Fatalf("snapshot of a bbolt member: %v", err)
+		t.Fatalf("snapshot of a member on %s: %v", engineName, err)
 	}
 	f.Close()
 	if err := m.Stop(); err != nil {
 		t.Fatal(err)
 	}
 
-	if _, err := start(engines.Pebble); !errors.Is(err, datadir.ErrEngineMismatch) || !strings.Contains(err.Error(), "bbolt") || !strings.Contains(err.Error(), "pebble") {
+	if _, err := start(engines.Pebble); !errors.Is(err, datadir.ErrEngineMismatch) || !strings.Contains(err.Error(), engineName) || !strings.Contains(err.Error(), "pebble") {
 		t.Fatalf("restart on pebble: %v; want a refusal naming both engines", err)
 	}
-	m, err = start(engines.Bbolt)
+	m, err = start(engineName)
 	if err != nil {
 		t.Fatal(err)
 	}
