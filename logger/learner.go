@@ -137,8 +137,11 @@ type learnerConfig struct {
 	// its election timer (it never campaigns) and to write a newer commit
 	// index at most once per tick.
 	TickInterval time.Duration
-	Now          func() time.Time
-	Logger       *zap.Logger
+	// Attributes, if not nil, are published in the cluster's member list
+	// (publish.go) until the learner sees them committed.
+	Attributes *Attributes
+	Now        func() time.Time
+	Logger     *zap.Logger
 }
 
 // learner is one cluster's raft learner: it persists every entry the leader
@@ -165,6 +168,9 @@ type learnerConfig struct {
 //     configuration, not in its own configuration).
 //  4. commit (published) never exceeds the last index appended durably, so
 //     Recover serves only durable, committed entries.
+//  5. The only proposal the learner makes is its own attributes (a
+//     ClusterMemberAttrSet for its member ID, publish.go), forwarded by raft
+//     to the leader, and only until it sees them committed.
 type learner struct {
 	cfg learnerConfig
 	lg  *zap.Logger
@@ -178,6 +184,14 @@ type learner struct {
 	// find the entries it still has to hand over gone.
 	delivered uint64
 	peers     map[uint64][]string
+	// publishedAttrs are the attributes last seen committed for the
+	// logger (cluster.json's); published says they are cfg.Attributes.
+	// lastPublish and publishID are the last proposal's time and request
+	// ID (publish.go).
+	publishedAttrs *Attributes
+	published      bool
+	lastPublish    time.Time
+	publishID      uint64
 
 	// Published by run.
 	commit atomic.Uint64
@@ -238,6 +252,8 @@ func newLearner(cfg learnerConfig) (*learner, error) {
 		delivered:       applied,
 		peers:           maps.Clone(cfg.Record.Peers),
 		trimc:           make(chan struct{}, 1),
+		publishedAttrs:  cfg.Record.Published,
+		published:       cfg.Attributes.equal(cfg.Record.Published),
 	}
 	if l.peers == nil {
 		l.peers = map[uint64][]string{}
@@ -284,6 +300,7 @@ func (l *learner) loop(ctx context.Context) error {
 			if err := l.persistCommit(); err != nil {
 				return err
 			}
+			l.maybePublish()
 		case m := <-in.recvc:
 			l.step(m)
 			// One Ready, and so one fsync, for every message queued.
@@ -355,6 +372,9 @@ func (l *learner) handleReady() error {
 	}
 	if n := len(rd.CommittedEntries); n > 0 {
 		l.delivered = rd.CommittedEntries[n-1].GetIndex()
+	}
+	if err := l.notePublished(rd.CommittedEntries); err != nil {
+		return err
 	}
 	for _, e := range rd.CommittedEntries {
 		if e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2 {
@@ -486,10 +506,19 @@ func (l *learner) followMembership(e *raftpb.Entry) error {
 	if !changed {
 		return nil
 	}
+	return writeRecord(l.cfg.FS, l.cfg.Dir, l.record())
+}
+
+// record is the cluster record as the learner knows it now: the peers and
+// voters of the membership changes it saw, the attributes it published.
+//
+// REQUIRES: the learner's goroutine.
+func (l *learner) record() *ClusterRecord {
 	rec := *l.cfg.Record
 	rec.Peers = maps.Clone(l.peers)
 	rec.Voters = l.voters()
-	return writeRecord(l.cfg.FS, l.cfg.Dir, &rec)
+	rec.Published = l.publishedAttrs
+	return &rec
 }
 
 // gaps returns the gaps recorded, oldest first.

@@ -38,6 +38,10 @@ type Config struct {
 	ListenPeerURLs, AdvertisePeerURLs []string
 	// ListenClientURLs serve the logger API (Status, Recover).
 	ListenClientURLs []string
+	// AdvertiseClientURLs are the logger's client URLs as it publishes
+	// them in each cluster's member list, with the logger's marker path
+	// (ClientURLPath). Empty: ListenClientURLs.
+	AdvertiseClientURLs []string
 	// TickInterval is the learners' raft tick. 0: 100 ms.
 	TickInterval time.Duration
 	// ScanInterval is how often the logger looks for clusters that
@@ -65,11 +69,13 @@ type Config struct {
 //     registered in the Mux under its cluster ID, from its open until
 //     Close.
 type Logger struct {
-	cfg  Config
-	lg   *zap.Logger
-	fs   vfs.FS
-	lock io.Closer
-	mux  *transport.Mux
+	cfg Config
+	// markedURLs are the client URLs the learners publish (marker.go).
+	markedURLs []string
+	lg         *zap.Logger
+	fs         vfs.FS
+	lock       io.Closer
+	mux        *transport.Mux
 
 	peerGRPC, clientGRPC *grpc.Server
 	listeners            []net.Listener
@@ -119,6 +125,18 @@ func Open(cfg Config) (*Logger, error) {
 	if cfg.ScanInterval <= 0 {
 		cfg.ScanInterval = time.Second
 	}
+	advertise := cfg.AdvertiseClientURLs
+	if len(advertise) == 0 {
+		advertise = cfg.ListenClientURLs
+	}
+	var marked []string
+	for _, u := range advertise {
+		m, err := MarkClientURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("logger: %w", err)
+		}
+		marked = append(marked, m)
+	}
 	if err := datadir.MkdirAllSynced(cfg.FS, clustersDir(cfg.DataDir)); err != nil {
 		return nil, fmt.Errorf("logger: create data directory %s: %w", cfg.DataDir, err)
 	}
@@ -126,7 +144,7 @@ func Open(cfg Config) (*Logger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s (lock: %v)", ErrLocked, cfg.DataDir, err)
 	}
-	l := &Logger{cfg: cfg, lg: cfg.Logger, fs: cfg.FS, lock: lock, mux: transport.NewMux(), failc: make(chan error, 1)}
+	l := &Logger{cfg: cfg, markedURLs: marked, lg: cfg.Logger, fs: cfg.FS, lock: lock, mux: transport.NewMux(), failc: make(chan error, 1)}
 	l.mu.clusters = make(map[uint64]*cluster)
 	ids, err := listClusters(cfg.FS, cfg.DataDir)
 	if err == nil {
@@ -188,10 +206,15 @@ func (l *Logger) openCluster(id uint64) error {
 	for pid, urls := range rec.Peers {
 		tr.AddPeer(pid, urls)
 	}
+	name := rec.Name
+	if name == "" {
+		name = fmt.Sprintf("logger-%x", rec.MemberID)
+	}
 	ln, err := newLearner(learnerConfig{
 		Record: rec, Dir: dir, FS: l.fs, Log: log, Gaps: gaps,
 		Inbox: inbox, Sender: tr, Peers: tr,
 		TickInterval: l.cfg.TickInterval, Logger: lg.Named("learner"),
+		Attributes: &Attributes{Name: name, ClientURLs: l.markedURLs},
 	})
 	if err == nil {
 		err = l.mux.Add(tr)

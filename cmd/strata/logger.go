@@ -97,6 +97,7 @@ func runLoggerServe(args []string, stderr io.Writer) int {
 	listenPeer := fs.String("listen-peer-urls", "http://127.0.0.1:2480", "List of URLs to listen on for peer traffic, of every cluster (streams are routed by the cluster ID they name).")
 	advertisePeer := fs.String("advertise-peer-urls", "http://127.0.0.1:2480", "List of the logger's peer URLs as the clusters know them (etcdctl member add --peer-urls).")
 	listenClient := fs.String("listen-client-urls", "http://127.0.0.1:2479", "List of URLs to listen on for the logger API (strata logger status|recover).")
+	advertiseClient := fs.String("advertise-client-urls", "", "List of the logger's client URLs to publish in each cluster's member list, where they appear with the path /strata-logger (the mark of a logger). Default: --listen-client-urls.")
 	logLevel := fs.String("log-level", "info", "Configures log level. Only supports debug, info, warn, error, panic, or fatal.")
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
@@ -112,11 +113,12 @@ func runLoggerServe(args []string, stderr io.Writer) int {
 	}
 	defer func() { _ = zl.Sync() }()
 	l, err := lg.Open(lg.Config{
-		DataDir:           *dataDir,
-		ListenPeerURLs:    splitURLs(*listenPeer),
-		AdvertisePeerURLs: splitURLs(*advertisePeer),
-		ListenClientURLs:  splitURLs(*listenClient),
-		Logger:            zl,
+		DataDir:             *dataDir,
+		ListenPeerURLs:      splitURLs(*listenPeer),
+		AdvertisePeerURLs:   splitURLs(*advertisePeer),
+		ListenClientURLs:    splitURLs(*listenClient),
+		Logger:              zl,
+		AdvertiseClientURLs: splitURLs(*advertiseClient),
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "strata logger: %v\n", err)
