@@ -32,6 +32,7 @@ import (
 
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/datadir"
+	"github.com/strata-kv/strata/logger"
 	"github.com/strata-kv/strata/server"
 	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
@@ -119,6 +120,10 @@ type Config struct {
 //  5. Promoting a learner needs its log within learnerReadyFraction of the
 //     leader's (ErrLearnerNotReady), and a quorum of the larger voter set
 //     started, the learner counted as started (ErrNotEnoughStarted).
+//  6. A strata logger (a member whose published client URLs carry the
+//     logger's mark, logger.IsLoggerMember) is never promoted: a logger
+//     keeps the log and never votes (ErrLoggerNotPromotable, on every
+//     member, before any forwarding to the leader).
 type Service struct {
 	cfg Config
 	// now is the clock of the connection checks (time.Now; tests set it).
@@ -280,13 +285,16 @@ func (s *Service) UpdateMember(ctx context.Context, id uint64, peerURLs []string
 	return s.change(ctx, raftpb.ConfChangeUpdateNode, id, rec)
 }
 
-// PromoteMember implements server.Membership (check 5). Only the leader knows how far
+// PromoteMember implements server.Membership (checks 5 and 6). Only the leader knows how far
 // a learner's log is, so a follower forwards the request to it.
 func (s *Service) PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, error) {
 	members := s.cfg.Members.Members()
 	target := find(members, id)
 	if target == nil {
 		return nil, server.ErrMemberNotFound
+	}
+	if logger.IsLoggerMember(target) {
+		return nil, fmt.Errorf("%w: member %x (%s)", server.ErrLoggerNotPromotable, id, target.Name)
 	}
 	if !target.IsLearner {
 		return nil, server.ErrMemberNotLearner

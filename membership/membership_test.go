@@ -73,6 +73,10 @@ func TestChecks(t *testing.T) {
 	withLearner := func() []*pb.Member {
 		return append(three(), &pb.Member{ID: 4, PeerURLs: []string{"http://d:2380"}, IsLearner: true})
 	}
+	withLogger := func() []*pb.Member {
+		return append(three(), &pb.Member{ID: 4, Name: "L1", PeerURLs: []string{"http://d:2380"}, IsLearner: true,
+			ClientURLs: []string{"http://d:2479/strata-logger"}})
+	}
 	progress := func(learnerMatch uint64) map[uint64]tracker.Progress {
 		return map[uint64]tracker.Progress{1: {Match: 100}, 4: {Match: learnerMatch}}
 	}
@@ -166,6 +170,14 @@ func TestChecks(t *testing.T) {
 			_, err := s.PromoteMember(context.Background(), 4)
 			return err
 		}},
+		{name: "promote a logger", members: withLogger(), leader: 1, learner: 100, do: func(s *Service) error {
+			_, err := s.PromoteMember(context.Background(), 4)
+			return err
+		}, want: server.ErrLoggerNotPromotable},
+		{name: "promote a logger from a follower", members: withLogger(), leader: 2, learner: 100, do: func(s *Service) error {
+			_, err := s.PromoteMember(context.Background(), 4)
+			return err
+		}, want: server.ErrLoggerNotPromotable},
 		{name: "promote with voters not started", members: append(twoUnstarted(), &pb.Member{ID: 4, PeerURLs: []string{"http://d:2380"}, IsLearner: true}),
 			leader: 1, learner: 100, do: func(s *Service) error {
 				_, err := s.PromoteMember(context.Background(), 4)
