@@ -87,7 +87,11 @@ type Config struct {
 	MaxTxnOps         int
 	SnapshotCount     uint64
 	// CatchUpEntries are kept in the log below the compaction point.
-	CatchUpEntries    uint64
+	CatchUpEntries uint64
+	// LoggerRetention (--logger-retention) keeps the raft log, while this
+	// member leads, until the cluster's strata loggers acknowledged it
+	// (node.Config.LogRetention; docs/logger.md, "Log retention").
+	LoggerRetention   bool
 	HeartbeatInterval time.Duration
 	ElectionTimeout   time.Duration
 	// EngineWAL turns the engine's own WAL on, synced per apply batch: the
@@ -278,6 +282,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		HeartbeatTicks: 1,
 		SnapshotCount:  cfg.SnapshotCount,
 		CatchUpEntries: cfg.CatchUpEntries,
+		LogRetention:   cfg.LoggerRetention,
 		Logger:         cfg.Logger.Named("raft"),
 	})
 	if err != nil {
@@ -378,6 +383,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	if len(members) == 0 {
 		members = discovered // a joining member's, until its log arrives
 	}
+	m.node.KeepLogFor(membership.LoggerIDs(members))
 	m.tracker = membership.NewTracker(membership.TrackerConfig{
 		MemberID: m.memberID, Transport: m.transport, Peers: m.remote, Raft: m.node,
 		ElectionTimeout: cfg.ElectionTimeout,
@@ -488,7 +494,8 @@ func (m *Member) run(f func()) {
 
 // dispatchOutcomes acts on what the applier did, in order: the tracker
 // learns the membership (the transport's peers follow it, and a member that
-// finds itself removed stops).
+// finds itself removed stops), and the node the loggers it keeps its log
+// for (--logger-retention).
 // (The node learns the applied index from the applier itself, its
 // Progress, without waiting for this loop.)
 func (m *Member) dispatchOutcomes(ctx context.Context) {
@@ -499,6 +506,7 @@ func (m *Member) dispatchOutcomes(ctx context.Context) {
 		case o := <-m.applier.Outcomes():
 			if o.Members != nil {
 				m.tracker.Changed(o.Members)
+				m.node.KeepLogFor(membership.LoggerIDs(o.Members))
 			}
 		}
 	}

@@ -412,6 +412,19 @@ func (s *Service) MoveLeader(ctx context.Context, target uint64) error {
 	return s.cfg.Raft.TransferLeadership(ctx, target)
 }
 
+// LoggerIDs returns the IDs of the strata loggers among members (their
+// published client URLs carry the logger's mark): the members a node keeps
+// its log for under --logger-retention.
+func LoggerIDs(members []*pb.Member) []uint64 {
+	var ids []uint64
+	for _, m := range members {
+		if logger.IsLoggerMember(m) {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
+}
+
 // BootstrapPeers returns the raft peers of a new cluster from
 // --initial-cluster, each carrying its member record as the conf change
 // context (the applier stores it).
