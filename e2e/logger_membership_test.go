@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/strata-kv/strata/internal/testutil"
+	"github.com/strata-kv/strata/logger"
 )
 
 // TestLoggerMembership: a logger joined to a cluster of three publishes its
@@ -68,4 +70,97 @@ func TestLoggerMembership(t *testing.T) {
 	if !strings.Contains(res.Stdout, id+", started, L1, "+lp.peerURL+", "+marked+", true") {
 		t.Fatalf("after the refused promotions the logger is no longer a learner:\n%s", res.Stdout)
 	}
+}
+
+// waitLoggerPublished waits (bounded) until the cluster's member list shows
+// the logger lp with its marked client URL: from then on the members know
+// it for a logger.
+func waitLoggerPublished(t *testing.T, c *testutil.Cluster, lp *loggerProc) {
+	t.Helper()
+	cli := c.Client(t)
+	defer cli.Close()
+	marked := lp.clientURL + "/strata-logger"
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := cli.MemberList(ctx)
+		cancel()
+		if err == nil {
+			for _, m := range resp.Members {
+				if len(m.ClientURLs) == 1 && m.ClientURLs[0] == marked {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the logger's attributes never reached the member list: %v %v", resp, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestLoggerRetention: with --logger-retention the leader keeps its log
+// until the logger acknowledged it, so a logger SIGSTOPped while the
+// members write 1000 entries with --snapshot-count=200 catches up from the
+// log when resumed: no gap, the whole log from index 1, Recover of all of
+// it. The same run without the option records a gap.
+func TestLoggerRetention(t *testing.T) {
+	t.Run("on", func(t *testing.T) {
+		st, lp, commit := pauseLoggerUnderWrites(t, true)
+		if len(st.Gaps) != 0 || st.FirstIndex != 1 {
+			t.Fatalf("with --logger-retention the logger has gaps %v and holds from %d; want none and the whole log", st.Gaps, st.FirstIndex)
+		}
+		ents, err := lp.recover(t, st.ClusterID, 1, commit)
+		if err != nil || uint64(len(ents)) != commit {
+			t.Fatalf("recover [1, %d]: %d entries, %v", commit, len(ents), err)
+		}
+		for i, e := range ents {
+			if e.GetIndex() != uint64(i+1) {
+				t.Fatalf("entry %d has index %d", i, e.GetIndex())
+			}
+		}
+	})
+	t.Run("off", func(t *testing.T) {
+		st, _, _ := pauseLoggerUnderWrites(t, false)
+		if len(st.Gaps) == 0 || st.FirstIndex == 1 {
+			t.Fatalf("without --logger-retention the logger caught up without a gap (%+v): the test shows nothing", st)
+		}
+	})
+}
+
+// pauseLoggerUnderWrites runs a cluster of three (--snapshot-count=200,
+// --snapshot-catchup-entries=10, and --logger-retention if retain) with a
+// logger, SIGSTOPs the logger for 1000 puts, resumes it, and returns its
+// status once it caught up with the cluster's commit index.
+func pauseLoggerUnderWrites(t *testing.T, retain bool) (*logger.ClusterStatus, *loggerProc, uint64) {
+	t.Helper()
+	flags := []string{"--snapshot-count=200", "--snapshot-catchup-entries=10"}
+	if retain {
+		flags = append(flags, "--logger-retention")
+	}
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3, Flags: flags})
+	cli := c.Client(t)
+	defer cli.Close()
+	lp := startLogger(t)
+	addLoggerTo(t, c, lp)
+	lp.Launch()
+	st := lp.waitCommit(t, memberCommit(t, c), 30*time.Second)
+	waitLoggerPublished(t, c, lp)
+	heldBefore := st.LastIndex
+
+	lp.Pause()
+	for i := 0; i < 1000; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := cli.Put(ctx, fmt.Sprintf("k/%d", i), "v")
+		cancel()
+		if err != nil {
+			lp.Resume()
+			t.Fatalf("put %d with the logger SIGSTOPped: %v", i, err)
+		}
+	}
+	lp.Resume()
+	commit := memberCommit(t, c)
+	st = lp.waitCommit(t, commit, 60*time.Second)
+	t.Logf("held %d before the pause; after it: %+v", heldBefore, st)
+	return st, lp, commit
 }
