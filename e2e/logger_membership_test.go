@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -163,4 +166,77 @@ func pauseLoggerUnderWrites(t *testing.T, retain bool) (*logger.ClusterStatus, *
 	st = lp.waitCommit(t, commit, 60*time.Second)
 	t.Logf("held %d before the pause; after it: %+v", heldBefore, st)
 	return st, lp, commit
+}
+
+// TestLoggerMetricsHealth: the logger's client URL serves /metrics (its
+// per-cluster metrics, read from the running logger) and /health (etcd's
+// JSON, 200 while the cluster's leader is heard, 503 once the cluster is
+// gone) beside its gRPC API.
+func TestLoggerMetricsHealth(t *testing.T) {
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3})
+	cli := c.Client(t)
+	defer cli.Close()
+	lp := startLogger(t)
+	addLoggerTo(t, c, lp)
+	lp.Launch()
+	for i := 0; i < 20; i++ {
+		if _, err := cli.Put(context.Background(), fmt.Sprintf("k/%d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := lp.waitCommit(t, memberCommit(t, c), 30*time.Second)
+	httpGet := func(path string) (int, string) {
+		t.Helper()
+		hc := &http.Client{Timeout: 5 * time.Second}
+		resp, err := hc.Get(lp.clientURL + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	code, body := httpGet("/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: %d %s", code, body)
+	}
+	label := fmt.Sprintf(`{cluster_id="%x"}`, st.ClusterID)
+	for _, want := range []string{
+		"strata_logger_last_index" + label + " " + strconv.FormatUint(st.LastIndex, 10),
+		"strata_logger_first_index" + label + " 1",
+		"strata_logger_gaps_total" + label + " 0",
+		"strata_logger_has_leader" + label + " 1",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "strata_logger_entries_logged_total"+label) || strings.HasPrefix(line, "strata_logger_logged_bytes_total"+label) {
+			if strings.HasSuffix(line, " 0") {
+				t.Errorf("/metrics: %q after 20 puts", line)
+			}
+		}
+	}
+	if code, body := httpGet("/health"); code != 200 || strings.TrimSpace(body) != `{"health":"true","reason":""}` {
+		t.Fatalf("/health with the cluster up: %d %s", code, body)
+	}
+	// The API still answers on the same port.
+	if _, err := lp.status(); err != nil {
+		t.Fatalf("Status beside /metrics: %v", err)
+	}
+	for _, m := range c.Members {
+		m.Kill()
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, body := httpGet("/health")
+		if code == 503 && strings.Contains(body, `"health":"false"`) && strings.Contains(body, fmt.Sprintf("%x (no leader heard for", st.ClusterID)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/health with every member killed: %d %s; want 503 naming the cluster", code, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

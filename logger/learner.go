@@ -60,16 +60,33 @@ type Inbox struct {
 	// leaderCommit is the highest commit index a leader announced in an
 	// append (MsgApp.Commit): the lag Status reports is measured from it.
 	leaderCommit atomic.Uint64
+	// heard is when a leader's message (an append, a heartbeat, a
+	// snapshot) last arrived, in Unix nanoseconds by now; 0: never.
+	heard atomic.Int64
+	now   func() time.Time
 }
 
 // NewInbox returns an empty inbox.
 func NewInbox() *Inbox {
-	return &Inbox{recvc: make(chan *raftpb.Message, 4096), ctrlc: make(chan func(*raft.RawNode), 64)}
+	return &Inbox{recvc: make(chan *raftpb.Message, 4096), ctrlc: make(chan func(*raft.RawNode), 64), now: time.Now}
+}
+
+// lastHeard is when a leader's message last arrived; zero if none did.
+func (in *Inbox) lastHeard() time.Time {
+	if ns := in.heard.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // Process implements transport.Handler: it queues m for the learner,
 // waiting while the queue is full (the learner is syncing).
 func (in *Inbox) Process(ctx context.Context, m *raftpb.Message) error {
+	switch m.GetType() {
+	case raftpb.MessageType_MsgApp, raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgSnap:
+		// Only a leader sends these (/health).
+		in.heard.Store(in.now().UnixNano())
+	}
 	if m.GetType() == raftpb.MessageType_MsgApp {
 		for {
 			old := in.leaderCommit.Load()
@@ -196,6 +213,11 @@ type learner struct {
 	// Published by run.
 	commit atomic.Uint64
 	leader atomic.Uint64
+	// Counted by run for the metrics (metrics.go): entries and bytes of
+	// entry data appended, truncations done since start.
+	entriesLogged atomic.Uint64
+	bytesLogged   atomic.Uint64
+	truncations   atomic.Uint64
 
 	// trimTo is the truncation point the Truncate requests reached
 	// (truncate.go); trimc wakes run to truncate up to it.
@@ -360,6 +382,12 @@ func (l *learner) handleReady() error {
 		if hs != nil {
 			l.persistedCommit = hs.GetCommit()
 		}
+		var n uint64
+		for _, e := range rd.Entries {
+			n += uint64(len(e.GetData()))
+		}
+		l.entriesLogged.Add(uint64(len(rd.Entries)))
+		l.bytesLogged.Add(n)
 	}
 	// Invariant 4: publish the commit index once what it covers is
 	// durable (raft's commit on a follower never passes its last entry).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -50,8 +51,13 @@ type Config struct {
 	// SegmentSize is the preallocated size of the logs' segments. 0:
 	// raftlog.DefaultSegmentSize.
 	SegmentSize int64
+	// HealthTimeout is how recently every cluster's learner must have
+	// heard from a leader for /health to answer true. 0: 3 s.
+	HealthTimeout time.Duration
 	// FS is the file system. nil: vfs.Default.
-	FS     vfs.FS
+	FS vfs.FS
+	// Now is the clock of /health and the metrics. nil: time.Now.
+	Now    func() time.Time
 	Logger *zap.Logger
 }
 
@@ -79,6 +85,10 @@ type Logger struct {
 
 	peerGRPC, clientGRPC *grpc.Server
 	listeners            []net.Listener
+	// clientHTTP serves /metrics and /health on the client URLs, beside
+	// the API (splits route each connection).
+	clientHTTP *http.Server
+	splits     []*transport.SplitListener
 
 	ctx    context.Context // Start's, cancelled by Close
 	cancel context.CancelFunc
@@ -124,6 +134,12 @@ func Open(cfg Config) (*Logger, error) {
 	}
 	if cfg.ScanInterval <= 0 {
 		cfg.ScanInterval = time.Second
+	}
+	if cfg.HealthTimeout <= 0 {
+		cfg.HealthTimeout = defaultHealthTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	advertise := cfg.AdvertiseClientURLs
 	if len(advertise) == 0 {
@@ -196,6 +212,7 @@ func (l *Logger) openCluster(id uint64) error {
 		return fmt.Errorf("logger: gap and truncation records of cluster %x: %w", id, err)
 	}
 	inbox := NewInbox()
+	inbox.now = l.cfg.Now
 	tr := transport.New(transport.Config{
 		LocalID:     rec.MemberID,
 		ClusterID:   id,
@@ -267,8 +284,20 @@ func (l *Logger) Start(ctx context.Context) error {
 	for _, li := range peerLis {
 		l.serve(l.peerGRPC, li)
 	}
+	l.clientHTTP = &http.Server{Handler: l.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 	for _, li := range clientLis {
-		l.serve(l.clientGRPC, li)
+		split := transport.NewSplitListener(li, l.lg.Named("listener"))
+		l.splits = append(l.splits, split)
+		l.serve(l.clientGRPC, split.GRPC())
+		l.wg.Add(2)
+		go func() {
+			defer l.wg.Done()
+			_ = l.clientHTTP.Serve(split.HTTP())
+		}()
+		go func() {
+			defer l.wg.Done()
+			_ = split.Serve()
+		}()
 	}
 	l.mu.Lock()
 	for _, c := range l.mu.clusters {
@@ -374,6 +403,12 @@ func (l *Logger) cluster(id uint64) *cluster {
 func (l *Logger) Close() error {
 	if l.cancel != nil {
 		l.cancel()
+	}
+	for _, split := range l.splits {
+		_ = split.Close()
+	}
+	if l.clientHTTP != nil {
+		_ = l.clientHTTP.Close()
 	}
 	if l.clientGRPC != nil {
 		l.clientGRPC.Stop()
