@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/strata-kv/strata/internal/testutil"
 	"github.com/strata-kv/strata/logger"
@@ -238,5 +241,61 @@ func TestLoggerMetricsHealth(t *testing.T) {
 			t.Fatalf("/health with every member killed: %d %s; want 503 naming the cluster", code, body)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestLoggerTwoLoggers: a cluster of three with two loggers (seed 003's
+// k+1 = 2): the second is added as a learner beside the first (a logger
+// does not take etcd's one learner place), both are listed with their
+// names, both hold the whole log, and their logs are equal entry for entry.
+func TestLoggerTwoLoggers(t *testing.T) {
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3})
+	cli := c.Client(t)
+	defer cli.Close()
+	l1, l2 := startLogger(t), startLogger(t)
+	addNamedLoggerTo(t, c, l1, "L1")
+	l1.Launch()
+	waitLoggerPublished(t, c, l1)
+	addNamedLoggerTo(t, c, l2, "L2")
+	l2.Launch()
+	waitLoggerPublished(t, c, l2)
+	for i := 0; i < 100; i++ {
+		if _, err := cli.Put(context.Background(), fmt.Sprintf("k/%d", i), fmt.Sprintf("v%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit := memberCommit(t, c)
+	var logs [2][]*raftpb.Entry
+	for i, lp := range []*loggerProc{l1, l2} {
+		st := lp.waitCommit(t, commit, 30*time.Second)
+		if st.FirstIndex != 1 || len(st.Gaps) != 0 {
+			t.Fatalf("logger %d holds from %d with gaps %v", i+1, st.FirstIndex, st.Gaps)
+		}
+		ents, err := lp.recover(t, st.ClusterID, 1, commit)
+		if err != nil || uint64(len(ents)) != commit {
+			t.Fatalf("logger %d: recover [1, %d]: %d entries, %v", i+1, commit, len(ents), err)
+		}
+		logs[i] = ents
+	}
+	for i := range logs[0] {
+		a, b := logs[0][i], logs[1][i]
+		if a.GetIndex() != b.GetIndex() || a.GetTerm() != b.GetTerm() || !bytes.Equal(a.GetData(), b.GetData()) {
+			t.Fatalf("entry %d differs: %v / %v", i+1, a, b)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, m := range resp.Members {
+		if m.IsLearner {
+			names[m.Name] = true
+		}
+	}
+	if len(names) != 2 || !names["L1"] || !names["L2"] {
+		t.Fatalf("learners listed: %v, want L1 and L2", names)
 	}
 }

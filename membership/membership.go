@@ -38,7 +38,10 @@ import (
 	"github.com/strata-kv/strata/transport"
 )
 
-// maxLearners is etcd's limit on learners in a cluster.
+// maxLearners is etcd's limit on learners in a cluster. Strata loggers
+// (logger.IsLoggerMember) are not counted: they are never promoted, and a
+// cluster may have a logger or two (seed 003's k+1) and still add a member
+// the etcd way, as a learner first.
 const maxLearners = 1
 
 // learnerReadyFraction is how close a learner's log must be to the
@@ -226,7 +229,9 @@ func (s *Service) AddMember(ctx context.Context, peerURLs []string, learner bool
 	if learner {
 		n := 0
 		for _, m := range members {
-			if m.IsLearner {
+			// A logger is never promoted (check 6): it does not take the
+			// place of a learner on its way to be a voter.
+			if m.IsLearner && !logger.IsLoggerMember(m) {
 				n++
 			}
 		}

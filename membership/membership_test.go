@@ -126,6 +126,15 @@ func TestChecks(t *testing.T) {
 			_, _, err := s.AddMember(context.Background(), []string{"http://e:2380"}, true)
 			return err
 		}, want: server.ErrTooManyLearners},
+		{name: "add learner beside a logger", members: withLogger(), active: []uint64{2, 3}, do: func(s *Service) error {
+			_, _, err := s.AddMember(context.Background(), []string{"http://e:2380"}, true)
+			return err
+		}},
+		{name: "add learner beside a logger and a learner", members: append(withLogger(), &pb.Member{ID: 5, PeerURLs: []string{"http://e:2380"}, IsLearner: true}),
+			active: []uint64{2, 3}, do: func(s *Service) error {
+				_, _, err := s.AddMember(context.Background(), []string{"http://f:2380"}, true)
+				return err
+			}, want: server.ErrTooManyLearners},
 		{name: "add learner, peers down", members: three(), do: func(s *Service) error {
 			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, true)
 			return err
