@@ -1,0 +1,460 @@
+package main
+
+// Seed 003's first experiment (its Figure 2) on strata: a three-member
+// cluster with no logger, with one and with two `strata logger`s attached
+// (003 deploys k+1 = 2), under the same put load; throughput and latency
+// of the cluster, and beside them each logger's logging rate and lag. The
+// loggers are real `strata logger` processes, added the operator's way
+// (MemberAddAsLearner, `strata logger join`); nothing of strata is
+// imported: the loggers are read through their /metrics.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.uber.org/zap"
+
+	"github.com/strata-kv/strata/bench/internal/cluster"
+	"github.com/strata-kv/strata/bench/internal/load"
+	"github.com/strata-kv/strata/bench/internal/report"
+)
+
+// lgOptions configures the logger experiment.
+type lgOptions struct {
+	loggers   []int
+	configs   []connClients
+	total     int64
+	valueSize int
+	reps      int
+	out       string
+	repo      string
+	binDir    string
+	workDir   string
+	strataBin string
+	seed      uint64
+	quiet     bool
+}
+
+func defaultLGOptions() lgOptions {
+	return lgOptions{loggers: []int{0, 1, 2}, configs: []connClients{{1, 1}, {10, 10}, {50, 50}},
+		total: 3000, valueSize: 1024, reps: 2, seed: 1}
+}
+
+func (o *lgOptions) register(fs *flag.FlagSet) {
+	fs.Func("loggers", "comma-separated logger counts attached to the cluster (default 0,1,2)", func(s string) error {
+		o.loggers = nil
+		for _, x := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(x))
+			if err != nil || n < 0 || n > 2 {
+				return fmt.Errorf("-loggers %q: want counts 0 to 2", s)
+			}
+			o.loggers = append(o.loggers, n)
+		}
+		return nil
+	})
+	fs.Func("configs", "comma-separated CONNS/CLIENTS of the put load (default 1/1,10/10,50/50)", func(s string) error {
+		cc, err := parseConnClients(s)
+		o.configs = cc
+		return err
+	})
+	fs.Int64Var(&o.total, "total", o.total, "puts per run")
+	fs.IntVar(&o.valueSize, "value-size", o.valueSize, "value bytes (003 uses 1,024)")
+	fs.IntVar(&o.reps, "reps", o.reps, "repetitions of every configuration, interleaved")
+	fs.StringVar(&o.out, "out", "", "output directory (default bench/results/<time>-logger)")
+	fs.StringVar(&o.repo, "repo", "", "strata repository (default: found from the working directory)")
+	fs.StringVar(&o.binDir, "bin-dir", "", "where binaries are built (default bench/bin)")
+	fs.StringVar(&o.workDir, "work-dir", "", "parent of the temporary data directories (default the system temp dir)")
+	fs.StringVar(&o.strataBin, "strata-bin", "", "use this strata binary instead of building one")
+	fs.Uint64Var(&o.seed, "seed", o.seed, "load generator seed")
+	fs.BoolVar(&o.quiet, "quiet", false, "log warnings only")
+}
+
+// lgResult is one run: a cluster of three with Loggers loggers under one
+// put configuration.
+type lgResult struct {
+	Loggers    int     `json:"loggers"`
+	Conns      int     `json:"conns"`
+	Clients    int     `json:"clients"`
+	Rep        int     `json:"rep"`
+	Ops        int64   `json:"ops"`
+	Errors     int64   `json:"errors"`
+	Throughput float64 `json:"throughput_ops_per_s"`
+	P50Ms      float64 `json:"p50_ms"`
+	P99Ms      float64 `json:"p99_ms"`
+	ElapsedS   float64 `json:"elapsed_s"`
+	// Per logger: entries it logged during the load, per second of the
+	// load; its lag (leader commit - last index held) when the load ended;
+	// how long it then took to hold the cluster's commit index.
+	LoggerRate     []float64 `json:"logger_entries_per_s,omitempty"`
+	LoggerLagAtEnd []float64 `json:"logger_lag_at_end,omitempty"`
+	CatchUpMs      []float64 `json:"logger_catch_up_ms,omitempty"`
+	Err            string    `json:"error,omitempty"`
+}
+
+// lgReport is the experiment's output (logger.json).
+type lgReport struct {
+	Started   time.Time      `json:"started"`
+	Command   string         `json:"command"`
+	Machine   report.Machine `json:"machine"`
+	Strata    string         `json:"strata"`
+	Commit    string         `json:"commit"`
+	Total     int64          `json:"total"`
+	ValueSize int            `json:"value_size"`
+	Results   []lgResult     `json:"results"`
+}
+
+func runLoggerBench(ctx context.Context, sub string, args []string) error {
+	o := defaultLGOptions()
+	fs := flag.NewFlagSet(sub, flag.ContinueOnError)
+	o.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.total < 1 || o.reps < 1 || len(o.configs) == 0 || len(o.loggers) == 0 {
+		return errors.New("-total and -reps must be at least 1, -configs and -loggers not empty")
+	}
+	log, err := newLogger(o.quiet)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // stderr sync errors are harmless
+	command := "go run . " + sub
+	if len(args) > 0 {
+		command += " " + strings.Join(args, " ")
+	}
+	_, err = runLG(ctx, o, command, log)
+	return err
+}
+
+// runLG runs every configuration of o, interleaved by repetition, and
+// writes logger.json and logger.md into o.out after each run; it returns
+// the report (also on error).
+func runLG(ctx context.Context, o lgOptions, command string, log *zap.Logger) (*lgReport, error) {
+	started := time.Now().UTC()
+	workDir, err := runDirs(&o.repo, &o.binDir, &o.out, o.workDir, "logger", "strata-logger-bench-", started)
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(workDir)
+	bin := o.strataBin
+	if bin == "" {
+		if bin, err = buildStrata(ctx, o.repo, o.binDir); err != nil {
+			return nil, err
+		}
+	}
+	rep := &lgReport{Started: started, Command: command, Machine: machineInfo(workDir), Strata: binaryVersion(ctx, bin),
+		Commit: gitHead(ctx, o.repo), Total: o.total, ValueSize: o.valueSize}
+	n := 0
+	for r := 1; r <= o.reps; r++ {
+		for _, cc := range o.configs {
+			for _, k := range o.loggers {
+				n++
+				dir := filepath.Join(workDir, fmt.Sprintf("run-%d", n))
+				res := loggerRun(ctx, o, bin, dir, k, cc, log)
+				res.Rep = r
+				if res.Err != "" {
+					log.Warn("run failed", zap.Int("loggers", k), zap.String("error", res.Err))
+				} else {
+					log.Info("run", zap.Int("loggers", k), zap.Int("clients", cc.clients), zap.Float64("ops/s", res.Throughput),
+						zap.Float64("p50 ms", res.P50Ms), zap.Float64("p99 ms", res.P99Ms))
+				}
+				rep.Results = append(rep.Results, res)
+				_ = os.RemoveAll(dir)
+				if err := writeLGReport(rep, o.out); err != nil {
+					return rep, err
+				}
+				if ctx.Err() != nil {
+					return rep, ctx.Err()
+				}
+			}
+		}
+	}
+	rep.Machine.LoadEnd = machineInfo(workDir).LoadStart
+	return rep, writeLGReport(rep, o.out)
+}
+
+// loggerRun runs one configuration on a fresh cluster of three.
+func loggerRun(ctx context.Context, o lgOptions, bin, dir string, loggers int, cc connClients, log *zap.Logger) (res lgResult) {
+	res = lgResult{Loggers: loggers, Conns: cc.conns, Clients: cc.clients}
+	fail := func(err error) lgResult { res.Err = err.Error(); return res }
+	c, err := cluster.Start(ctx, cluster.Spec{Name: "strata", Kind: cluster.KindStrata, Binary: bin, Members: 3}, filepath.Join(dir, "cluster"), log)
+	if err != nil {
+		return fail(err)
+	}
+	defer c.Stop() //nolint:errcheck // the run is over; a stop error is logged by Stop
+	var lps []*benchLogger
+	defer func() {
+		for _, lp := range lps {
+			lp.stop()
+		}
+	}()
+	for i := 0; i < loggers; i++ {
+		lp, err := attachLogger(ctx, bin, filepath.Join(dir, fmt.Sprintf("logger%d", i+1)), fmt.Sprintf("L%d", i+1), c.Endpoints())
+		if lp != nil {
+			lps = append(lps, lp)
+		}
+		if err != nil {
+			return fail(err)
+		}
+	}
+	before := make([]float64, len(lps))
+	for i, lp := range lps {
+		before[i], _ = lp.metric("strata_logger_entries_logged_total")
+	}
+	r, err := load.Run(ctx, load.PutWorkload{KeySize: 8, ValueSize: o.valueSize, KeySpace: o.total},
+		load.Config{Endpoints: c.Endpoints(), Conns: cc.conns, Clients: cc.clients, Total: o.total, Seed: o.seed})
+	if err != nil {
+		return fail(err)
+	}
+	res.Ops, res.Errors, res.Throughput, res.ElapsedS = r.Ops, r.Errors, r.Throughput(), r.Elapsed.Seconds()
+	res.P50Ms = float64(r.Hist.ValueAtQuantile(50)) / 1000
+	res.P99Ms = float64(r.Hist.ValueAtQuantile(99)) / 1000
+	for i, lp := range lps {
+		lag, _ := lp.metric("strata_logger_lag_entries")
+		after, _ := lp.metric("strata_logger_entries_logged_total")
+		res.LoggerLagAtEnd = append(res.LoggerLagAtEnd, lag)
+		res.LoggerRate = append(res.LoggerRate, (after-before[i])/r.Elapsed.Seconds())
+	}
+	// How long each logger takes to hold the cluster's commit index.
+	commit, err := clusterCommit(ctx, c.Endpoints())
+	if err != nil {
+		return fail(err)
+	}
+	t0 := time.Now()
+	for _, lp := range lps {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			ci, err := lp.metric("strata_logger_commit_index")
+			if err == nil && ci >= float64(commit) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fail(fmt.Errorf("logger %s did not reach commit index %d in 60 s", lp.name, commit))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		res.CatchUpMs = append(res.CatchUpMs, float64(time.Since(t0).Microseconds())/1000)
+	}
+	return res
+}
+
+// clusterCommit is the highest commit index (etcd's Status RaftIndex) the
+// members report.
+func clusterCommit(ctx context.Context, endpoints []string) (uint64, error) {
+	cli, err := cluster.NewClient(endpoints)
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	var highest uint64
+	for _, ep := range endpoints {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := cli.Status(sctx, ep)
+		cancel()
+		if err == nil && st.RaftIndex > highest {
+			highest = st.RaftIndex
+		}
+	}
+	if highest == 0 {
+		return 0, errors.New("no member answered Status")
+	}
+	return highest, nil
+}
+
+// benchLogger is one `strata logger` process, tracked by PID.
+type benchLogger struct {
+	name, dir, peerURL, clientURL string
+	cmd                           *exec.Cmd
+	done                          chan struct{}
+}
+
+// attachLogger starts a logger in dir, adds it to the cluster at endpoints
+// as a learner, joins it and waits until the member list shows it
+// published (from then on the cluster knows it for a logger, and a second
+// one may be added beside it).
+func attachLogger(ctx context.Context, bin, dir, name string, endpoints []string) (*benchLogger, error) {
+	ports, err := twoFreePorts()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	lp := &benchLogger{name: name, dir: filepath.Join(dir, "data"),
+		peerURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+	cli, err := cluster.NewClient(endpoints)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = cli.MemberAddAsLearner(actx, []string{lp.peerURL})
+		cancel()
+		if err == nil {
+			break
+		}
+		// etcd's strict reconfiguration check refuses a change until the
+		// member was connected to a quorum for 5 s.
+		if !strings.Contains(err.Error(), "unhealthy cluster") || time.Now().After(deadline) {
+			return nil, fmt.Errorf("member add --learner %s: %w", name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	out, err := exec.CommandContext(jctx, bin, "logger", "join", "--data-dir="+lp.dir, "--name="+name,
+		"--advertise-peer-urls="+lp.peerURL, "--endpoints="+strings.Join(endpoints, ",")).CombinedOutput()
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("strata logger join %s: %w: %s", name, err, out)
+	}
+	logf, err := os.Create(filepath.Join(dir, "logger.log"))
+	if err != nil {
+		return nil, err
+	}
+	lp.cmd = exec.Command(bin, "logger", "--data-dir="+lp.dir, "--listen-peer-urls="+lp.peerURL,
+		"--advertise-peer-urls="+lp.peerURL, "--listen-client-urls="+lp.clientURL, "--log-level=warn")
+	lp.cmd.Stdout, lp.cmd.Stderr = logf, logf
+	lp.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := lp.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start logger %s: %w", name, err)
+	}
+	lp.done = make(chan struct{})
+	go func() { _ = lp.cmd.Wait(); logf.Close(); close(lp.done) }()
+	marked := lp.clientURL + "/strata-logger"
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := cli.MemberList(lctx)
+		cancel()
+		if err == nil && published(resp.Members, marked) {
+			return lp, nil
+		}
+		if time.Now().After(deadline) {
+			return lp, fmt.Errorf("logger %s never published its attributes: %v", name, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func published(members []*etcdserverpb.Member, marked string) bool {
+	for _, m := range members {
+		for _, u := range m.ClientURLs {
+			if u == marked {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// metric reads one metric of the logger's only cluster from its /metrics.
+func (lp *benchLogger) metric(name string) (float64, error) {
+	hc := &http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Get(lp.clientURL + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, name+"{") {
+			f := strings.Fields(line)
+			return strconv.ParseFloat(f[len(f)-1], 64)
+		}
+	}
+	return 0, fmt.Errorf("logger %s: no %s in /metrics", lp.name, name)
+}
+
+// stop ends the logger with SIGTERM, SIGKILL after 20 s, and waits.
+func (lp *benchLogger) stop() {
+	if lp.cmd == nil || lp.cmd.Process == nil {
+		return
+	}
+	_ = lp.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-lp.done:
+	case <-time.After(20 * time.Second):
+		_ = lp.cmd.Process.Kill()
+		<-lp.done
+	}
+}
+
+// twoFreePorts returns two distinct free loopback ports.
+func twoFreePorts() ([2]int, error) {
+	var ports [2]int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return ports, fmt.Errorf("free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
+}
+
+// writeLGReport writes logger.json and logger.md into out.
+func writeLGReport(rep *lgReport, out string) error {
+	raw, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "logger.json"), raw, 0o644); err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# strata with 0, 1, 2 loggers (seed 003, Figure 2)\n\n")
+	fmt.Fprintf(&b, "Command: `%s` (strata %s, commit %s), %d puts of %d-byte values per run, a fresh cluster of three per run.\n\n",
+		rep.Command, rep.Strata, rep.Commit, rep.Total, rep.ValueSize)
+	m := rep.Machine
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s, kernel %s, disk %s, %s; load average at start %s.\n\n",
+		m.NProc, m.CPUModel, m.Memory, m.Kernel, m.Disk, m.GoVersion, m.LoadStart)
+	b.WriteString("| loggers | conns/clients | rep | put/s | p50 ms | p99 ms | errors | logger entries/s | logger lag at end | logger catch-up ms |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rep.Results {
+		if r.Err != "" {
+			fmt.Fprintf(&b, "| %d | %d/%d | %d | failed: %s | | | | | | |\n", r.Loggers, r.Conns, r.Clients, r.Rep, r.Err)
+			continue
+		}
+		fmt.Fprintf(&b, "| %d | %d/%d | %d | %.0f | %.2f | %.2f | %d | %s | %s | %s |\n", r.Loggers, r.Conns, r.Clients, r.Rep,
+			r.Throughput, r.P50Ms, r.P99Ms, r.Errors, floats(r.LoggerRate, "%.0f"), floats(r.LoggerLagAtEnd, "%.0f"), floats(r.CatchUpMs, "%.0f"))
+	}
+	return os.WriteFile(filepath.Join(out, "logger.md"), []byte(b.String()), 0o644)
+}
+
+func floats(fs []float64, format string) string {
+	var parts []string
+	for _, f := range fs {
+		parts = append(parts, fmt.Sprintf(format, f))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// TestSmokeLogger runs the logger experiment on tiny sizes: a cluster of
+// three with no logger and with two, each run without errors, and the
+// loggers' rate and catch-up reported.
+func TestSmokeLogger(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the go command is needed to build strata:", err)
+	}
+	o := defaultLGOptions()
+	o.loggers, o.configs, o.total, o.reps = []int{0, 2}, []connClients{{1, 1}}, 20, 1
+	o.out, o.workDir, o.quiet = t.TempDir(), t.TempDir(), true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := runLG(ctx, o, "go test -run TestSmokeLogger", zap.NewNop())
+	if err != nil {
+		t.Fatalf("smoke run: %v", err)
+	}
+	if len(rep.Results) != 2 {
+		t.Fatalf("%d results, want 2", len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		if r.Err != "" || r.Errors != 0 || r.Ops != o.total || r.Throughput <= 0 {
+			t.Fatalf("%d loggers: %+v", r.Loggers, r)
+		}
+		if len(r.LoggerRate) != r.Loggers || len(r.CatchUpMs) != r.Loggers {
+			t.Fatalf("%d loggers: rates %v, catch-up %v", r.Loggers, r.LoggerRate, r.CatchUpMs)
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(o.out, "logger.md"))
+	if err != nil || !strings.Contains(string(md), "| 2 | 1/1 | 1 |") {
+		t.Fatalf("logger.md: %v\n%s", err, md)
+	}
+}
