@@ -47,6 +47,7 @@ type lgOptions struct {
 	strataBin string
 	seed      uint64
 	quiet     bool
+	render    string
 }
 
 func defaultLGOptions() lgOptions {
@@ -81,6 +82,7 @@ func (o *lgOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.strataBin, "strata-bin", "", "use this strata binary instead of building one")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "load generator seed")
 	fs.BoolVar(&o.quiet, "quiet", false, "log warnings only")
+	fs.StringVar(&o.render, "render", "", "re-render logger.md beside this logger.json, and run nothing")
 }
 
 // lgResult is one run: a cluster of three with Loggers loggers under one
@@ -126,6 +128,17 @@ func runLoggerBench(ctx context.Context, sub string, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.render != "" {
+		raw, err := os.ReadFile(o.render)
+		if err != nil {
+			return err
+		}
+		var rep lgReport
+		if err := json.Unmarshal(raw, &rep); err != nil {
+			return fmt.Errorf("%s: %w", o.render, err)
+		}
+		return writeLGReport(&rep, filepath.Dir(o.render))
 	}
 	if o.total < 1 || o.reps < 1 || len(o.configs) == 0 || len(o.loggers) == 0 {
 		return errors.New("-total and -reps must be at least 1, -configs and -loggers not empty")
@@ -433,11 +446,11 @@ func writeLGReport(rep *lgReport, out string) error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# strata with 0, 1, 2 loggers (seed 003, Figure 2)\n\n")
-	fmt.Fprintf(&b, "Command: `%s` (strata %s, commit %s), %d puts of %d-byte values per run, a fresh cluster of three per run.\n\n",
+	fmt.Fprintf(&b, "Command: `%s` (%s, commit %s), %d puts of %d-byte values per run, a fresh cluster of three per run.\n\n",
 		rep.Command, rep.Strata, rep.Commit, rep.Total, rep.ValueSize)
 	m := rep.Machine
-	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s, kernel %s, disk %s, %s; load average at start %s.\n\n",
-		m.NProc, m.CPUModel, m.Memory, m.Kernel, m.Disk, m.GoVersion, m.LoadStart)
+	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s, kernel %s, disk %s, %s; load average at start %s, at end %s.\n\n",
+		m.NProc, m.CPUModel, m.Memory, m.Kernel, m.Disk, m.GoVersion, m.LoadStart, m.LoadEnd)
 	b.WriteString("| loggers | conns/clients | rep | put/s | p50 ms | p99 ms | errors | logger entries/s | logger lag at end | logger catch-up ms |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Results {
