@@ -299,3 +299,64 @@ func TestLoggerTwoLoggers(t *testing.T) {
 		t.Fatalf("learners listed: %v, want L1 and L2", names)
 	}
 }
+
+// TestLoggerRetentionLeaderChange: with --logger-retention, a logger
+// SIGSTOPped for 1000 puts while the leadership moves to another member
+// still catches up with no gap: the followers too kept their log for it
+// (they learn how far it holds from its Status), so the new leader's log
+// reaches back to where the logger stopped.
+func TestLoggerRetentionLeaderChange(t *testing.T) {
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3,
+		Flags: []string{"--snapshot-count=200", "--snapshot-catchup-entries=10", "--logger-retention"}})
+	cli := c.Client(t)
+	defer cli.Close()
+	lp := startLogger(t)
+	addLoggerTo(t, c, lp)
+	lp.Launch()
+	lp.waitCommit(t, memberCommit(t, c), 30*time.Second)
+	waitLoggerPublished(t, c, lp)
+	// The followers ask the logger how far it holds every second: let
+	// them hear it once before it stops.
+	time.Sleep(2 * time.Second)
+
+	lp.Pause()
+	put := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := cli.Put(ctx, fmt.Sprintf("k/%d", i), "v")
+			cancel()
+			if err != nil {
+				lp.Resume()
+				t.Fatalf("put %d with the logger SIGSTOPped: %v", i, err)
+			}
+		}
+	}
+	put(0, 1000)
+	leader, err := c.WaitLeader(10 * time.Second)
+	if err != nil {
+		lp.Resume()
+		t.Fatal(err)
+	}
+	target := c.Members[(leader+1)%3]
+	lcli := c.Client(t, c.Members[leader].Endpoint())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	st, err := lcli.Status(ctx, target.Endpoint())
+	if err == nil {
+		_, err = lcli.MoveLeader(ctx, st.Header.MemberId)
+	}
+	cancel()
+	lcli.Close()
+	if err != nil {
+		lp.Resume()
+		t.Fatalf("move the leadership to %s: %v", target.Name(), err)
+	}
+	put(1000, 1300)
+	lp.Resume()
+	commit := memberCommit(t, c)
+	ls := lp.waitCommit(t, commit, 60*time.Second)
+	t.Logf("after the pause and the leader change: %+v", ls)
+	if len(ls.Gaps) != 0 || ls.FirstIndex != 1 {
+		t.Fatalf("the logger has gaps %v and holds from %d; want none and the whole log", ls.Gaps, ls.FirstIndex)
+	}
+}

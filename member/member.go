@@ -455,6 +455,14 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	m.run(func() { m.membership.PublishAttributes(ctx, cfg.Name, cfg.AdvertiseClientURLs) })
 	m.run(func() { m.tracker.Run(ctx) })
+	if cfg.LoggerRetention {
+		// A follower learns how far each logger holds the log from the
+		// logger itself (node's retention rule 2).
+		watch := membership.NewLoggerWatch(membership.LoggerWatchConfig{
+			ClusterID: m.clusterID, Members: m.applier, Node: m.node, Logger: cfg.Logger.Named("loggers"),
+		})
+		m.run(func() { watch.Run(ctx) })
+	}
 	m.run(func() {
 		select {
 		case <-m.tracker.Removed():

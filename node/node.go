@@ -131,9 +131,10 @@ type Config struct {
 	MaxSizePerMsg   uint64
 	MaxInflightMsgs int
 	// LogRetention (a member's --logger-retention) keeps the log for the
-	// members KeepLogFor names (the cluster's strata loggers): while this
-	// member leads, it never truncates its log past the lowest index one
-	// of them acknowledged (truncate.go).
+	// members KeepLogFor names (the cluster's strata loggers): never
+	// truncated past the lowest index one of them acknowledged (on the
+	// leader) or is known to hold (on a follower, LoggersHeld); see
+	// truncate.go.
 	LogRetention bool
 	Logger       *zap.Logger
 }
@@ -164,8 +165,11 @@ type Node struct {
 	commit   atomic.Uint64
 	lastIdx  atomic.Uint64
 	firstIdx atomic.Uint64
-	// keepers are the members the log is kept for (KeepLogFor).
+	// keepers are the members the log is kept for (KeepLogFor); held
+	// is how far each is known to hold the log committed, as it says
+	// (LoggersHeld): a follower's view.
 	keepers  atomic.Pointer[[]uint64]
+	held     atomic.Pointer[map[uint64]uint64]
 	leaderCh atomic.Pointer[chan struct{}] // closed when a leader is known
 	stopErr  atomic.Pointer[error]
 	// leaderChanges counts the times a new leader became known (metrics).

@@ -19,7 +19,7 @@ func TestLogKeepersHoldTruncation(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		keepers []uint64
-		off     bool // LogRetention off
+		off     bool     // LogRetention off
 		acks    []uint64 // the learner's successive acknowledged indexes
 		want    []uint64 // the log's first index after each truncation
 	}{
@@ -74,9 +74,12 @@ func TestLogKeepersHoldTruncation(t *testing.T) {
 	}
 }
 
-// TestLogKeepersOnlyOnTheLeader: a follower knows no learner's Match, so
-// it truncates as without keepers (retention rule 2).
-func TestLogKeepersOnlyOnTheLeader(t *testing.T) {
+// TestLogKeepersOnAFollower: a follower knows no learner's Match; it
+// keeps its log back to the committed index each logger was last known to
+// hold (LoggersHeld, retention rule 2): everything before it heard of the
+// logger, up to what it holds after, and as without keepers once the
+// logger holds more than the truncation point.
+func TestLogKeepersOnAFollower(t *testing.T) {
 	log := logWithEntries(t, []uint64{1, 3}, 40)
 	n, err := New(Config{
 		ID: 1, Log: log, Applied: 40, ConfState: &raftpb.ConfState{Voters: []uint64{1, 3}, Learners: []uint64{2}},
@@ -87,10 +90,23 @@ func TestLogKeepersOnlyOnTheLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.KeepLogFor([]uint64{2})
-	if err := n.compactLog(40); err != nil {
-		t.Fatal(err)
-	}
-	if first, _ := log.FirstIndex(); first != 39 {
-		t.Fatalf("a follower's log starts at %d after truncation, want 39", first)
+	for _, step := range []struct {
+		held      map[uint64]uint64 // nil: nothing reported
+		wantFirst uint64
+	}{
+		{held: nil, wantFirst: 1},
+		{held: map[uint64]uint64{9: 30}, wantFirst: 1}, // another member's report
+		{held: map[uint64]uint64{2: 20}, wantFirst: 21},
+		{held: map[uint64]uint64{2: 40}, wantFirst: 39},
+	} {
+		if step.held != nil {
+			n.LoggersHeld(step.held)
+		}
+		if err := n.compactLog(40); err != nil {
+			t.Fatal(err)
+		}
+		if first, _ := log.FirstIndex(); first != step.wantFirst {
+			t.Fatalf("with the logger reported holding %v, the follower's log starts at %d, want %d", step.held, first, step.wantFirst)
+		}
 	}
 }

@@ -6,21 +6,27 @@ package node
 // truncation (and SnapshotCount past the last flush), and truncates the raft
 // log up to the durable index the flush reports, less the catch-up margin.
 //
-// Log retention for loggers (--logger-retention: Config.LogRetention, and
-// the keepers the member names with KeepLogFor as its member list changes):
+// Log retention for loggers (--logger-retention: Config.LogRetention, the
+// keepers the member names with KeepLogFor as its member list changes, and
+// how far each holds the log, LoggersHeld):
 //
 //  1. While this member leads, the log is never truncated past the lowest
 //     Match (acknowledged index) raft's progress holds for a keeper (a
 //     strata logger learner): a keeper that acknowledged nothing to this
 //     leader yet (Match 0, after an election) holds truncation entirely.
 //     Only the leader sends a learner entries or a snapshot, and only the
-//     leader knows the learners' Match; so a logger that stays behind one
-//     leader catches up from that leader's log, never from a snapshot, and
-//     records no gap.
-//  2. A follower truncates as without keepers: it knows no learner's
-//     Match. If it becomes leader while a logger is further behind than
-//     its log reaches, that logger gets a snapshot and records a gap
-//     (docs/logger.md, "Log retention").
+//     leader knows the learners' Match.
+//  2. On a follower, the log is never truncated past the lowest committed
+//     index a keeper was last known to hold (LoggersHeld: the member asks
+//     each logger's Status); a keeper not heard of yet holds truncation
+//     entirely. The committed index, not the last: a logger's uncommitted
+//     tail may be replaced by a new leader, which must then still have the
+//     entries from there on.
+//
+// So whichever member leads next, its log reaches back to what every
+// logger holds, and a logger that is behind catches up from the log,
+// never from a snapshot: it records no gap (docs/logger.md, "Log
+// retention").
 
 import (
 	"errors"
@@ -28,6 +34,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"go.uber.org/zap"
 )
 
@@ -125,12 +132,24 @@ func (n *Node) KeepLogFor(ids []uint64) {
 	n.keepers.Store(&ids)
 }
 
-// keptFor returns the lowest index a keeper acknowledged, and whether a
-// keeper holds truncation back (retention rule 1): only on the leader.
+// LoggersHeld reports, per keeper, the committed index it was last known
+// to hold (its own Status): a follower keeps its log back to the lowest
+// (retention rule 2). Safe from any goroutine.
+func (n *Node) LoggersHeld(held map[uint64]uint64) {
+	m := make(map[uint64]uint64, len(held))
+	for id, idx := range held {
+		m[id] = idx
+	}
+	n.held.Store(&m)
+}
+
+// keptFor returns the lowest index the keepers hold, and whether a keeper
+// holds truncation back: Match on the leader (retention rule 1), what the
+// keepers said on a follower (rule 2).
 //
 // REQUIRES: the node goroutine (it reads the RawNode).
 func (n *Node) keptFor() (uint64, bool) {
-	if !n.cfg.LogRetention || n.rn.BasicStatus().RaftState != raft.StateLeader {
+	if !n.cfg.LogRetention {
 		return 0, false
 	}
 	p := n.keepers.Load()
@@ -138,15 +157,28 @@ func (n *Node) keptFor() (uint64, bool) {
 		return 0, false
 	}
 	keepers := *p
-	progress := n.rn.Status().Progress
+	leader := n.rn.BasicStatus().RaftState == raft.StateLeader
+	var progress map[uint64]tracker.Progress
+	var heldBy map[uint64]uint64
+	if leader {
+		progress = n.rn.Status().Progress
+	} else if hp := n.held.Load(); hp != nil {
+		heldBy = *hp
+	}
 	low, held := uint64(0), false
 	for _, id := range keepers {
-		pr, ok := progress[id]
-		if !ok {
-			continue // not in the configuration (yet, or any more)
+		var idx uint64
+		if leader {
+			pr, ok := progress[id]
+			if !ok {
+				continue // not in the configuration (yet, or any more)
+			}
+			idx = pr.Match
+		} else {
+			idx = heldBy[id] // 0 if never heard of: hold everything
 		}
-		if !held || pr.Match < low {
-			low, held = pr.Match, true
+		if !held || idx < low {
+			low, held = idx, true
 		}
 	}
 	if held {
