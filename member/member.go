@@ -88,9 +88,9 @@ type Config struct {
 	SnapshotCount     uint64
 	// CatchUpEntries are kept in the log below the compaction point.
 	CatchUpEntries uint64
-	// LoggerRetention (--logger-retention) keeps the raft log, while this
-	// member leads, until the cluster's strata loggers acknowledged it
-	// (node.Config.LogRetention; docs/logger.md, "Log retention").
+	// LoggerRetention (--logger-retention) keeps the raft log until the
+	// cluster's strata loggers hold it (node.Config.LogRetention,
+	// membership.LoggerWatch; docs/logger.md, "Log retention").
 	LoggerRetention   bool
 	HeartbeatInterval time.Duration
 	ElectionTimeout   time.Duration
