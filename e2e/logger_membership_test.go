@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/strata-kv/strata/internal/testutil"
 	"github.com/strata-kv/strata/logger"
@@ -358,5 +360,48 @@ func TestLoggerRetentionLeaderChange(t *testing.T) {
 	t.Logf("after the pause and the leader change: %+v", ls)
 	if len(ls.Gaps) != 0 || ls.FirstIndex != 1 {
 		t.Fatalf("the logger has gaps %v and holds from %d; want none and the whole log", ls.Gaps, ls.FirstIndex)
+	}
+}
+
+// TestLoggerTruncateFromMembers: members started with --logger-truncate
+// send the logger their Truncate requests themselves, at their engines'
+// durable index, so the logger trims its log without an operator: every
+// voter's request is recorded, the log starts after the truncation point,
+// Recover below it is refused and above it served.
+func TestLoggerTruncateFromMembers(t *testing.T) {
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3,
+		Flags: []string{"--snapshot-count=100", "--snapshot-catchup-entries=10", "--logger-truncate"}})
+	cli := c.Client(t)
+	defer cli.Close()
+	lp := startLogger(t)
+	addLoggerTo(t, c, lp)
+	lp.Launch()
+	waitLoggerPublished(t, c, lp)
+	for i := 0; i < 500; i++ {
+		if _, err := cli.Put(context.Background(), fmt.Sprintf("k/%d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit := memberCommit(t, c)
+	deadline := time.Now().Add(30 * time.Second)
+	var st *logger.ClusterStatus
+	for {
+		var err error
+		st, err = lp.status()
+		if err == nil && len(st.Truncations) == 3 && st.TruncationPoint > 0 && st.FirstIndex == st.TruncationPoint+1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the members' truncation requests never trimmed the logger's log: %+v, %v", st, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("truncated by the members' requests: %+v", st)
+	if _, err := lp.recover(t, st.ClusterID, 1, commit); status.Code(err) != codes.OutOfRange {
+		t.Fatalf("recover [1, %d] after the truncation: %v, want OutOfRange", commit, err)
+	}
+	lp.waitCommit(t, commit, 30*time.Second)
+	if ents, err := lp.recover(t, st.ClusterID, st.FirstIndex, commit); err != nil || uint64(len(ents)) != commit-st.FirstIndex+1 {
+		t.Fatalf("recover [%d, %d]: %d entries, %v", st.FirstIndex, commit, len(ents), err)
 	}
 }

@@ -91,7 +91,11 @@ type Config struct {
 	// LoggerRetention (--logger-retention) keeps the raft log until the
 	// cluster's strata loggers hold it (node.Config.LogRetention,
 	// membership.LoggerWatch; docs/logger.md, "Log retention").
-	LoggerRetention   bool
+	LoggerRetention bool
+	// LoggerTruncate (--logger-truncate) sends the loggers this voter's
+	// Truncate request at its engine's durable index as it advances
+	// (membership.LoggerWatch).
+	LoggerTruncate    bool
 	HeartbeatInterval time.Duration
 	ElectionTimeout   time.Duration
 	// EngineWAL turns the engine's own WAL on, synced per apply batch: the
@@ -455,12 +459,18 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	m.run(func() { m.membership.PublishAttributes(ctx, cfg.Name, cfg.AdvertiseClientURLs) })
 	m.run(func() { m.tracker.Run(ctx) })
-	if cfg.LoggerRetention {
-		// A follower learns how far each logger holds the log from the
-		// logger itself (node's retention rule 2).
-		watch := membership.NewLoggerWatch(membership.LoggerWatchConfig{
-			ClusterID: m.clusterID, Members: m.applier, Node: m.node, Logger: cfg.Logger.Named("loggers"),
-		})
+	if cfg.LoggerRetention || cfg.LoggerTruncate {
+		wc := membership.LoggerWatchConfig{ClusterID: m.clusterID, MemberID: m.memberID, Members: m.applier,
+			Logger: cfg.Logger.Named("loggers")}
+		if cfg.LoggerRetention {
+			// A follower learns how far each logger holds the log from
+			// the logger itself (node's retention rule 2).
+			wc.Node = m.node
+		}
+		if cfg.LoggerTruncate {
+			wc.Durable = m.engine.DurableIndex
+		}
+		watch := membership.NewLoggerWatch(wc)
 		m.run(func() { watch.Run(ctx) })
 	}
 	m.run(func() {

@@ -3,7 +3,9 @@ package membership
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
+	"slices"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -77,6 +79,52 @@ func TestLoggerWatch(t *testing.T) {
 		w.round(context.Background())
 		if !maps.Equal(rec.last, step.want) {
 			t.Fatalf("%s: the node was told %v, want %v", step.name, rec.last, step.want)
+		}
+	}
+}
+
+// TestLoggerWatchTruncate: with Durable (--logger-truncate), a voter asks
+// each logger to truncate at its engine's durable index each time that
+// advanced, again after a failed request, never as a learner.
+func TestLoggerWatchTruncate(t *testing.T) {
+	members := fakeMembers{
+		{ID: 1, Name: "m1", ClientURLs: []string{"http://m1:2379"}},
+		{ID: 7, Name: "L1", IsLearner: true, ClientURLs: []string{"http://l1:2479/strata-logger"}},
+		{ID: 8, Name: "L2", IsLearner: true, ClientURLs: []string{"http://l2:2479/strata-logger"}},
+	}
+	var durable uint64
+	var asked []string
+	failing := map[string]bool{}
+	w := NewLoggerWatch(LoggerWatchConfig{ClusterID: 0xc1, MemberID: 1, Members: &members,
+		Durable: func() uint64 { return durable },
+		Truncate: func(_ context.Context, endpoint string, cluster, member, index uint64) error {
+			if failing[endpoint] {
+				return errors.New("connection refused")
+			}
+			asked = append(asked, fmt.Sprintf("%s %x m%x %d", endpoint, cluster, member, index))
+			return nil
+		}})
+	for _, step := range []struct {
+		name    string
+		durable uint64
+		failing map[string]bool
+		learner bool
+		want    []string
+	}{
+		{name: "nothing durable", durable: 0},
+		{name: "durable 100", durable: 100, want: []string{"http://l1:2479/strata-logger c1 m1 100", "http://l2:2479/strata-logger c1 m1 100"}},
+		{name: "no advance", durable: 100},
+		{name: "L2 down", durable: 200, failing: map[string]bool{"http://l2:2479/strata-logger": true},
+			want: []string{"http://l1:2479/strata-logger c1 m1 200"}},
+		{name: "L2 back", durable: 200, want: []string{"http://l2:2479/strata-logger c1 m1 200"}},
+		{name: "a learner asks nothing", durable: 300, learner: true},
+	} {
+		durable, failing, asked = step.durable, step.failing, nil
+		members[0].IsLearner = step.learner
+		w.round(context.Background())
+		slices.Sort(asked)
+		if !slices.Equal(asked, step.want) {
+			t.Fatalf("%s: asked %q, want %q", step.name, asked, step.want)
 		}
 	}
 }

@@ -77,7 +77,7 @@ type flags struct {
 	engineWAL                                   bool
 	watchProgressNotifyInterval                 time.Duration
 	corrupt                                     corruptFlags
-	loggerRetention                             bool
+	loggerRetention, loggerTruncate             bool
 	logCompaction                               logCompactionFlags
 	security                                    securityFlags
 	metrics                                     metricsFlags
@@ -109,6 +109,7 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.DurationVar(&f.watchProgressNotifyInterval, "watch-progress-notify-interval", 10*time.Minute, "Duration of periodic watch progress notifications.")
 	fs.DurationVar(&f.watchProgressNotifyInterval, "experimental-watch-progress-notify-interval", 10*time.Minute, "Deprecated name of --watch-progress-notify-interval.")
 	fs.BoolVar(&f.loggerRetention, "logger-retention", false, "strata: keep the raft log until every strata logger in the cluster holds it (the leader by what each acknowledged, a follower by what each logger's Status says), so that a logger behind catches up from the log and records no gap; a logger down holds the log from being truncated until it returns or is removed.")
+	fs.BoolVar(&f.loggerTruncate, "logger-truncate", false, "strata: ask every strata logger in the cluster, at its published client URL, to truncate its log up to this member's engine durable index as that advances (a logger trims only at the index more than half of the voters asked for; see strata logger truncate).")
 	fs.BoolVar(&f.engineWAL, "engine-wal", false, "strata: turn the engine's own WAL on, synced per apply batch (the double-logging baseline).")
 	f.corrupt.register(fs)
 	f.logCompaction.register(fs)
@@ -268,6 +269,7 @@ func (f *flags) memberConfig() (member.Config, error) {
 		EngineWAL:                   f.engineWAL,
 		WatchProgressNotifyInterval: f.watchProgressNotifyInterval,
 		LoggerRetention:             f.loggerRetention,
+		LoggerTruncate:              f.loggerTruncate,
 	}, nil
 }
 
