@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -48,6 +49,9 @@ type lgOptions struct {
 	seed      uint64
 	quiet     bool
 	render    string
+	// shared, if not empty, runs the shared-logger experiment instead: one
+	// logger joined to each of n clusters of three, for each n.
+	shared []int
 }
 
 func defaultLGOptions() lgOptions {
@@ -83,6 +87,17 @@ func (o *lgOptions) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&o.seed, "seed", o.seed, "load generator seed")
 	fs.BoolVar(&o.quiet, "quiet", false, "log warnings only")
 	fs.StringVar(&o.render, "render", "", "re-render logger.md beside this logger.json, and run nothing")
+	fs.Func("shared", "comma-separated cluster counts: run 003's Figures 3-4 instead (one logger shared by n clusters of three, loaded at once)", func(s string) error {
+		o.shared = nil
+		for _, x := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(x))
+			if err != nil || n < 1 || n > 8 {
+				return fmt.Errorf("-shared %q: want counts 1 to 8", s)
+			}
+			o.shared = append(o.shared, n)
+		}
+		return nil
+	})
 }
 
 // lgResult is one run: a cluster of three with Loggers loggers under one
@@ -107,6 +122,27 @@ type lgResult struct {
 	Err            string    `json:"error,omitempty"`
 }
 
+// lgShared is one run of the shared-logger experiment: one logger joined
+// to Clusters clusters of three, every cluster loaded at once.
+type lgShared struct {
+	Clusters int `json:"clusters"`
+	Conns    int `json:"conns"`
+	Clients  int `json:"clients"`
+	Rep      int `json:"rep"`
+	// Per cluster: put/s, p99; cumulative: their sum (003's Figure 3).
+	Throughput []float64 `json:"throughput_ops_per_s"`
+	P99Ms      []float64 `json:"p99_ms"`
+	Cumulative float64   `json:"cumulative_ops_per_s"`
+	Errors     int64     `json:"errors"`
+	// The logger: entries logged per second, all clusters together
+	// (003's Figure 4); the highest lag over the clusters when their load
+	// ended; how long until it held every cluster's commit index.
+	LoggerRate float64 `json:"logger_entries_per_s"`
+	MaxLagEnd  float64 `json:"logger_max_lag_at_end"`
+	CatchUpMs  float64 `json:"logger_catch_up_ms"`
+	Err        string  `json:"error,omitempty"`
+}
+
 // lgReport is the experiment's output (logger.json).
 type lgReport struct {
 	Started   time.Time      `json:"started"`
@@ -116,7 +152,8 @@ type lgReport struct {
 	Commit    string         `json:"commit"`
 	Total     int64          `json:"total"`
 	ValueSize int            `json:"value_size"`
-	Results   []lgResult     `json:"results"`
+	Results   []lgResult     `json:"results,omitempty"`
+	Shared    []lgShared     `json:"shared,omitempty"`
 }
 
 func runLoggerBench(ctx context.Context, sub string, args []string) error {
@@ -175,6 +212,34 @@ func runLG(ctx context.Context, o lgOptions, command string, log *zap.Logger) (*
 	rep := &lgReport{Started: started, Command: command, Machine: machineInfo(workDir), Strata: binaryVersion(ctx, bin),
 		Commit: gitHead(ctx, o.repo), Total: o.total, ValueSize: o.valueSize}
 	n := 0
+	if len(o.shared) > 0 {
+		for r := 1; r <= o.reps; r++ {
+			for _, cc := range o.configs {
+				for _, k := range o.shared {
+					n++
+					dir := filepath.Join(workDir, fmt.Sprintf("run-%d", n))
+					res := sharedRun(ctx, o, bin, dir, k, cc, log)
+					res.Rep = r
+					if res.Err != "" {
+						log.Warn("run failed", zap.Int("clusters", k), zap.String("error", res.Err))
+					} else {
+						log.Info("run", zap.Int("clusters", k), zap.Int("clients", cc.clients), zap.Float64("cumulative ops/s", res.Cumulative),
+							zap.Float64("logger entries/s", res.LoggerRate))
+					}
+					rep.Shared = append(rep.Shared, res)
+					_ = os.RemoveAll(dir)
+					if err := writeLGReport(rep, o.out); err != nil {
+						return rep, err
+					}
+					if ctx.Err() != nil {
+						return rep, ctx.Err()
+					}
+				}
+			}
+		}
+		rep.Machine.LoadEnd = machineInfo(workDir).LoadStart
+		return rep, writeLGReport(rep, o.out)
+	}
 	for r := 1; r <= o.reps; r++ {
 		for _, cc := range o.configs {
 			for _, k := range o.loggers {
@@ -218,18 +283,20 @@ func loggerRun(ctx context.Context, o lgOptions, bin, dir string, loggers int, c
 			lp.stop()
 		}
 	}()
+	var cid uint64
 	for i := 0; i < loggers; i++ {
-		lp, err := attachLogger(ctx, bin, filepath.Join(dir, fmt.Sprintf("logger%d", i+1)), fmt.Sprintf("L%d", i+1), c.Endpoints())
+		lp, id, err := attachLogger(ctx, bin, filepath.Join(dir, fmt.Sprintf("logger%d", i+1)), fmt.Sprintf("L%d", i+1), c.Endpoints())
 		if lp != nil {
 			lps = append(lps, lp)
 		}
 		if err != nil {
 			return fail(err)
 		}
+		cid = id
 	}
 	before := make([]float64, len(lps))
 	for i, lp := range lps {
-		before[i], _ = lp.metric("strata_logger_entries_logged_total")
+		before[i], _ = lp.metric("strata_logger_entries_logged_total", cid)
 	}
 	r, err := load.Run(ctx, load.PutWorkload{KeySize: 8, ValueSize: o.valueSize, KeySpace: o.total},
 		load.Config{Endpoints: c.Endpoints(), Conns: cc.conns, Clients: cc.clients, Total: o.total, Seed: o.seed})
@@ -240,8 +307,8 @@ func loggerRun(ctx context.Context, o lgOptions, bin, dir string, loggers int, c
 	res.P50Ms = float64(r.Hist.ValueAtQuantile(50)) / 1000
 	res.P99Ms = float64(r.Hist.ValueAtQuantile(99)) / 1000
 	for i, lp := range lps {
-		lag, _ := lp.metric("strata_logger_lag_entries")
-		after, _ := lp.metric("strata_logger_entries_logged_total")
+		lag, _ := lp.metric("strata_logger_lag_entries", cid)
+		after, _ := lp.metric("strata_logger_entries_logged_total", cid)
 		res.LoggerLagAtEnd = append(res.LoggerLagAtEnd, lag)
 		res.LoggerRate = append(res.LoggerRate, (after-before[i])/r.Elapsed.Seconds())
 	}
@@ -254,7 +321,7 @@ func loggerRun(ctx context.Context, o lgOptions, bin, dir string, loggers int, c
 	for _, lp := range lps {
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			ci, err := lp.metric("strata_logger_commit_index")
+			ci, err := lp.metric("strata_logger_commit_index", cid)
 			if err == nil && ci >= float64(commit) {
 				break
 			}
@@ -265,6 +332,96 @@ func loggerRun(ctx context.Context, o lgOptions, bin, dir string, loggers int, c
 		}
 		res.CatchUpMs = append(res.CatchUpMs, float64(time.Since(t0).Microseconds())/1000)
 	}
+	return res
+}
+
+// sharedRun starts k clusters of three and one logger joined to all of
+// them, loads every cluster at once with cc, and measures.
+func sharedRun(ctx context.Context, o lgOptions, bin, dir string, k int, cc connClients, log *zap.Logger) (res lgShared) {
+	res = lgShared{Clusters: k, Conns: cc.conns, Clients: cc.clients}
+	fail := func(err error) lgShared { res.Err = err.Error(); return res }
+	var cs []*cluster.Cluster
+	defer func() {
+		for _, c := range cs {
+			c.Stop() //nolint:errcheck // the run is over; a stop error is logged by Stop
+		}
+	}()
+	for i := 0; i < k; i++ {
+		c, err := cluster.Start(ctx, cluster.Spec{Name: "strata", Kind: cluster.KindStrata, Binary: bin, Members: 3},
+			filepath.Join(dir, fmt.Sprintf("cluster%d", i+1)), log)
+		if err != nil {
+			return fail(err)
+		}
+		cs = append(cs, c)
+	}
+	lp, err := newBenchLogger(bin, filepath.Join(dir, "logger"), "L1")
+	if err != nil {
+		return fail(err)
+	}
+	defer lp.stop()
+	cids := make([]uint64, k)
+	for i, c := range cs {
+		if cids[i], err = lp.join(ctx, c.Endpoints()); err != nil {
+			return fail(err)
+		}
+	}
+	if err := lp.start(); err != nil {
+		return fail(err)
+	}
+	for _, c := range cs {
+		if err := lp.waitPublished(ctx, c.Endpoints()); err != nil {
+			return fail(err)
+		}
+	}
+	before := make([]float64, k)
+	for i := range cs {
+		before[i], _ = lp.metric("strata_logger_entries_logged_total", cids[i])
+	}
+	results := make([]load.Result, k)
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = load.Run(ctx, load.PutWorkload{KeySize: 8, ValueSize: o.valueSize, KeySpace: o.total},
+				load.Config{Endpoints: c.Endpoints(), Conns: cc.conns, Clients: cc.clients, Total: o.total, Seed: o.seed + uint64(i)})
+		}()
+	}
+	wg.Wait()
+	for i := range cs {
+		if errs[i] != nil {
+			return fail(errs[i])
+		}
+		r := results[i]
+		res.Throughput = append(res.Throughput, r.Throughput())
+		res.P99Ms = append(res.P99Ms, float64(r.Hist.ValueAtQuantile(99))/1000)
+		res.Cumulative += r.Throughput()
+		res.Errors += r.Errors
+		lag, _ := lp.metric("strata_logger_lag_entries", cids[i])
+		after, _ := lp.metric("strata_logger_entries_logged_total", cids[i])
+		res.MaxLagEnd = max(res.MaxLagEnd, lag)
+		res.LoggerRate += (after - before[i]) / r.Elapsed.Seconds()
+	}
+	t0 := time.Now()
+	for i, c := range cs {
+		commit, err := clusterCommit(ctx, c.Endpoints())
+		if err != nil {
+			return fail(err)
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			ci, err := lp.metric("strata_logger_commit_index", cids[i])
+			if err == nil && ci >= float64(commit) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fail(fmt.Errorf("the logger did not reach cluster %x's commit index %d in 60 s", cids[i], commit))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	res.CatchUpMs = float64(time.Since(t0).Microseconds()) / 1000
 	return res
 }
 
@@ -293,16 +450,13 @@ func clusterCommit(ctx context.Context, endpoints []string) (uint64, error) {
 
 // benchLogger is one `strata logger` process, tracked by PID.
 type benchLogger struct {
-	name, dir, peerURL, clientURL string
-	cmd                           *exec.Cmd
-	done                          chan struct{}
+	name, bin, dir, logDir, peerURL, clientURL string
+	cmd                                        *exec.Cmd
+	done                                       chan struct{}
 }
 
-// attachLogger starts a logger in dir, adds it to the cluster at endpoints
-// as a learner, joins it and waits until the member list shows it
-// published (from then on the cluster knows it for a logger, and a second
-// one may be added beside it).
-func attachLogger(ctx context.Context, bin, dir, name string, endpoints []string) (*benchLogger, error) {
+// newBenchLogger prepares a logger in dir: ports, directories; nothing runs.
+func newBenchLogger(bin, dir, name string) (*benchLogger, error) {
 	ports, err := twoFreePorts()
 	if err != nil {
 		return nil, err
@@ -310,63 +464,105 @@ func attachLogger(ctx context.Context, bin, dir, name string, endpoints []string
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
-	lp := &benchLogger{name: name, dir: filepath.Join(dir, "data"),
-		peerURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+	return &benchLogger{name: name, bin: bin, dir: filepath.Join(dir, "data"), logDir: dir,
+		peerURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}, nil
+}
+
+// join adds the logger to the cluster at endpoints as a learner and records
+// the cluster in its data directory (`strata logger join`; a running logger
+// serves it within a second). It returns the cluster ID.
+func (lp *benchLogger) join(ctx context.Context, endpoints []string) (uint64, error) {
 	cli, err := cluster.NewClient(endpoints)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	defer cli.Close()
+	var cid uint64
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = cli.MemberAddAsLearner(actx, []string{lp.peerURL})
+		resp, err := cli.MemberAddAsLearner(actx, []string{lp.peerURL})
 		cancel()
 		if err == nil {
+			cid = resp.Header.ClusterId
 			break
 		}
 		// etcd's strict reconfiguration check refuses a change until the
 		// member was connected to a quorum for 5 s.
 		if !strings.Contains(err.Error(), "unhealthy cluster") || time.Now().After(deadline) {
-			return nil, fmt.Errorf("member add --learner %s: %w", name, err)
+			return 0, fmt.Errorf("member add --learner %s: %w", lp.name, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	out, err := exec.CommandContext(jctx, bin, "logger", "join", "--data-dir="+lp.dir, "--name="+name,
+	out, err := exec.CommandContext(jctx, lp.bin, "logger", "join", "--data-dir="+lp.dir, "--name="+lp.name,
 		"--advertise-peer-urls="+lp.peerURL, "--endpoints="+strings.Join(endpoints, ",")).CombinedOutput()
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("strata logger join %s: %w: %s", name, err, out)
+		return 0, fmt.Errorf("strata logger join %s: %w: %s", lp.name, err, out)
 	}
-	logf, err := os.Create(filepath.Join(dir, "logger.log"))
+	return cid, nil
+}
+
+// start runs the logger process.
+func (lp *benchLogger) start() error {
+	logf, err := os.Create(filepath.Join(lp.logDir, "logger.log"))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	lp.cmd = exec.Command(bin, "logger", "--data-dir="+lp.dir, "--listen-peer-urls="+lp.peerURL,
+	lp.cmd = exec.Command(lp.bin, "logger", "--data-dir="+lp.dir, "--listen-peer-urls="+lp.peerURL,
 		"--advertise-peer-urls="+lp.peerURL, "--listen-client-urls="+lp.clientURL, "--log-level=warn")
 	lp.cmd.Stdout, lp.cmd.Stderr = logf, logf
 	lp.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := lp.cmd.Start(); err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("start logger %s: %w", name, err)
+		return fmt.Errorf("start logger %s: %w", lp.name, err)
 	}
 	lp.done = make(chan struct{})
 	go func() { _ = lp.cmd.Wait(); logf.Close(); close(lp.done) }()
+	return nil
+}
+
+// waitPublished waits until the member list of the cluster at endpoints
+// shows the logger published (from then on the cluster knows it for a
+// logger, and a second one may be added beside it).
+func (lp *benchLogger) waitPublished(ctx context.Context, endpoints []string) error {
+	cli, err := cluster.NewClient(endpoints)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
 	marked := lp.clientURL + "/strata-logger"
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		resp, err := cli.MemberList(lctx)
 		cancel()
 		if err == nil && published(resp.Members, marked) {
-			return lp, nil
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return lp, fmt.Errorf("logger %s never published its attributes: %v", name, err)
+			return fmt.Errorf("logger %s never published its attributes: %v", lp.name, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// attachLogger starts a logger in dir joined to the cluster at endpoints
+// and waits until it published.
+func attachLogger(ctx context.Context, bin, dir, name string, endpoints []string) (*benchLogger, uint64, error) {
+	lp, err := newBenchLogger(bin, dir, name)
+	if err != nil {
+		return nil, 0, err
+	}
+	cid, err := lp.join(ctx, endpoints)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := lp.start(); err != nil {
+		return nil, 0, err
+	}
+	return lp, cid, lp.waitPublished(ctx, endpoints)
 }
 
 func published(members []*etcdserverpb.Member, marked string) bool {
@@ -380,8 +576,8 @@ func published(members []*etcdserverpb.Member, marked string) bool {
 	return false
 }
 
-// metric reads one metric of the logger's only cluster from its /metrics.
-func (lp *benchLogger) metric(name string) (float64, error) {
+// metric reads one metric of one cluster from the logger's /metrics.
+func (lp *benchLogger) metric(name string, clusterID uint64) (float64, error) {
 	hc := &http.Client{Timeout: 5 * time.Second}
 	resp, err := hc.Get(lp.clientURL + "/metrics")
 	if err != nil {
@@ -393,12 +589,12 @@ func (lp *benchLogger) metric(name string) (float64, error) {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, name+"{") {
+		if strings.HasPrefix(line, fmt.Sprintf("%s{cluster_id=%q}", name, fmt.Sprintf("%x", clusterID))) {
 			f := strings.Fields(line)
 			return strconv.ParseFloat(f[len(f)-1], 64)
 		}
 	}
-	return 0, fmt.Errorf("logger %s: no %s in /metrics", lp.name, name)
+	return 0, fmt.Errorf("logger %s: no %s of cluster %x in /metrics", lp.name, name, clusterID)
 }
 
 // stop ends the logger with SIGTERM, SIGKILL after 20 s, and waits.
@@ -445,14 +641,17 @@ func writeLGReport(rep *lgReport, out string) error {
 		return err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# strata with 0, 1, 2 loggers (seed 003, Figure 2)\n\n")
-	fmt.Fprintf(&b, "Command: `%s` (%s, commit %s), %d puts of %d-byte values per run, a fresh cluster of three per run.\n\n",
+	fmt.Fprintf(&b, "# strata's loggers (seed 003)\n\n")
+	fmt.Fprintf(&b, "Command: `%s` (%s, commit %s), %d puts of %d-byte values per run and cluster, fresh clusters of three per run.\n\n",
 		rep.Command, rep.Strata, rep.Commit, rep.Total, rep.ValueSize)
 	m := rep.Machine
 	fmt.Fprintf(&b, "Machine: %d CPUs (%s), %s, kernel %s, disk %s, %s; load average at start %s, at end %s.\n\n",
 		m.NProc, m.CPUModel, m.Memory, m.Kernel, m.Disk, m.GoVersion, m.LoadStart, m.LoadEnd)
-	b.WriteString("| loggers | conns/clients | rep | put/s | p50 ms | p99 ms | errors | logger entries/s | logger lag at end | logger catch-up ms |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	if len(rep.Results) > 0 {
+		b.WriteString("## A cluster of three with 0, 1, 2 loggers (003, Figure 2)\n\n")
+		b.WriteString("| loggers | conns/clients | rep | put/s | p50 ms | p99 ms | errors | logger entries/s | logger lag at end | logger catch-up ms |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	}
 	for _, r := range rep.Results {
 		if r.Err != "" {
 			fmt.Fprintf(&b, "| %d | %d/%d | %d | failed: %s | | | | | | |\n", r.Loggers, r.Conns, r.Clients, r.Rep, r.Err)
@@ -460,6 +659,19 @@ func writeLGReport(rep *lgReport, out string) error {
 		}
 		fmt.Fprintf(&b, "| %d | %d/%d | %d | %.0f | %.2f | %.2f | %d | %s | %s | %s |\n", r.Loggers, r.Conns, r.Clients, r.Rep,
 			r.Throughput, r.P50Ms, r.P99Ms, r.Errors, floats(r.LoggerRate, "%.0f"), floats(r.LoggerLagAtEnd, "%.0f"), floats(r.CatchUpMs, "%.0f"))
+	}
+	if len(rep.Shared) > 0 {
+		b.WriteString("\n## One logger shared by n clusters of three (003, Figures 3-4)\n\n")
+		b.WriteString("| clusters | conns/clients per cluster | rep | cumulative put/s | per cluster put/s | p99 ms per cluster | errors | logger entries/s | logger max lag at end | logger catch-up ms |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, r := range rep.Shared {
+			if r.Err != "" {
+				fmt.Fprintf(&b, "| %d | %d/%d | %d | failed: %s | | | | | | |\n", r.Clusters, r.Conns, r.Clients, r.Rep, r.Err)
+				continue
+			}
+			fmt.Fprintf(&b, "| %d | %d/%d | %d | %.0f | %s | %s | %d | %.0f | %.0f | %.0f |\n", r.Clusters, r.Conns, r.Clients, r.Rep,
+				r.Cumulative, floats(r.Throughput, "%.0f"), floats(r.P99Ms, "%.2f"), r.Errors, r.LoggerRate, r.MaxLagEnd, r.CatchUpMs)
+		}
 	}
 	return os.WriteFile(filepath.Join(out, "logger.md"), []byte(b.String()), 0o644)
 }

@@ -44,3 +44,28 @@ func TestSmokeLogger(t *testing.T) {
 		t.Fatalf("logger.md: %v\n%s", err, md)
 	}
 }
+
+// TestSmokeLoggerShared runs the shared-logger experiment on tiny sizes:
+// one logger joined to two clusters of three loaded at once, each cluster's
+// throughput and the logger's rate reported.
+func TestSmokeLoggerShared(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the go command is needed to build strata:", err)
+	}
+	o := defaultLGOptions()
+	o.shared, o.configs, o.total, o.reps = []int{2}, []connClients{{1, 1}}, 20, 1
+	o.out, o.workDir, o.quiet = t.TempDir(), t.TempDir(), true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := runLG(ctx, o, "go test -run TestSmokeLoggerShared", zap.NewNop())
+	if err != nil {
+		t.Fatalf("smoke run: %v", err)
+	}
+	if len(rep.Shared) != 1 || len(rep.Results) != 0 {
+		t.Fatalf("%d shared results and %d others, want 1 and 0", len(rep.Shared), len(rep.Results))
+	}
+	r := rep.Shared[0]
+	if r.Err != "" || r.Errors != 0 || len(r.Throughput) != 2 || r.Cumulative <= 0 || r.LoggerRate <= 0 {
+		t.Fatalf("shared run: %+v", r)
+	}
+}
