@@ -41,6 +41,10 @@ A logger keeps the raft logs of strata clusters as a learner that never votes an
   strata logger join --data-dir /var/lib/strata-logger --name L1 \
       --advertise-peer-urls http://logger1:2480 --endpoints http://m1:2379
 
+The logger publishes its name and client URLs (with the path /strata-logger, its mark) in each cluster's
+member list; etcdctl member list shows it as a learner, and member promote of it is refused. Its client URLs
+also serve GET /metrics (per cluster, strata_logger_*) and GET /health (etcd's JSON).
+
 IDs are hexadecimal, as etcdctl prints them.`
 
 // runLogger is `strata logger`: run a logger, or one of its subcommands.
