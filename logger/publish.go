@@ -36,7 +36,9 @@ const publishRetry = 2 * time.Second
 // Attributes are a member's published attributes, as etcd's
 // membershippb.Attributes.
 type Attributes struct {
-	Name       string   `json:"name"`
+	// Name is the name shown in the member list.
+	Name string `json:"name"`
+	// ClientURLs are the logger's client URLs, marked (ClientURLPath).
 	ClientURLs []string `json:"client_urls"`
 }
 

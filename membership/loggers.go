@@ -28,10 +28,12 @@ type LoggerTruncate func(ctx context.Context, endpoint string, clusterID, member
 
 // LoggerWatchConfig is a LoggerWatch's collaborators.
 type LoggerWatchConfig struct {
+	// ClusterID is the cluster's ID, which the loggers are asked about.
 	ClusterID uint64
 	// MemberID is this member's ID, in whose name it asks for truncation.
 	MemberID uint64
-	Members  Members
+	// Members is the applied member list, where the loggers are found.
+	Members Members
 	// Node, if not nil, is told how far each logger holds the log
 	// (--logger-retention).
 	Node HeldReceiver
@@ -46,7 +48,8 @@ type LoggerWatchConfig struct {
 	// (logger.Dial), with one connection per endpoint kept between rounds.
 	Status   LoggerStatus
 	Truncate LoggerTruncate
-	Logger   *zap.Logger
+	// Logger logs failed requests (at debug: a logger down is expected).
+	Logger *zap.Logger
 }
 
 // LoggerWatch talks to the cluster's strata loggers at their published
