@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,7 +24,8 @@ import (
 // TestLoggerMembership: a logger joined to a cluster of three publishes its
 // name and marked client URL through raft, so that `etcdctl member list`
 // shows it as a learner with its name, and `etcdctl member promote` of it
-// is refused (FailedPrecondition) on the leader and on a follower alike.
+// is refused (FailedPrecondition) on the leader and on a follower alike;
+// it leaves with `etcdctl member remove` and `strata logger leave`.
 func TestLoggerMembership(t *testing.T) {
 	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3})
 	lp := startLogger(t)
@@ -77,6 +80,26 @@ func TestLoggerMembership(t *testing.T) {
 	res := ctl(c.Endpoints()[0], "member", "list")
 	if !strings.Contains(res.Stdout, id+", started, L1, "+lp.peerURL+", "+marked+", true") {
 		t.Fatalf("after the refused promotions the logger is no longer a learner:\n%s", res.Stdout)
+	}
+
+	// Leaving: member remove, then strata logger leave with the logger
+	// stopped (refused while it runs).
+	if res := ctl(c.Endpoints()[0], "member", "remove", id); res.Code != 0 {
+		t.Fatalf("etcdctl member remove of the logger: %d %s", res.Code, res.Stderr)
+	}
+	if res := ctl(c.Endpoints()[0], "member", "list"); strings.Contains(res.Stdout, id+",") {
+		t.Fatalf("the logger is still listed after member remove:\n%s", res.Stdout)
+	}
+	cid := fmt.Sprintf("%x", st.ClusterID)
+	if out, err := runStrata(t, "logger", "leave", "--data-dir="+lp.dir, "--cluster-id="+cid); err == nil || !strings.Contains(out, "stop the logger first") {
+		t.Fatalf("strata logger leave with the logger running: %v, %q; want a refusal", err, out)
+	}
+	lp.Stop()
+	if out, err := runStrata(t, "logger", "leave", "--data-dir="+lp.dir, "--cluster-id="+cid); err != nil {
+		t.Fatalf("strata logger leave: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(lp.dir, "clusters", cid)); !os.IsNotExist(err) {
+		t.Fatalf("the cluster's directory after leave: %v", err)
 	}
 }
 

@@ -25,6 +25,8 @@ const loggerUsage = `usage:
                                   run a logger: one raft learner for every cluster joined in DIR
   strata logger join --data-dir DIR --name NAME --advertise-peer-urls URLS --endpoints URLS [--cluster-id ID]
                                   record a cluster in DIR (the running logger serves it within a second)
+  strata logger leave --data-dir DIR --cluster-id ID
+                                  delete a cluster from DIR, the logger stopped (after etcdctl member remove)
   strata logger status  --endpoint URL [--cluster ID] [--json]
                                   first and last index held, commit, bytes, lag, gaps, truncation, per cluster
   strata logger recover --endpoint URL --cluster ID --first N --last M
@@ -53,6 +55,8 @@ func runLogger(args []string, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case "join":
 			return runLoggerJoin(args[1:], stdout, stderr)
+		case "leave":
+			return runLoggerLeave(args[1:], stdout, stderr)
 		case "status":
 			return runLoggerStatus(args[1:], stdout, stderr)
 		case "recover":
@@ -184,6 +188,30 @@ func runLoggerJoin(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "joined cluster %x as learner %x (%d other members); the logger serves it within a second\n",
 		rec.ClusterID, rec.MemberID, len(rec.Peers))
+	return 0
+}
+
+func runLoggerLeave(args []string, stdout, stderr io.Writer) int {
+	fs := loggerFlagSet("strata logger leave", stderr)
+	dataDir := fs.String("data-dir", "", "The logger's data directory. Required; the logger must be stopped.")
+	clusterHex := fs.String("cluster-id", "", "The cluster ID (hex) to delete from the data directory, its log included. Required.")
+	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
+		return code
+	}
+	if *dataDir == "" || *clusterHex == "" {
+		fmt.Fprintln(stderr, "strata logger leave: --data-dir and --cluster-id are required")
+		return 2
+	}
+	cid, err := parseHexID("cluster-id", *clusterHex)
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger leave: %v\n", err)
+		return 2
+	}
+	if err := lg.Leave(nil, *dataDir, cid); err != nil {
+		fmt.Fprintf(stderr, "strata logger leave: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "left cluster %x: its log is deleted from %s\n", cid, *dataDir)
 	return 0
 }
 
