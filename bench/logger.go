@@ -52,6 +52,9 @@ type lgOptions struct {
 	// shared, if not empty, runs the shared-logger experiment instead: one
 	// logger joined to each of n clusters of three, for each n.
 	shared []int
+	// costSeconds, if not 0, runs the disk-usage measurement instead: a
+	// cluster of three and one logger under load for that long.
+	costSeconds int
 }
 
 func defaultLGOptions() lgOptions {
@@ -87,6 +90,7 @@ func (o *lgOptions) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&o.seed, "seed", o.seed, "load generator seed")
 	fs.BoolVar(&o.quiet, "quiet", false, "log warnings only")
 	fs.StringVar(&o.render, "render", "", "re-render logger.md beside this logger.json, and run nothing")
+	fs.IntVar(&o.costSeconds, "cost-seconds", 0, "run 003's disk-usage measurement instead (its Equations 1-2): a cluster of three and one logger under the first -configs load for this many seconds; disk growth per minute of members' engines and logs and of the logger's log")
 	fs.Func("shared", "comma-separated cluster counts: run 003's Figures 3-4 instead (one logger shared by n clusters of three, loaded at once)", func(s string) error {
 		o.shared = nil
 		for _, x := range strings.Split(s, ",") {
@@ -143,6 +147,25 @@ type lgShared struct {
 	Err        string  `json:"error,omitempty"`
 }
 
+// lgCost is the disk-usage measurement: how fast each part's disk usage
+// grows under a steady put load (003's d_a and d_l, per minute).
+type lgCost struct {
+	Seconds    float64 `json:"seconds"`
+	Conns      int     `json:"conns"`
+	Clients    int     `json:"clients"`
+	Ops        int64   `json:"ops"`
+	Errors     int64   `json:"errors"`
+	Throughput float64 `json:"throughput_ops_per_s"`
+	// Per minute of load, in MB (10^6 bytes): the engine's size on disk
+	// (etcd_mvcc_db_total_size_in_bytes) and the raft log's live bytes
+	// (strata_raftlog_bytes), averaged over the three members; the
+	// logger's log bytes (strata_logger_log_bytes).
+	MemberEngineMBPerMin float64 `json:"member_engine_mb_per_min"`
+	MemberLogMBPerMin    float64 `json:"member_log_mb_per_min"`
+	LoggerLogMBPerMin    float64 `json:"logger_log_mb_per_min"`
+	Err                  string  `json:"error,omitempty"`
+}
+
 // lgReport is the experiment's output (logger.json).
 type lgReport struct {
 	Started   time.Time      `json:"started"`
@@ -154,6 +177,7 @@ type lgReport struct {
 	ValueSize int            `json:"value_size"`
 	Results   []lgResult     `json:"results,omitempty"`
 	Shared    []lgShared     `json:"shared,omitempty"`
+	Cost      *lgCost        `json:"cost,omitempty"`
 }
 
 func runLoggerBench(ctx context.Context, sub string, args []string) error {
@@ -212,6 +236,12 @@ func runLG(ctx context.Context, o lgOptions, command string, log *zap.Logger) (*
 	rep := &lgReport{Started: started, Command: command, Machine: machineInfo(workDir), Strata: binaryVersion(ctx, bin),
 		Commit: gitHead(ctx, o.repo), Total: o.total, ValueSize: o.valueSize}
 	n := 0
+	if o.costSeconds > 0 {
+		res := costRun(ctx, o, bin, filepath.Join(workDir, "cost"), log)
+		rep.Cost = &res
+		rep.Machine.LoadEnd = machineInfo(workDir).LoadStart
+		return rep, writeLGReport(rep, o.out)
+	}
 	if len(o.shared) > 0 {
 		for r := 1; r <= o.reps; r++ {
 			for _, cc := range o.configs {
@@ -423,6 +453,81 @@ func sharedRun(ctx context.Context, o lgOptions, bin, dir string, k int, cc conn
 	}
 	res.CatchUpMs = float64(time.Since(t0).Microseconds()) / 1000
 	return res
+}
+
+// costRun loads a cluster of three with one logger for o.costSeconds and
+// measures how fast the members' engines and logs and the logger's log
+// grow.
+func costRun(ctx context.Context, o lgOptions, bin, dir string, log *zap.Logger) (res lgCost) {
+	cc := o.configs[0]
+	res = lgCost{Conns: cc.conns, Clients: cc.clients}
+	fail := func(err error) lgCost { res.Err = err.Error(); return res }
+	c, err := cluster.Start(ctx, cluster.Spec{Name: "strata", Kind: cluster.KindStrata, Binary: bin, Members: 3}, filepath.Join(dir, "cluster"), log)
+	if err != nil {
+		return fail(err)
+	}
+	defer c.Stop() //nolint:errcheck // the run is over; a stop error is logged by Stop
+	lp, cid, err := attachLogger(ctx, bin, filepath.Join(dir, "logger1"), "L1", c.Endpoints())
+	if lp != nil {
+		defer lp.stop()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	sizes := func() (engine, rlog, llog float64, err error) {
+		for _, ep := range c.Endpoints() {
+			e, err := scrapeGauge(ep+"/metrics", "etcd_mvcc_db_total_size_in_bytes")
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			r, err := scrapeGauge(ep+"/metrics", "strata_raftlog_bytes")
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			engine, rlog = engine+e/3, rlog+r/3
+		}
+		llog, err = lp.metric("strata_logger_log_bytes", cid)
+		return engine, rlog, llog, err
+	}
+	e0, r0, l0, err := sizes()
+	if err != nil {
+		return fail(err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, time.Duration(o.costSeconds)*time.Second)
+	r, err := load.Run(lctx, load.PutWorkload{KeySize: 8, ValueSize: o.valueSize, KeySpace: 1 << 40},
+		load.Config{Endpoints: c.Endpoints(), Conns: cc.conns, Clients: cc.clients, Total: 1 << 40, Seed: o.seed})
+	cancel()
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fail(err)
+	}
+	e1, r1, l1, err := sizes()
+	if err != nil {
+		return fail(err)
+	}
+	res.Seconds, res.Ops, res.Errors, res.Throughput = r.Elapsed.Seconds(), r.Ops, r.Errors, r.Throughput()
+	perMin := func(d float64) float64 { return d / 1e6 / r.Elapsed.Minutes() }
+	res.MemberEngineMBPerMin, res.MemberLogMBPerMin, res.LoggerLogMBPerMin = perMin(e1-e0), perMin(r1-r0), perMin(l1-l0)
+	return res
+}
+
+// scrapeGauge reads one unlabelled sample from a /metrics URL.
+func scrapeGauge(url, name string) (float64, error) {
+	hc := &http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, name+" ") {
+			return strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, name)), 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in %s", name, url)
 }
 
 // clusterCommit is the highest commit index (etcd's Status RaftIndex) the
@@ -671,6 +776,19 @@ func writeLGReport(rep *lgReport, out string) error {
 			}
 			fmt.Fprintf(&b, "| %d | %d/%d | %d | %.0f | %s | %s | %d | %.0f | %.0f | %.0f |\n", r.Clusters, r.Conns, r.Clients, r.Rep,
 				r.Cumulative, floats(r.Throughput, "%.0f"), floats(r.P99Ms, "%.2f"), r.Errors, r.LoggerRate, r.MaxLagEnd, r.CatchUpMs)
+		}
+	}
+	if r := rep.Cost; r != nil {
+		b.WriteString("\n## Disk usage per minute under load (003, Equations 1-2)\n\n")
+		if r.Err != "" {
+			fmt.Fprintf(&b, "failed: %s\n", r.Err)
+		} else {
+			fmt.Fprintf(&b, "%.0f s of puts at %d/%d: %d puts (%d errors, the requests cut at the end), %.0f put/s.\n\n",
+				r.Seconds, r.Conns, r.Clients, r.Ops, r.Errors, r.Throughput)
+			b.WriteString("| per minute of load | MB |\n|---|---|\n")
+			fmt.Fprintf(&b, "| a member's engine (etcd_mvcc_db_total_size_in_bytes) | %.1f |\n", r.MemberEngineMBPerMin)
+			fmt.Fprintf(&b, "| a member's raft log (strata_raftlog_bytes, live) | %.1f |\n", r.MemberLogMBPerMin)
+			fmt.Fprintf(&b, "| the logger's log (strata_logger_log_bytes) | %.1f |\n", r.LoggerLogMBPerMin)
 		}
 	}
 	return os.WriteFile(filepath.Join(out, "logger.md"), []byte(b.String()), 0o644)
