@@ -69,3 +69,24 @@ func TestSmokeLoggerShared(t *testing.T) {
 		t.Fatalf("shared run: %+v", r)
 	}
 }
+
+// TestSmokeLoggerCost runs the disk-usage measurement for two seconds: the
+// load ran, and the logger's log and the members' logs grew.
+func TestSmokeLoggerCost(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the go command is needed to build strata:", err)
+	}
+	o := defaultLGOptions()
+	o.costSeconds, o.configs = 2, []connClients{{1, 1}}
+	o.out, o.workDir, o.quiet = t.TempDir(), t.TempDir(), true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := runLG(ctx, o, "go test -run TestSmokeLoggerCost", zap.NewNop())
+	if err != nil {
+		t.Fatalf("smoke run: %v", err)
+	}
+	r := rep.Cost
+	if r == nil || r.Err != "" || r.Ops == 0 || r.LoggerLogMBPerMin <= 0 || r.MemberLogMBPerMin <= 0 {
+		t.Fatalf("cost run: %+v", r)
+	}
+}
