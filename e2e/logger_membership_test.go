@@ -329,7 +329,8 @@ func TestLoggerTwoLoggers(t *testing.T) {
 // SIGSTOPped for 1000 puts while the leadership moves to another member
 // still catches up with no gap: the followers too kept their log for it
 // (they learn how far it holds from its Status), so the new leader's log
-// reaches back to where the logger stopped.
+// reaches back to where the logger stopped. Once it caught up, every
+// member truncates its log again.
 func TestLoggerRetentionLeaderChange(t *testing.T) {
 	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3,
 		Flags: []string{"--snapshot-count=200", "--snapshot-catchup-entries=10", "--logger-retention"}})
@@ -384,6 +385,47 @@ func TestLoggerRetentionLeaderChange(t *testing.T) {
 	if len(ls.Gaps) != 0 || ls.FirstIndex != 1 {
 		t.Fatalf("the logger has gaps %v and holds from %d; want none and the whole log", ls.Gaps, ls.FirstIndex)
 	}
+	// Once the logger holds the log, every member truncates again: the
+	// followers too, so they heard from the logger how far it holds (a
+	// follower that never heard would keep its whole log).
+	for n := 1300; ; n += 100 {
+		put(n, n+100)
+		lowest := uint64(1 << 62)
+		for _, m := range c.Members {
+			first, err := scrapeMetric(m.Endpoint()+"/metrics", "strata_raftlog_first_index")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lowest = min(lowest, uint64(first))
+		}
+		if lowest > commit {
+			t.Logf("every member's log starts past %d after %d more puts", commit, n+100-1300)
+			break
+		}
+		if n >= 4000 {
+			t.Fatalf("after %d more puts a member's log still starts at %d (the logger held up to %d)", n+100-1300, lowest, commit)
+		}
+	}
+}
+
+// scrapeMetric reads one unlabelled sample from a /metrics URL.
+func scrapeMetric(url, name string) (float64, error) {
+	hc := &http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in %s", name, url)
 }
 
 // TestLoggerTruncateFromMembers: members started with --logger-truncate
