@@ -167,8 +167,9 @@ type learnerConfig struct {
 //
 // Concurrency: newLearner starts nothing; run is the learner's goroutine,
 // the only one that touches rn, writes the log, the gap record and the
-// cluster record. gaps, voters, requestTrim and the fields marked
-// published are safe from any goroutine; mu guards gaps and voters.
+// cluster record, and the only one that proposes (invariant 5). gaps,
+// voters, requestTrim, the fields marked "Published by run" and the metrics'
+// counters are safe from any goroutine; mu guards gaps and voters.
 //
 // Invariants:
 //  1. A Ready's messages are sent only after its entries and HardState
