@@ -240,7 +240,8 @@ func TestLoggerMetricsHealth(t *testing.T) {
 		}
 	}
 	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, "strata_logger_entries_logged_total"+label) || strings.HasPrefix(line, "strata_logger_logged_bytes_total"+label) {
+		if strings.HasPrefix(line, "strata_logger_entries_logged_total"+label) || strings.HasPrefix(line, "strata_logger_logged_bytes_total"+label) ||
+			strings.HasPrefix(line, "strata_logger_fsyncs_total"+label) {
 			if strings.HasSuffix(line, " 0") {
 				t.Errorf("/metrics: %q after 20 puts", line)
 			}

@@ -23,7 +23,8 @@ import (
 //     cluster_id, hex as etcdctl prints it), named in etcd's manner
 //     (subsystem, unit, _total for counters) under strata_logger_:
 //     entries and bytes logged, last, commit and leader-commit indexes,
-//     lag, log bytes, truncations, gaps, whether a leader is heard; and
+//     lag, log bytes, fsyncs and their time, truncations, gaps, whether a
+//     leader is heard; and
 //     Go's process and runtime collectors, as etcd exposes them.
 //   - /health: etcd's JSON ({"health":"true","reason":""}), 200 when every
 //     cluster's learner heard from a leader within HealthTimeout; else 503
@@ -48,6 +49,8 @@ type clusterMetrics struct {
 	entries     uint64
 	bytes       uint64
 	truncations uint64
+	fsyncs      uint64
+	fsyncTime   time.Duration
 	heard       time.Time
 }
 
@@ -76,6 +79,10 @@ var loggerMetrics = []metricDesc{
 		prometheus.CounterValue, func(m *clusterMetrics) float64 { return float64(m.truncations) }),
 	newDesc("strata_logger_gaps_total", "Gaps recorded in the cluster's log (a snapshot from the leader: entries never received).",
 		prometheus.CounterValue, func(m *clusterMetrics) float64 { return float64(len(m.st.Gaps)) }),
+	newDesc("strata_logger_fsyncs_total", "fdatasyncs of the cluster's log segments since the logger started (one per append that wrote).",
+		prometheus.CounterValue, func(m *clusterMetrics) float64 { return float64(m.fsyncs) }),
+	newDesc("strata_logger_fsync_seconds_total", "Seconds spent in those fdatasyncs (divided by strata_logger_fsyncs_total: the mean fsync time).",
+		prometheus.CounterValue, func(m *clusterMetrics) float64 { return m.fsyncTime.Seconds() }),
 	newDesc("strata_logger_has_leader", "Whether the logger's learner heard from a leader of the cluster within the health timeout (1) or not (0).",
 		prometheus.GaugeValue, func(m *clusterMetrics) float64 {
 			if m.heard.IsZero() {
@@ -103,11 +110,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		if cl == nil {
 			continue
 		}
+		ls := cl.log.Stats()
 		m := &clusterMetrics{
 			st:          cl.status(),
 			entries:     cl.ln.entriesLogged.Load(),
 			bytes:       cl.ln.bytesLogged.Load(),
 			truncations: cl.ln.truncations.Load(),
+			fsyncs:      ls.Fsyncs,
+			fsyncTime:   ls.FsyncDuration,
 		}
 		if heard := cl.ln.cfg.Inbox.lastHeard(); !heard.IsZero() && now.Sub(heard) <= c.l.cfg.HealthTimeout {
 			m.heard = heard

@@ -100,6 +100,8 @@ func TestMetrics(t *testing.T) {
 		`strata_logger_has_leader{cluster_id="c1"} 0`,
 		`# TYPE strata_logger_logged_bytes_total counter`,
 		`# TYPE strata_logger_log_bytes gauge`,
+		`# TYPE strata_logger_fsyncs_total counter`,
+		`# TYPE strata_logger_fsync_seconds_total counter`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(body, want) {
