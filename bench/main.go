@@ -173,6 +173,7 @@ subcommands:
   smoke    every step on tiny sizes (seconds)
   report   re-render results.md and plots from -in results.json
   logcompact  seed 000's log compaction experiment on strata (logcompact.go)
+  logger   seed 003's Figure 2 on strata: a cluster of three with 0, 1, 2 loggers (logger.go)
 
 run 'bench <subcommand> -h' for flags`
 
@@ -189,6 +190,8 @@ func run(args []string) error {
 		return runReport(args)
 	case "logcompact":
 		return runLogCompact(ctx, sub, args)
+	case "logger":
+		return runLoggerBench(ctx, sub, args)
 	case "put", "range", "ycsb", "sweep", "restart", "defrag", "all", "smoke":
 	default:
 		return fmt.Errorf("unknown subcommand %q\n%s", sub, usage)

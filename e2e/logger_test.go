@@ -442,8 +442,14 @@ func TestLoggerGap(t *testing.T) {
 	}
 }
 
-// addLoggerTo adds lp to cluster c as a learner and joins it.
+// addLoggerTo adds lp to cluster c as a learner and joins it as L1.
 func addLoggerTo(t *testing.T, c *testutil.Cluster, lp *loggerProc) {
+	t.Helper()
+	addNamedLoggerTo(t, c, lp, "L1")
+}
+
+// addNamedLoggerTo adds lp to cluster c as a learner and joins it as name.
+func addNamedLoggerTo(t *testing.T, c *testutil.Cluster, lp *loggerProc, name string) {
 	t.Helper()
 	cli := c.Client(t)
 	defer cli.Close()
@@ -459,7 +465,7 @@ func addLoggerTo(t *testing.T, c *testutil.Cluster, lp *loggerProc) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if out, err := runStrata(t, "logger", "join", "--data-dir="+lp.dir, "--name=L1",
+	if out, err := runStrata(t, "logger", "join", "--data-dir="+lp.dir, "--name="+name,
 		"--advertise-peer-urls="+lp.peerURL, "--endpoints="+c.Endpoints()[0]); err != nil {
 		t.Fatalf("strata logger join: %v\n%s", err, out)
 	}

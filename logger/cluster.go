@@ -58,6 +58,9 @@ type ClusterRecord struct {
 	// Voters are the members whose Truncate requests count (the
 	// cluster's voters; the logger never is one).
 	Voters []uint64 `json:"voters"`
+	// Published are the attributes (name, marked client URLs) the logger
+	// last saw committed for itself in the cluster's log (publish.go).
+	Published *Attributes `json:"published,omitempty"`
 	// Joined is when Join wrote the record.
 	Joined time.Time `json:"joined"`
 }

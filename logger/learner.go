@@ -60,16 +60,33 @@ type Inbox struct {
 	// leaderCommit is the highest commit index a leader announced in an
 	// append (MsgApp.Commit): the lag Status reports is measured from it.
 	leaderCommit atomic.Uint64
+	// heard is when a leader's message (an append, a heartbeat, a
+	// snapshot) last arrived, in Unix nanoseconds by now; 0: never.
+	heard atomic.Int64
+	now   func() time.Time
 }
 
 // NewInbox returns an empty inbox.
 func NewInbox() *Inbox {
-	return &Inbox{recvc: make(chan *raftpb.Message, 4096), ctrlc: make(chan func(*raft.RawNode), 64)}
+	return &Inbox{recvc: make(chan *raftpb.Message, 4096), ctrlc: make(chan func(*raft.RawNode), 64), now: time.Now}
+}
+
+// lastHeard is when a leader's message last arrived; zero if none did.
+func (in *Inbox) lastHeard() time.Time {
+	if ns := in.heard.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // Process implements transport.Handler: it queues m for the learner,
 // waiting while the queue is full (the learner is syncing).
 func (in *Inbox) Process(ctx context.Context, m *raftpb.Message) error {
+	switch m.GetType() {
+	case raftpb.MessageType_MsgApp, raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgSnap:
+		// Only a leader sends these (/health).
+		in.heard.Store(in.now().UnixNano())
+	}
 	if m.GetType() == raftpb.MessageType_MsgApp {
 		for {
 			old := in.leaderCommit.Load()
@@ -137,8 +154,11 @@ type learnerConfig struct {
 	// its election timer (it never campaigns) and to write a newer commit
 	// index at most once per tick.
 	TickInterval time.Duration
-	Now          func() time.Time
-	Logger       *zap.Logger
+	// Attributes, if not nil, are published in the cluster's member list
+	// (publish.go) until the learner sees them committed.
+	Attributes *Attributes
+	Now        func() time.Time
+	Logger     *zap.Logger
 }
 
 // learner is one cluster's raft learner: it persists every entry the leader
@@ -147,8 +167,9 @@ type learnerConfig struct {
 //
 // Concurrency: newLearner starts nothing; run is the learner's goroutine,
 // the only one that touches rn, writes the log, the gap record and the
-// cluster record. gaps, voters, requestTrim and the fields marked
-// published are safe from any goroutine; mu guards gaps and voters.
+// cluster record, and the only one that proposes (invariant 5). gaps,
+// voters, requestTrim, the fields marked "Published by run" and the metrics'
+// counters are safe from any goroutine; mu guards gaps and voters.
 //
 // Invariants:
 //  1. A Ready's messages are sent only after its entries and HardState
@@ -165,6 +186,9 @@ type learnerConfig struct {
 //     configuration, not in its own configuration).
 //  4. commit (published) never exceeds the last index appended durably, so
 //     Recover serves only durable, committed entries.
+//  5. The only proposal the learner makes is its own attributes (a
+//     ClusterMemberAttrSet for its member ID, publish.go), forwarded by raft
+//     to the leader, and only until it sees them committed.
 type learner struct {
 	cfg learnerConfig
 	lg  *zap.Logger
@@ -178,10 +202,23 @@ type learner struct {
 	// find the entries it still has to hand over gone.
 	delivered uint64
 	peers     map[uint64][]string
+	// publishedAttrs are the attributes last seen committed for the
+	// logger (cluster.json's); published says they are cfg.Attributes.
+	// lastPublish and publishID are the last proposal's time and request
+	// ID (publish.go).
+	publishedAttrs *Attributes
+	published      bool
+	lastPublish    time.Time
+	publishID      uint64
 
 	// Published by run.
 	commit atomic.Uint64
 	leader atomic.Uint64
+	// Counted by run for the metrics (metrics.go): entries and bytes of
+	// entry data appended, truncations done since start.
+	entriesLogged atomic.Uint64
+	bytesLogged   atomic.Uint64
+	truncations   atomic.Uint64
 
 	// trimTo is the truncation point the Truncate requests reached
 	// (truncate.go); trimc wakes run to truncate up to it.
@@ -238,6 +275,8 @@ func newLearner(cfg learnerConfig) (*learner, error) {
 		delivered:       applied,
 		peers:           maps.Clone(cfg.Record.Peers),
 		trimc:           make(chan struct{}, 1),
+		publishedAttrs:  cfg.Record.Published,
+		published:       cfg.Attributes.equal(cfg.Record.Published),
 	}
 	if l.peers == nil {
 		l.peers = map[uint64][]string{}
@@ -284,6 +323,7 @@ func (l *learner) loop(ctx context.Context) error {
 			if err := l.persistCommit(); err != nil {
 				return err
 			}
+			l.maybePublish()
 		case m := <-in.recvc:
 			l.step(m)
 			// One Ready, and so one fsync, for every message queued.
@@ -343,6 +383,12 @@ func (l *learner) handleReady() error {
 		if hs != nil {
 			l.persistedCommit = hs.GetCommit()
 		}
+		var n uint64
+		for _, e := range rd.Entries {
+			n += uint64(len(e.GetData()))
+		}
+		l.entriesLogged.Add(uint64(len(rd.Entries)))
+		l.bytesLogged.Add(n)
 	}
 	// Invariant 4: publish the commit index once what it covers is
 	// durable (raft's commit on a follower never passes its last entry).
@@ -355,6 +401,9 @@ func (l *learner) handleReady() error {
 	}
 	if n := len(rd.CommittedEntries); n > 0 {
 		l.delivered = rd.CommittedEntries[n-1].GetIndex()
+	}
+	if err := l.notePublished(rd.CommittedEntries); err != nil {
+		return err
 	}
 	for _, e := range rd.CommittedEntries {
 		if e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2 {
@@ -486,10 +535,19 @@ func (l *learner) followMembership(e *raftpb.Entry) error {
 	if !changed {
 		return nil
 	}
+	return writeRecord(l.cfg.FS, l.cfg.Dir, l.record())
+}
+
+// record is the cluster record as the learner knows it now: the peers and
+// voters of the membership changes it saw, the attributes it published.
+//
+// REQUIRES: the learner's goroutine.
+func (l *learner) record() *ClusterRecord {
 	rec := *l.cfg.Record
 	rec.Peers = maps.Clone(l.peers)
 	rec.Voters = l.voters()
-	return writeRecord(l.cfg.FS, l.cfg.Dir, &rec)
+	rec.Published = l.publishedAttrs
+	return &rec
 }
 
 // gaps returns the gaps recorded, oldest first.

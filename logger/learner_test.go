@@ -42,6 +42,7 @@ import (
 //	fail-append                   the learner's next Append fails (its fsync)
 //	compact-leader index          the leader takes a snapshot at index and truncates its log
 //	restart                       the learner's process dies and starts again from its disk
+//	publish name url              the learner proposes its attributes (name, client URL) now
 //	status                        what the learner holds
 func TestLearnerInteraction(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
@@ -67,6 +68,8 @@ type learnerEnv struct {
 	// truncatedTo is the truncation point the script asked for (the
 	// logger keeps it in truncations.json).
 	truncatedTo uint64
+	// attrs are the attributes the learner publishes (publish).
+	attrs *Attributes
 }
 
 // recordingLog is the learner's raftlog, recording each write in the
@@ -166,6 +169,10 @@ func (env *learnerEnv) openLearner() {
 		t.Fatal(err)
 	}
 	env.log = &recordingLog{Log: l, env: env}
+	rec := env.rec
+	if onDisk, err := readRecord(env.fs, "/c"); err == nil {
+		rec = onDisk // a restart reads what the learner recorded
+	}
 	gaps, err := readGaps(env.fs, "/c")
 	if err == nil {
 		gaps, err = reconcileGaps(env.fs, "/c", env.log, gaps, env.truncatedTo, time.Unix(0, 0))
@@ -173,7 +180,7 @@ func (env *learnerEnv) openLearner() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.ln, err = newLearner(learnerConfig{Record: env.rec, Dir: "/c", FS: env.fs, Log: env.log, Gaps: gaps,
+	env.ln, err = newLearner(learnerConfig{Record: rec, Dir: "/c", Attributes: env.attrs, FS: env.fs, Log: env.log, Gaps: gaps,
 		Inbox: NewInbox(), Sender: recordingSender{env}, Peers: recordingPeers{env}, TickInterval: time.Millisecond,
 		Now: func() time.Time { return time.Unix(0, 0) }})
 	if err != nil {
@@ -343,6 +350,15 @@ func (env *learnerEnv) handle(t *testing.T, td *datadriven.TestData) string {
 		env.ln.requestTrim(env.truncatedTo)
 		env.leader.ReportUnreachable(2)
 		env.record("L: restarted")
+	case "publish":
+		env.attrs = &Attributes{Name: td.CmdArgs[0].Key, ClientURLs: []string{td.CmdArgs[1].Key}}
+		env.ln.cfg.Attributes = env.attrs
+		env.ln.published = env.attrs.equal(env.ln.publishedAttrs)
+		env.ln.lastPublish = time.Time{} // the retry interval has passed
+		env.ln.maybePublish()
+		if env.ln.published {
+			env.record("L: attributes already published: nothing proposed")
+		}
 	case "status":
 		first, _ := env.log.FirstIndex()
 		last, _ := env.log.LastIndex()
@@ -353,6 +369,9 @@ func (env *learnerEnv) handle(t *testing.T, td *datadriven.TestData) string {
 		env.record("L: voters %v", env.ln.voters())
 		if rec, err := readRecord(env.fs, "/c"); err == nil {
 			env.record("L: cluster.json: peers %v voters %v", rec.Peers, rec.Voters)
+			if rec.Published != nil {
+				env.record("L: cluster.json: published %+v", *rec.Published)
+			}
 		}
 		if gaps, _ := readGaps(env.fs, "/c"); len(gaps) > 0 {
 			env.record("L: gaps.json holds %d gap(s)", len(gaps))
@@ -371,7 +390,16 @@ func describeEntries(entries []*raftpb.Entry) string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
-func quoteData(b []byte) string { return strconv.Quote(string(b)) }
+// quoteData shows an entry's data: an attributes request as such, anything
+// else quoted.
+func quoteData(b []byte) string {
+	var req pb.InternalRaftRequest
+	if err := proto.Unmarshal(b, &req); err == nil && req.ClusterMemberAttrSet != nil {
+		a := req.ClusterMemberAttrSet
+		return fmt.Sprintf("attrs(member %d: %q %v)", a.Member_ID, a.MemberAttributes.GetName(), a.MemberAttributes.GetClientUrls())
+	}
+	return strconv.Quote(string(b))
+}
 
 // raftDiscard is a raft.Logger that logs nothing.
 type raftDiscard struct{}

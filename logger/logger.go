@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -38,6 +39,10 @@ type Config struct {
 	ListenPeerURLs, AdvertisePeerURLs []string
 	// ListenClientURLs serve the logger API (Status, Recover).
 	ListenClientURLs []string
+	// AdvertiseClientURLs are the logger's client URLs as it publishes
+	// them in each cluster's member list, with the logger's marker path
+	// (ClientURLPath). Empty: ListenClientURLs.
+	AdvertiseClientURLs []string
 	// TickInterval is the learners' raft tick. 0: 100 ms.
 	TickInterval time.Duration
 	// ScanInterval is how often the logger looks for clusters that
@@ -46,8 +51,13 @@ type Config struct {
 	// SegmentSize is the preallocated size of the logs' segments. 0:
 	// raftlog.DefaultSegmentSize.
 	SegmentSize int64
+	// HealthTimeout is how recently every cluster's learner must have
+	// heard from a leader for /health to answer true. 0: 3 s.
+	HealthTimeout time.Duration
 	// FS is the file system. nil: vfs.Default.
-	FS     vfs.FS
+	FS vfs.FS
+	// Now is the clock of /health and the metrics. nil: time.Now.
+	Now    func() time.Time
 	Logger *zap.Logger
 }
 
@@ -65,14 +75,20 @@ type Config struct {
 //     registered in the Mux under its cluster ID, from its open until
 //     Close.
 type Logger struct {
-	cfg  Config
-	lg   *zap.Logger
-	fs   vfs.FS
-	lock io.Closer
-	mux  *transport.Mux
+	cfg Config
+	// markedURLs are the client URLs the learners publish (marker.go).
+	markedURLs []string
+	lg         *zap.Logger
+	fs         vfs.FS
+	lock       io.Closer
+	mux        *transport.Mux
 
 	peerGRPC, clientGRPC *grpc.Server
 	listeners            []net.Listener
+	// clientHTTP serves /metrics and /health on the client URLs, beside
+	// the API (splits route each connection).
+	clientHTTP *http.Server
+	splits     []*transport.SplitListener
 
 	ctx    context.Context // Start's, cancelled by Close
 	cancel context.CancelFunc
@@ -119,6 +135,24 @@ func Open(cfg Config) (*Logger, error) {
 	if cfg.ScanInterval <= 0 {
 		cfg.ScanInterval = time.Second
 	}
+	if cfg.HealthTimeout <= 0 {
+		cfg.HealthTimeout = defaultHealthTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	advertise := cfg.AdvertiseClientURLs
+	if len(advertise) == 0 {
+		advertise = cfg.ListenClientURLs
+	}
+	var marked []string
+	for _, u := range advertise {
+		m, err := MarkClientURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("logger: %w", err)
+		}
+		marked = append(marked, m)
+	}
 	if err := datadir.MkdirAllSynced(cfg.FS, clustersDir(cfg.DataDir)); err != nil {
 		return nil, fmt.Errorf("logger: create data directory %s: %w", cfg.DataDir, err)
 	}
@@ -126,7 +160,7 @@ func Open(cfg Config) (*Logger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s (lock: %v)", ErrLocked, cfg.DataDir, err)
 	}
-	l := &Logger{cfg: cfg, lg: cfg.Logger, fs: cfg.FS, lock: lock, mux: transport.NewMux(), failc: make(chan error, 1)}
+	l := &Logger{cfg: cfg, markedURLs: marked, lg: cfg.Logger, fs: cfg.FS, lock: lock, mux: transport.NewMux(), failc: make(chan error, 1)}
 	l.mu.clusters = make(map[uint64]*cluster)
 	ids, err := listClusters(cfg.FS, cfg.DataDir)
 	if err == nil {
@@ -178,6 +212,7 @@ func (l *Logger) openCluster(id uint64) error {
 		return fmt.Errorf("logger: gap and truncation records of cluster %x: %w", id, err)
 	}
 	inbox := NewInbox()
+	inbox.now = l.cfg.Now
 	tr := transport.New(transport.Config{
 		LocalID:     rec.MemberID,
 		ClusterID:   id,
@@ -188,10 +223,15 @@ func (l *Logger) openCluster(id uint64) error {
 	for pid, urls := range rec.Peers {
 		tr.AddPeer(pid, urls)
 	}
+	name := rec.Name
+	if name == "" {
+		name = fmt.Sprintf("logger-%x", rec.MemberID)
+	}
 	ln, err := newLearner(learnerConfig{
 		Record: rec, Dir: dir, FS: l.fs, Log: log, Gaps: gaps,
 		Inbox: inbox, Sender: tr, Peers: tr,
 		TickInterval: l.cfg.TickInterval, Logger: lg.Named("learner"),
+		Attributes: &Attributes{Name: name, ClientURLs: l.markedURLs},
 	})
 	if err == nil {
 		err = l.mux.Add(tr)
@@ -244,8 +284,20 @@ func (l *Logger) Start(ctx context.Context) error {
 	for _, li := range peerLis {
 		l.serve(l.peerGRPC, li)
 	}
+	l.clientHTTP = &http.Server{Handler: l.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 	for _, li := range clientLis {
-		l.serve(l.clientGRPC, li)
+		split := transport.NewSplitListener(li, l.lg.Named("listener"))
+		l.splits = append(l.splits, split)
+		l.serve(l.clientGRPC, split.GRPC())
+		l.wg.Add(2)
+		go func() {
+			defer l.wg.Done()
+			_ = l.clientHTTP.Serve(split.HTTP())
+		}()
+		go func() {
+			defer l.wg.Done()
+			_ = split.Serve()
+		}()
 	}
 	l.mu.Lock()
 	for _, c := range l.mu.clusters {
@@ -351,6 +403,12 @@ func (l *Logger) cluster(id uint64) *cluster {
 func (l *Logger) Close() error {
 	if l.cancel != nil {
 		l.cancel()
+	}
+	for _, split := range l.splits {
+		_ = split.Close()
+	}
+	if l.clientHTTP != nil {
+		_ = l.clientHTTP.Close()
 	}
 	if l.clientGRPC != nil {
 		l.clientGRPC.Stop()

@@ -140,6 +140,7 @@ func (l *learner) trim() error {
 	if err := l.cfg.Log.Compact(target, nil); err != nil {
 		return fmt.Errorf("truncate the raft log of cluster %x up to %d: %w", l.cfg.Record.ClusterID, target, err)
 	}
+	l.truncations.Add(1)
 	l.lg.Info("truncated the log at the voters' request", zap.Uint64("up-to", target))
 	return nil
 }

@@ -77,7 +77,15 @@ type Config struct {
 	MaxTxnOps         int
 	SnapshotCount     uint64
 	// CatchUpEntries are kept in the log below the compaction point.
-	CatchUpEntries    uint64
+	CatchUpEntries uint64
+	// LoggerRetention (--logger-retention) keeps the raft log until the
+	// cluster's strata loggers hold it (node.Config.LogRetention,
+	// membership.LoggerWatch; docs/logger.md, "Log retention").
+	LoggerRetention bool
+	// LoggerTruncate (--logger-truncate) sends the loggers this voter's
+	// Truncate request at its engine's durable index as it advances
+	// (membership.LoggerWatch).
+	LoggerTruncate    bool
 	HeartbeatInterval time.Duration
 	ElectionTimeout   time.Duration
 	// Engine names the storage engine (engines.Names; "" means Pebble),

@@ -333,6 +333,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	if len(members) == 0 {
 		members = discovered // a joining member's, until its log arrives
 	}
+	m.node.KeepLogFor(membership.LoggerIDs(members))
 	m.tracker = membership.NewTracker(membership.TrackerConfig{
 		MemberID: m.memberID, Transport: m.transport, Peers: m.remote, Raft: m.node,
 		ElectionTimeout: cfg.ElectionTimeout,
@@ -418,6 +419,20 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	m.run(func() { m.membership.PublishAttributes(ctx, cfg.Name, cfg.AdvertiseClientURLs) })
 	m.run(func() { m.tracker.Run(ctx) })
+	if cfg.LoggerRetention || cfg.LoggerTruncate {
+		wc := membership.LoggerWatchConfig{ClusterID: m.clusterID, MemberID: m.memberID, Members: m.applier,
+			Logger: cfg.Logger.Named("loggers")}
+		if cfg.LoggerRetention {
+			// A follower learns how far each logger holds the log from
+			// the logger itself (node's retention rule 2).
+			wc.Node = m.node
+		}
+		if cfg.LoggerTruncate {
+			wc.Durable = m.engine.DurableIndex
+		}
+		watch := membership.NewLoggerWatch(wc)
+		m.run(func() { watch.Run(ctx) })
+	}
 	m.run(func() {
 		select {
 		case <-m.tracker.Removed():
@@ -458,7 +473,8 @@ func (m *Member) run(f func()) {
 
 // dispatchOutcomes acts on what the applier did, in order: the tracker
 // learns the membership (the transport's peers follow it, and a member that
-// finds itself removed stops).
+// finds itself removed stops), and the node the loggers it keeps its log
+// for (--logger-retention).
 // (The node learns the applied index from the applier itself, its
 // Progress, without waiting for this loop.)
 func (m *Member) dispatchOutcomes(ctx context.Context) {
@@ -469,6 +485,7 @@ func (m *Member) dispatchOutcomes(ctx context.Context) {
 		case o := <-m.applier.Outcomes():
 			if o.Members != nil {
 				m.tracker.Changed(o.Members)
+				m.node.KeepLogFor(membership.LoggerIDs(o.Members))
 			}
 		}
 	}

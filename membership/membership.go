@@ -34,13 +34,16 @@ import (
 
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/datadir"
+	"github.com/strata-kv/strata/logger"
 	"github.com/strata-kv/strata/server"
 	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
 )
 
 // defaultMaxLearners is etcd's default limit on learners in a cluster
-// (--max-learners).
+// (--max-learners). Strata loggers (logger.IsLoggerMember) are not counted:
+// they are never promoted, and a cluster may have a logger or two (seed
+// 003's k+1) and still add a member the etcd way, as a learner first.
 const defaultMaxLearners = 1
 
 // learnerReadyFraction is how close a learner's log must be to the
@@ -129,6 +132,10 @@ type Config struct {
 //  5. Promoting a learner needs its log within learnerReadyFraction of the
 //     leader's (ErrLearnerNotReady), and a quorum of the larger voter set
 //     started, the learner counted as started (ErrNotEnoughStarted).
+//  6. A strata logger (a member whose published client URLs carry the
+//     logger's mark, logger.IsLoggerMember) is never promoted: a logger
+//     keeps the log and never votes (ErrLoggerNotPromotable, on every
+//     member, before any forwarding to the leader).
 type Service struct {
 	cfg Config
 	// now is the clock of the connection checks (time.Now; tests set it).
@@ -232,7 +239,9 @@ func (s *Service) AddMember(ctx context.Context, peerURLs []string, learner bool
 	if learner {
 		n := 0
 		for _, m := range members {
-			if m.IsLearner {
+			// A logger is never promoted (check 6): it does not take the
+			// place of a learner on its way to be a voter.
+			if m.IsLearner && !logger.IsLoggerMember(m) {
 				n++
 			}
 		}
@@ -291,13 +300,16 @@ func (s *Service) UpdateMember(ctx context.Context, id uint64, peerURLs []string
 	return s.change(ctx, raftpb.ConfChangeUpdateNode, id, rec)
 }
 
-// PromoteMember implements server.Membership (check 5). Only the leader knows how far
+// PromoteMember implements server.Membership (checks 5 and 6). Only the leader knows how far
 // a learner's log is, so a follower forwards the request to it.
 func (s *Service) PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, error) {
 	members := s.cfg.Members.Members()
 	target := find(members, id)
 	if target == nil {
 		return nil, server.ErrMemberNotFound
+	}
+	if logger.IsLoggerMember(target) {
+		return nil, fmt.Errorf("%w: member %x (%s)", server.ErrLoggerNotPromotable, id, target.Name)
 	}
 	if !target.IsLearner {
 		return nil, server.ErrMemberNotLearner
@@ -413,6 +425,19 @@ func (s *Service) MoveLeader(ctx context.Context, target uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	return s.cfg.Raft.TransferLeadership(ctx, target)
+}
+
+// LoggerIDs returns the IDs of the strata loggers among members (their
+// published client URLs carry the logger's mark): the members a node keeps
+// its log for under --logger-retention.
+func LoggerIDs(members []*pb.Member) []uint64 {
+	var ids []uint64
+	for _, m := range members {
+		if logger.IsLoggerMember(m) {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids
 }
 
 // BootstrapPeers returns the raft peers of a new cluster from

@@ -73,6 +73,10 @@ func TestChecks(t *testing.T) {
 	withLearner := func() []*pb.Member {
 		return append(three(), &pb.Member{ID: 4, PeerURLs: []string{"http://d:2380"}, IsLearner: true})
 	}
+	withLogger := func() []*pb.Member {
+		return append(three(), &pb.Member{ID: 4, Name: "L1", PeerURLs: []string{"http://d:2380"}, IsLearner: true,
+			ClientURLs: []string{"http://d:2479/strata-logger"}})
+	}
 	progress := func(learnerMatch uint64) map[uint64]tracker.Progress {
 		return map[uint64]tracker.Progress{1: {Match: 100}, 4: {Match: learnerMatch}}
 	}
@@ -125,6 +129,15 @@ func TestChecks(t *testing.T) {
 			_, _, err := s.AddMember(context.Background(), []string{"http://e:2380"}, true)
 			return err
 		}, want: server.ErrTooManyLearners},
+		{name: "add learner beside a logger", members: withLogger(), active: []uint64{2, 3}, do: func(s *Service) error {
+			_, _, err := s.AddMember(context.Background(), []string{"http://e:2380"}, true)
+			return err
+		}},
+		{name: "add learner beside a logger and a learner", members: append(withLogger(), &pb.Member{ID: 5, PeerURLs: []string{"http://e:2380"}, IsLearner: true}),
+			active: []uint64{2, 3}, do: func(s *Service) error {
+				_, _, err := s.AddMember(context.Background(), []string{"http://f:2380"}, true)
+				return err
+			}, want: server.ErrTooManyLearners},
 		{name: "add learner, peers down", members: three(), do: func(s *Service) error {
 			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, true)
 			return err
@@ -169,6 +182,14 @@ func TestChecks(t *testing.T) {
 			_, err := s.PromoteMember(context.Background(), 4)
 			return err
 		}},
+		{name: "promote a logger", members: withLogger(), leader: 1, learner: 100, do: func(s *Service) error {
+			_, err := s.PromoteMember(context.Background(), 4)
+			return err
+		}, want: server.ErrLoggerNotPromotable},
+		{name: "promote a logger from a follower", members: withLogger(), leader: 2, learner: 100, do: func(s *Service) error {
+			_, err := s.PromoteMember(context.Background(), 4)
+			return err
+		}, want: server.ErrLoggerNotPromotable},
 		{name: "promote with voters not started", members: append(twoUnstarted(), &pb.Member{ID: 4, PeerURLs: []string{"http://d:2380"}, IsLearner: true}),
 			leader: 1, learner: 100, do: func(s *Service) error {
 				_, err := s.PromoteMember(context.Background(), 4)

@@ -17,7 +17,9 @@
 // The node also keeps the log short (docs/design.md, durability rule 4): once
 // enough entries have been applied it asks the engine to flush, and when the
 // flush reports a durable index D it compacts the log up to D (less a
-// catch-up margin kept for slow followers).
+// catch-up margin kept for slow followers). With LogKeepers (a member's
+// --logger-retention, Config.LogRetention) a leader also keeps every entry
+// a keeper (a strata logger, KeepLogFor) has not acknowledged (truncate.go).
 //
 // # Files
 //
@@ -131,7 +133,13 @@ type Config struct {
 	// DisablePreVote turns raft's PreVote off (etcd's --pre-vote=false);
 	// PreVote is on by default, as in etcd.
 	DisablePreVote bool
-	Logger         *zap.Logger
+	// LogRetention (a member's --logger-retention) keeps the log for the
+	// members KeepLogFor names (the cluster's strata loggers): never
+	// truncated past the lowest index one of them acknowledged (on the
+	// leader) or is known to hold (on a follower, LoggersHeld); see
+	// truncate.go.
+	LogRetention bool
+	Logger       *zap.Logger
 }
 
 // Node drives raft. See the package comment.
@@ -160,6 +168,11 @@ type Node struct {
 	commit   atomic.Uint64
 	lastIdx  atomic.Uint64
 	firstIdx atomic.Uint64
+	// keepers are the members the log is kept for (KeepLogFor); held
+	// is how far each is known to hold the log committed, as it says
+	// (LoggersHeld): a follower's view.
+	keepers  atomic.Pointer[[]uint64]
+	held     atomic.Pointer[map[uint64]uint64]
 	leaderCh atomic.Pointer[chan struct{}] // closed when a leader is known
 	stopErr  atomic.Pointer[error]
 	// leaderChanges counts the times a new leader became known (metrics).
@@ -179,9 +192,13 @@ type Node struct {
 	// past the log's end (reconcileSnapshot). Once the log holds every
 	// entry the engine applied, it always will: entries are appended
 	// before they are applied.
-	pendingUntil    uint64
-	compactedTo     uint64 // log compacted up to here
-	flushing        bool
+	pendingUntil uint64
+	compactedTo  uint64 // log compacted up to here
+	flushing     bool
+	// flushedAt is the applied index when the last flush started: a
+	// truncation held back by LogKeepers waits SnapshotCount more applied
+	// entries before the next flush, rather than flushing on every report.
+	flushedAt       uint64
 	confHistory     []confAt // conf states by index, for log compaction points
 	lastConfState   *raftpb.ConfState
 	hardState       *raftpb.HardState // the latest raft reported

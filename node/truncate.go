@@ -3,8 +3,30 @@ package node
 // The log kept short (docs/design.md, durability rule 4): the applier
 // reports its applied index, the node asks the engine to flush once
 // SnapshotCount+CatchUpEntries entries were applied past the last
-// truncation, and truncates the raft log up to the durable index the flush
-// reports, less the catch-up margin.
+// truncation (and SnapshotCount past the last flush), and truncates the raft
+// log up to the durable index the flush reports, less the catch-up margin.
+//
+// Log retention for loggers (--logger-retention: Config.LogRetention, the
+// keepers the member names with KeepLogFor as its member list changes, and
+// how far each holds the log, LoggersHeld):
+//
+//  1. While this member leads, the log is never truncated past the lowest
+//     Match (acknowledged index) raft's progress holds for a keeper (a
+//     strata logger learner): a keeper that acknowledged nothing to this
+//     leader yet (Match 0, after an election) holds truncation entirely.
+//     Only the leader sends a learner entries or a snapshot, and only the
+//     leader knows the learners' Match.
+//  2. On a follower, the log is never truncated past the lowest committed
+//     index a keeper was last known to hold (LoggersHeld: the member asks
+//     each logger's Status); a keeper not heard of yet holds truncation
+//     entirely. The committed index, not the last: a logger's uncommitted
+//     tail may be replaced by a new leader, which must then still have the
+//     entries from there on.
+//
+// So whichever member leads next, its log reaches back to what every
+// logger holds, and a logger that is behind catches up from the log,
+// never from a snapshot: it records no gap (docs/logger.md, "Log
+// retention").
 
 import (
 	"errors"
@@ -12,6 +34,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"go.uber.org/zap"
 )
 
@@ -39,10 +62,12 @@ func (n *Node) handleApplied(idx uint64) {
 	if idx > n.applied {
 		n.applied = idx
 	}
-	if n.flushing || n.cfg.Engine == nil || n.applied-n.compactedTo < n.cfg.SnapshotCount+n.cfg.CatchUpEntries {
+	if n.flushing || n.cfg.Engine == nil || n.applied-n.compactedTo < n.cfg.SnapshotCount+n.cfg.CatchUpEntries ||
+		n.applied-n.flushedAt < n.cfg.SnapshotCount {
 		return
 	}
 	n.flushing = true
+	n.flushedAt = n.applied
 	n.flushes.Add(1)
 	go func() {
 		defer n.flushes.Done()
@@ -74,6 +99,9 @@ func (n *Node) compactLog(durable uint64) error {
 	// install (a full snapshot carries the leader's engine past the
 	// snapshot's index): never compact past what the log holds.
 	to = min(to, n.lastIdx.Load())
+	if keep, held := n.keptFor(); held {
+		to = min(to, keep)
+	}
 	if to <= n.compactedTo {
 		return nil
 	}
@@ -93,6 +121,70 @@ func (n *Node) compactLog(durable uint64) error {
 	n.firstIdx.Store(to + 1)
 	n.logger.Debug("compacted raft log", zap.Uint64("to", to), zap.Uint64("durable", durable))
 	return nil
+}
+
+// KeepLogFor names the members the log is kept for under
+// Config.LogRetention (the cluster's strata loggers), replacing the
+// previous list; the member calls it with each new member list. Safe from
+// any goroutine.
+func (n *Node) KeepLogFor(ids []uint64) {
+	ids = append([]uint64(nil), ids...)
+	n.keepers.Store(&ids)
+}
+
+// LoggersHeld reports, per keeper, the committed index it was last known
+// to hold (its own Status): a follower keeps its log back to the lowest
+// (retention rule 2). Safe from any goroutine.
+func (n *Node) LoggersHeld(held map[uint64]uint64) {
+	m := make(map[uint64]uint64, len(held))
+	for id, idx := range held {
+		m[id] = idx
+	}
+	n.held.Store(&m)
+}
+
+// keptFor returns the lowest index the keepers hold, and whether a keeper
+// holds truncation back: Match on the leader (retention rule 1), what the
+// keepers said on a follower (rule 2).
+//
+// REQUIRES: the node goroutine (it reads the RawNode).
+func (n *Node) keptFor() (uint64, bool) {
+	if !n.cfg.LogRetention {
+		return 0, false
+	}
+	p := n.keepers.Load()
+	if p == nil || len(*p) == 0 {
+		return 0, false
+	}
+	keepers := *p
+	leader := n.rn.BasicStatus().RaftState == raft.StateLeader
+	var progress map[uint64]tracker.Progress
+	var heldBy map[uint64]uint64
+	if leader {
+		progress = n.rn.Status().Progress
+	} else if hp := n.held.Load(); hp != nil {
+		heldBy = *hp
+	}
+	low, held := uint64(0), false
+	for _, id := range keepers {
+		var idx uint64
+		if leader {
+			pr, ok := progress[id]
+			if !ok {
+				continue // not in the configuration (yet, or any more)
+			}
+			idx = pr.Match
+		} else {
+			idx = heldBy[id] // 0 if never heard of: hold everything
+		}
+		if !held || idx < low {
+			low, held = idx, true
+		}
+	}
+	if held {
+		n.logger.Debug("log truncation held for the loggers", zap.Uint64("acknowledged", low))
+	}
+	return low, held
 }
 
 // confStateAt returns the membership in force at index, and forgets the

@@ -7,6 +7,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Membership changes the cluster's members through raft. Each method
@@ -20,11 +22,14 @@ type Membership interface {
 
 // Errors a Membership returns, mapped to etcd's.
 var (
-	ErrMemberExists          = errors.New("membership: member ID already exists")
-	ErrPeerURLExists         = errors.New("membership: peer URLs already exist")
-	ErrMemberNotFound        = errors.New("membership: member not found")
-	ErrMemberNotLearner      = errors.New("membership: can only promote a learner member")
-	ErrLearnerNotReady       = errors.New("membership: learner is not in sync with the leader")
+	ErrMemberExists     = errors.New("membership: member ID already exists")
+	ErrPeerURLExists    = errors.New("membership: peer URLs already exist")
+	ErrMemberNotFound   = errors.New("membership: member not found")
+	ErrMemberNotLearner = errors.New("membership: can only promote a learner member")
+	ErrLearnerNotReady  = errors.New("membership: learner is not in sync with the leader")
+	// ErrLoggerNotPromotable refuses to promote a strata logger: a logger
+	// keeps the log and never votes (docs/logger.md).
+	ErrLoggerNotPromotable   = errors.New("membership: can not promote a strata logger: a logger never votes")
 	ErrTooManyLearners       = errors.New("membership: too many learner members in cluster")
 	ErrNotEnoughStarted      = errors.New("membership: re-configuration would leave too few started members")
 	ErrUnhealthy             = errors.New("membership: this member is not connected to a quorum of the cluster")
@@ -32,6 +37,12 @@ var (
 	ErrNotLeader             = errors.New("membership: not leader")
 	ErrMembershipUnavailable = errors.New("membership: changes are not supported by this member")
 )
+
+// errGRPCLoggerNotPromotable is ErrLoggerNotPromotable in etcd's terms: a
+// failed precondition, as promoting a member that is not a learner is
+// (rpctypes.ErrGRPCMemberNotLearner), in etcd's wording.
+var errGRPCLoggerNotPromotable = status.Error(codes.FailedPrecondition,
+	"etcdserver: can not promote a strata logger member (a logger keeps the log and never votes)")
 
 // Cluster implements etcd's Cluster service.
 type Cluster struct {
@@ -144,6 +155,8 @@ func membershipError(err error) error {
 		return rpctypes.ErrGRPCMemberNotLearner
 	case errors.Is(err, ErrLearnerNotReady):
 		return rpctypes.ErrGRPCLearnerNotReady
+	case errors.Is(err, ErrLoggerNotPromotable):
+		return errGRPCLoggerNotPromotable
 	case errors.Is(err, ErrTooManyLearners):
 		return rpctypes.ErrGRPCTooManyLearners
 	case errors.Is(err, ErrNotEnoughStarted):

@@ -2,7 +2,7 @@ package server
 
 // Serving the client URLs: gRPC and, on the same ports, HTTP (/health,
 // /livez, /readyz, /version, /metrics, the JSON gateway and, with
-// --enable-pprof, /debug/pprof/). SplitListener sends HTTP/2 connections
+// --enable-pprof, /debug/pprof/). transport.SplitListener sends HTTP/2 connections
 // to gRPC and HTTP/1.x ones to the HTTP server, as etcd's cmux does.
 
 import (
@@ -63,7 +63,7 @@ type ClientConfig struct {
 type ClientServer struct {
 	cfg         ClientConfig
 	servers     []*http.Server
-	splits      []*SplitListener
+	splits      []*transport.SplitListener
 	gatewayConn *grpc.ClientConn
 	wg          sync.WaitGroup // the readiness wait
 }
@@ -203,13 +203,13 @@ func (s *ClientServer) Serve(ctx context.Context) {
 		return
 	}
 	for _, l := range cfg.Listeners {
-		var split *SplitListener
+		var split *transport.SplitListener
 		var httpL net.Listener
 		if cfg.Secure {
-			split = NewTLSSplitListener(l, log.Named("listener"))
+			split = transport.NewTLSSplitListener(l, log.Named("listener"))
 			httpL = tls.NewListener(split.HTTP(), httpTLS)
 		} else {
-			split = NewSplitListener(l, log.Named("listener"))
+			split = transport.NewSplitListener(l, log.Named("listener"))
 			httpL = split.HTTP()
 		}
 		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}

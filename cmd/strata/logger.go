@@ -25,6 +25,8 @@ const loggerUsage = `usage:
                                   run a logger: one raft learner for every cluster joined in DIR
   strata logger join --data-dir DIR --name NAME --advertise-peer-urls URLS --endpoints URLS [--cluster-id ID]
                                   record a cluster in DIR (the running logger serves it within a second)
+  strata logger leave --data-dir DIR --cluster-id ID
+                                  delete a cluster from DIR, the logger stopped (after etcdctl member remove)
   strata logger status  --endpoint URL [--cluster ID] [--json]
                                   first and last index held, commit, bytes, lag, gaps, truncation, per cluster
   strata logger recover --endpoint URL --cluster ID --first N --last M
@@ -41,6 +43,10 @@ A logger keeps the raft logs of strata clusters as a learner that never votes an
   strata logger join --data-dir /var/lib/strata-logger --name L1 \
       --advertise-peer-urls http://logger1:2480 --endpoints http://m1:2379
 
+The logger publishes its name and client URLs (with the path /strata-logger, its mark) in each cluster's
+member list; etcdctl member list shows it as a learner, and member promote of it is refused. Its client URLs
+also serve GET /metrics (per cluster, strata_logger_*) and GET /health (etcd's JSON).
+
 IDs are hexadecimal, as etcdctl prints them.`
 
 // runLogger is `strata logger`: run a logger, or one of its subcommands.
@@ -49,6 +55,8 @@ func runLogger(args []string, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case "join":
 			return runLoggerJoin(args[1:], stdout, stderr)
+		case "leave":
+			return runLoggerLeave(args[1:], stdout, stderr)
 		case "status":
 			return runLoggerStatus(args[1:], stdout, stderr)
 		case "recover":
@@ -97,6 +105,7 @@ func runLoggerServe(args []string, stderr io.Writer) int {
 	listenPeer := fs.String("listen-peer-urls", "http://127.0.0.1:2480", "List of URLs to listen on for peer traffic, of every cluster (streams are routed by the cluster ID they name).")
 	advertisePeer := fs.String("advertise-peer-urls", "http://127.0.0.1:2480", "List of the logger's peer URLs as the clusters know them (etcdctl member add --peer-urls).")
 	listenClient := fs.String("listen-client-urls", "http://127.0.0.1:2479", "List of URLs to listen on for the logger API (strata logger status|recover).")
+	advertiseClient := fs.String("advertise-client-urls", "", "List of the logger's client URLs to publish in each cluster's member list, where they appear with the path /strata-logger (the mark of a logger). Default: --listen-client-urls.")
 	logLevel := fs.String("log-level", "info", "Configures log level. Only supports debug, info, warn, error, panic, or fatal.")
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
@@ -112,11 +121,12 @@ func runLoggerServe(args []string, stderr io.Writer) int {
 	}
 	defer func() { _ = zl.Sync() }()
 	l, err := lg.Open(lg.Config{
-		DataDir:           *dataDir,
-		ListenPeerURLs:    splitURLs(*listenPeer),
-		AdvertisePeerURLs: splitURLs(*advertisePeer),
-		ListenClientURLs:  splitURLs(*listenClient),
-		Logger:            zl,
+		DataDir:             *dataDir,
+		ListenPeerURLs:      splitURLs(*listenPeer),
+		AdvertisePeerURLs:   splitURLs(*advertisePeer),
+		ListenClientURLs:    splitURLs(*listenClient),
+		Logger:              zl,
+		AdvertiseClientURLs: splitURLs(*advertiseClient),
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "strata logger: %v\n", err)
@@ -178,6 +188,30 @@ func runLoggerJoin(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "joined cluster %x as learner %x (%d other members); the logger serves it within a second\n",
 		rec.ClusterID, rec.MemberID, len(rec.Peers))
+	return 0
+}
+
+func runLoggerLeave(args []string, stdout, stderr io.Writer) int {
+	fs := loggerFlagSet("strata logger leave", stderr)
+	dataDir := fs.String("data-dir", "", "The logger's data directory. Required; the logger must be stopped.")
+	clusterHex := fs.String("cluster-id", "", "The cluster ID (hex) to delete from the data directory, its log included. Required.")
+	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
+		return code
+	}
+	if *dataDir == "" || *clusterHex == "" {
+		fmt.Fprintln(stderr, "strata logger leave: --data-dir and --cluster-id are required")
+		return 2
+	}
+	cid, err := parseHexID("cluster-id", *clusterHex)
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger leave: %v\n", err)
+		return 2
+	}
+	if err := lg.Leave(nil, *dataDir, cid); err != nil {
+		fmt.Fprintf(stderr, "strata logger leave: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "left cluster %x: its log is deleted from %s\n", cid, *dataDir)
 	return 0
 }
 

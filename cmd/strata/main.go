@@ -106,6 +106,7 @@ type flags struct {
 	engine                                      string
 	watchProgressNotifyInterval                 time.Duration
 	corrupt                                     corruptFlags
+	loggerRetention, loggerTruncate             bool
 	logCompaction                               logCompactionFlags
 	security                                    securityFlags
 	metrics                                     metricsFlags
@@ -151,6 +152,8 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.Var(&f.logDirs, "log-dir", "strata: a directory for the raft log (default \"<data-dir>/log\"). Repeatable: each write is split across the directories and synced in parallel; keep the same list, in the same order, across restarts.")
 	fs.DurationVar(&f.watchProgressNotifyInterval, "watch-progress-notify-interval", 10*time.Minute, "Duration of periodic watch progress notifications.")
 	fs.DurationVar(&f.watchProgressNotifyInterval, "experimental-watch-progress-notify-interval", 10*time.Minute, "Deprecated name of --watch-progress-notify-interval.")
+	fs.BoolVar(&f.loggerRetention, "logger-retention", false, "strata: keep the raft log until every strata logger in the cluster holds it (the leader by what each acknowledged, a follower by what each logger's Status says), so that a logger behind catches up from the log and records no gap; a logger down holds the log from being truncated until it returns or is removed.")
+	fs.BoolVar(&f.loggerTruncate, "logger-truncate", false, "strata: ask every strata logger in the cluster, at its published client URL, to truncate its log up to this member's engine durable index as that advances (a logger trims only at the index more than half of the voters asked for; see strata logger truncate).")
 	fs.BoolVar(&f.engineWAL, "engine-wal", false, "strata: turn the engine's own WAL on, synced per apply batch (the double-logging baseline).")
 	fs.StringVar(&f.engine, "engine", engines.Default, "strata: the storage engine, "+strings.Join(engines.Names(), " or ")+"; chosen when the data directory is created and recorded there (a restart with another is refused; strata restore --engine moves data to another). docs/engines.md.")
 	fs.StringVar(&f.configFile, "config-file", "", "Path to the server configuration file (etcd's YAML). Note that if a configuration file is provided, other command line flags and environment variables will be ignored.")
@@ -365,6 +368,11 @@ func (f *flags) config(logger *zap.Logger) (member.Config, error) {
 	if err := f.logCompaction.apply(&cfg); err != nil {
 		return member.Config{}, err
 	}
+	if cfg.LoggerRetention && cfg.LogCompaction.Enabled {
+		// Log compaction rewrites applied entries into batch files on its
+		// own schedule, past any point a logger acknowledged.
+		return member.Config{}, errors.New("--logger-retention is not supported with --log-compaction yet")
+	}
 	if err := f.metrics.apply(&cfg); err != nil {
 		return member.Config{}, err
 	}
@@ -490,6 +498,8 @@ func (f *flags) memberConfig() (member.Config, error) {
 		CompactionSleepInterval:     f.compactionSleepInterval,
 		WarningUnaryRequestDuration: f.warnUnaryDuration,
 		WarningApplyDuration:        f.warnApplyDuration,
+		LoggerRetention:             f.loggerRetention,
+		LoggerTruncate:              f.loggerTruncate,
 	}, nil
 }
 
