@@ -339,7 +339,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		ElectionTimeout: cfg.ElectionTimeout,
 	}, members)
 	m.membership = membership.New(membership.Config{
-		MemberID: m.memberID, Token: cfg.InitialClusterToken, Timeout: limits.RequestTimeout,
+		MemberID: m.memberID, ClusterID: m.clusterID, Token: cfg.InitialClusterToken, Timeout: limits.RequestTimeout,
 		Members: m.applier, Raft: m.node, Proposer: m.proposer, Activity: m.transport, Peers: m.remote,
 		ClientTLS: cfg.TLS.Client, MaxLearners: cfg.MaxLearners, NoStrictReconfig: cfg.NoStrictReconfig,
 		Logger: cfg.Logger.Named("membership"),
@@ -384,7 +384,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.clients = server.NewClientServer(server.ClientConfig{
 		Listeners: m.listener, Secure: secure, TLS: cfg.TLS.Client, MetricsListeners: m.metricsListeners,
 		GRPC: m.grpc, Backend: m, Limits: limits, Metrics: m.metrics, Pprof: cfg.EnablePprof,
-		NoGateway: cfg.DisableGRPCGateway, HTTPListeners: m.httpListeners, Logger: cfg.Logger,
+		NoGateway: cfg.DisableGRPCGateway, HTTPListeners: m.httpListeners, Published: m.membership.Published(), Logger: cfg.Logger,
 		Access: server.AccessControl{CORS: cfg.CORS, HostWhitelist: cfg.HostWhitelist},
 	})
 

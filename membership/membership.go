@@ -22,6 +22,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -85,10 +86,10 @@ type Activity interface {
 
 // Config is a Service's collaborators and settings.
 type Config struct {
-	// MemberID is this member's ID; Token is --initial-cluster-token,
-	// which new members' IDs are derived from.
-	MemberID uint64
-	Token    string
+	// MemberID is this member's ID and ClusterID its cluster's; Token is
+	// --initial-cluster-token, which new members' IDs are derived from.
+	MemberID, ClusterID uint64
+	Token               string
 	// Timeout bounds one change, from proposal to apply.
 	Timeout  time.Duration
 	Members  Members
@@ -140,6 +141,10 @@ type Service struct {
 	cfg Config
 	// now is the clock of the connection checks (time.Now; tests set it).
 	now func() time.Time
+	// published is closed, once, when this member's attributes are in
+	// the applied member list (PublishAttributes).
+	published     chan struct{}
+	publishedOnce sync.Once
 }
 
 var _ server.Membership = (*Service)(nil)
@@ -149,7 +154,7 @@ func New(cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Service{cfg: cfg, now: time.Now}
+	return &Service{cfg: cfg, now: time.Now, published: make(chan struct{})}
 }
 
 func find(members []*pb.Member, id uint64) *pb.Member {
@@ -471,16 +476,18 @@ func (s *Service) PublishAttributes(ctx context.Context, name string, clientURLs
 		}
 		current := find(s.cfg.Members.Members(), s.cfg.MemberID)
 		if current != nil && current.Name == name && slices.Equal(current.ClientURLs, clientURLs) {
+			s.markPublished(name, clientURLs)
 			return
 		}
 		req := &pb.InternalRaftRequest{ClusterMemberAttrSet: &membershippb.ClusterMemberAttrSetRequest{
 			Member_ID:        s.cfg.MemberID,
 			MemberAttributes: &membershippb.Attributes{Name: name, ClientUrls: clientURLs},
 		}}
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		pctx, cancel := context.WithTimeout(ctx, publishTimeout)
 		_, err := s.cfg.Proposer.Propose(pctx, req)
 		cancel()
 		if err == nil {
+			s.markPublished(name, clientURLs)
 			return
 		}
 		select {
@@ -490,3 +497,21 @@ func (s *Service) PublishAttributes(ctx context.Context, name string, clientURLs
 		}
 	}
 }
+
+// publishTimeout bounds one attempt to publish the attributes.
+const publishTimeout = 5 * time.Second
+
+// markPublished logs etcd's line, which tools wait for, and tells the
+// client server that the member may serve (Published).
+func (s *Service) markPublished(name string, clientURLs []string) {
+	s.cfg.Logger.Info("published local member to cluster through raft",
+		zap.String("local-member-id", fmt.Sprintf("%x", s.cfg.MemberID)),
+		zap.String("local-member-attributes", fmt.Sprintf("{Name:%s ClientURLs:%v}", name, clientURLs)),
+		zap.String("cluster-id", fmt.Sprintf("%x", s.cfg.ClusterID)),
+		zap.Duration("publish-timeout", publishTimeout))
+	s.publishedOnce.Do(func() { close(s.published) })
+}
+
+// Published is closed once this member's name and client URLs are in the
+// applied member list: as etcd's, a member serves clients only then.
+func (s *Service) Published() <-chan struct{} { return s.published }

@@ -53,7 +53,11 @@ type ClientConfig struct {
 	// scheme as the client URLs. When there are any, HTTP is served there
 	// alone and the client listeners serve gRPC alone, as etcd does.
 	HTTPListeners []net.Listener
-	Logger        *zap.Logger
+	// Published, if set, is closed once the member has published itself
+	// to the cluster (membership.Service.Published): as etcd's, a member
+	// serves clients only after that.
+	Published <-chan struct{}
+	Logger    *zap.Logger
 }
 
 // ClientServer serves the client URLs.
@@ -283,9 +287,17 @@ func (s *ClientServer) awaitReady(ctx context.Context) <-chan struct{} {
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			err := s.cfg.Backend.ReadBarrier(rctx)
 			cancel()
+			if err == nil && s.cfg.Published != nil {
+				select {
+				case <-s.cfg.Published:
+				case <-ctx.Done():
+					return
+				}
+			}
 			if err == nil {
 				s.cfg.Logger.Info("ready to serve client requests",
 					zap.Uint64("applied-index", s.cfg.Backend.Status().AppliedIndex), zap.Int64("revision", s.cfg.Backend.Store().Rev()))
+				s.logServing()
 				close(ready)
 				return
 			}
@@ -305,6 +317,22 @@ func waitReady(ctx context.Context, ready <-chan struct{}) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// logServing logs, per client listener, etcd's line saying what it
+// serves and whether over TLS.
+func (s *ClientServer) logServing() {
+	traffic := "grpc+http"
+	if len(s.cfg.HTTPListeners) > 0 {
+		traffic = "grpc"
+	}
+	msg := "serving client traffic insecurely; this is strongly discouraged!"
+	if s.cfg.Secure {
+		msg = "serving client traffic securely"
+	}
+	for _, l := range s.cfg.Listeners {
+		s.cfg.Logger.Info(msg, zap.String("traffic", traffic), zap.String("address", l.Addr().String()))
 	}
 }
 

@@ -1,0 +1,58 @@
+package e2e
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/strata-kv/strata/internal/testutil"
+)
+
+// TestStartupLogLikeEtcd: the lines that tools and test harnesses wait for
+// in a starting member's log come in etcd's zap JSON shape (level, ts,
+// caller, msg, and etcd's field names), in etcd's words and order, on
+// strata as on real etcd: the member publishes itself to the cluster, then
+// is ready to serve, then says how it serves each client URL.
+func TestStartupLogLikeEtcd(t *testing.T) {
+	want := []struct {
+		msg    string
+		fields []string
+	}{
+		{"published local member to cluster through raft", []string{"local-member-id", "local-member-attributes", "cluster-id"}},
+		{"ready to serve client requests", nil},
+		{"serving client traffic insecurely; this is strongly discouraged!", []string{"traffic", "address"}},
+	}
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, f), Flags: []string{"--log-level=info"}})
+			var lines []map[string]any
+			for _, line := range strings.Split(p.CurrentOutput(), "\n") {
+				var entry map[string]any
+				if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] != nil {
+					lines = append(lines, entry)
+				}
+			}
+			next := 0
+			for _, entry := range lines {
+				if next == len(want) {
+					break
+				}
+				if entry["msg"] != want[next].msg {
+					continue
+				}
+				for _, k := range append([]string{"level", "ts", "caller"}, want[next].fields...) {
+					if _, ok := entry[k]; !ok {
+						t.Errorf("%q has no %q field: %v", want[next].msg, k, entry)
+					}
+				}
+				if entry["level"] != "info" {
+					t.Errorf("%q logged at level %v, want info", want[next].msg, entry["level"])
+				}
+				next++
+			}
+			if next < len(want) {
+				t.Fatalf("start-up log lacks %q (in order after the lines before it); %d JSON lines:\n%s", want[next].msg, len(lines), p.CurrentOutput())
+			}
+		})
+	}
+}
