@@ -228,6 +228,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		SnapshotCount:  cfg.SnapshotCount,
 		CatchUpEntries: cfg.CatchUpEntries,
 		DisablePreVote: cfg.DisablePreVote,
+		LogRetention:   cfg.LoggerRetention,
 		Logger:         cfg.Logger.Named("raft"),
 	})
 	if err != nil {
