@@ -48,6 +48,10 @@ type Options struct {
 	SyncCommits bool
 	// Logger receives the engine's warnings; nil means zap.NewNop().
 	Logger *zap.Logger
+
+	// afterMergeCut, if set (tests only), runs in a merge once the active
+	// file is sealed and writers may commit again.
+	afterMergeCut func()
 }
 
 // segment is one open data file.

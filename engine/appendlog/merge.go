@@ -80,19 +80,27 @@ func (e *Engine) merge() error {
 		err = e.rotateLocked()
 	}
 	cut := e.mu.active.id
+	// The view is taken before writers resume: it must hold exactly the
+	// batches before the cut, which are synced. A batch committed after
+	// the cut lives in a newer file that a power cut may lose; had the
+	// view seen it, a key it deleted or overwrote would have been left out
+	// of the outputs, and lost with it (TestMergeSeesOnlyTheCut).
+	var v *view
+	if err == nil && cut != e.lastCut {
+		v, err = e.newView()
+	}
 	e.writeMu.Unlock()
 	if err != nil {
 		return err
+	}
+	if e.opts.afterMergeCut != nil {
+		e.opts.afterMergeCut()
 	}
 	if cut == e.lastCut {
 		// Nothing was committed since the last merge, which cut here: its
 		// outputs are all there is, and a second merge at the same cut
 		// would reuse their ids.
 		return nil
-	}
-	v, err := e.newView()
-	if err != nil {
-		return err
 	}
 	defer v.close()
 	var olds []*segment
