@@ -164,6 +164,8 @@ func TestServiceRunLeaderOnly(t *testing.T) {
 type blockingTarget struct {
 	*FileTarget
 	entered chan struct{}
+	// returned is set when a Put has returned, its context cancelled.
+	returned atomic.Bool
 }
 
 func (b *blockingTarget) Put(ctx context.Context, name string, r io.Reader, size int64) error {
@@ -172,6 +174,7 @@ func (b *blockingTarget) Put(ctx context.Context, name string, r io.Reader, size
 	default:
 	}
 	<-ctx.Done()
+	b.returned.Store(true)
 	return ctx.Err()
 }
 
@@ -194,13 +197,18 @@ func TestServiceClose(t *testing.T) {
 		t.Fatal("the version never reached the target")
 	}
 	s.Close()
+	// The version under way ended inside Close; the goroutine that called
+	// Create hands its result over a moment later.
+	if !bt.returned.Load() {
+		t.Fatal("Close returned before the version under way")
+	}
 	select {
 	case err := <-errc:
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("Create under Close = %v, want context.Canceled", err)
 		}
-	default:
-		t.Fatal("Close returned before the version under way")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Create did not return after Close")
 	}
 	if _, err := s.Create(context.Background(), ""); !errors.Is(err, ErrClosed) {
 		t.Errorf("Create after Close = %v, want ErrClosed", err)
