@@ -42,6 +42,17 @@ import (
 // Engine is the engine's directory.
 func Engine(dataDir string) string { return filepath.Join(dataDir, "engine") }
 
+// SnapshotTemp is where a snapshot in etcd's format is built: bbolt writes
+// to the operating system's file system, so the data directory when the
+// member's files are there (it has room for a copy of the data), else the
+// system's temporary directory ("").
+func SnapshotTemp(fs vfs.FS, dataDir string) string {
+	if fs == vfs.Default {
+		return dataDir
+	}
+	return ""
+}
+
 // Log is the raft log's directory when no --log-dir is given.
 func Log(dataDir string) string { return filepath.Join(dataDir, "log") }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/strata-kv/strata/auth"
 	"github.com/strata-kv/strata/backup"
 	"github.com/strata-kv/strata/logcompact"
+	"github.com/strata-kv/strata/server"
 	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
 )
@@ -32,27 +33,11 @@ type Config struct {
 	InitialClusterState string
 	InitialClusterToken string
 
-	// ListenMetricsURLs serve /metrics and the health endpoints
-	// (--listen-metrics-urls; https ones with the client TLS).
-	ListenMetricsURLs []string
-	// EnablePprof serves Go's runtime profiles on the client URLs under
-	// /debug/pprof/ (--enable-pprof).
-	EnablePprof bool
 	// Sockets are the socket options of every listener
 	// (--socket-reuse-port, --socket-reuse-address).
 	Sockets transport.ListenConfig
-	// ListenClientHTTPURLs serve HTTP alone, the client URLs then gRPC
-	// alone (--listen-client-http-urls); DisableGRPCGateway is
-	// --enable-grpc-gateway=false (server.ClientConfig).
-	ListenClientHTTPURLs []string
-	DisableGRPCGateway   bool
-	// CORS and HostWhitelist are --cors and --host-whitelist
-	// (server.AccessControl).
-	CORS, HostWhitelist []string
-	// MaxConcurrentStreams and the GRPCKeepAlive* durations are etcd's
-	// --max-concurrent-streams and --grpc-keepalive-* (server.Limits).
-	MaxConcurrentStreams                                              uint32
-	GRPCKeepAliveMinTime, GRPCKeepAliveInterval, GRPCKeepAliveTimeout time.Duration
+	// Client holds the flags only the client API reads (server.NewAPI).
+	Client server.ClientOptions
 	// DisablePreVote is --pre-vote=false (node.Config); MaxLearners and
 	// NoStrictReconfig are --max-learners and --strict-reconfig-check=false
 	// (membership.Config).
@@ -64,17 +49,14 @@ type Config struct {
 	// (mvcc.Options.CompactChunk, CompactPause).
 	CompactionBatchLimit    int
 	CompactionSleepInterval time.Duration
-	// WarningUnaryRequestDuration is --warning-unary-request-duration
-	// (server.RequestStatsOptions; 0: etcd's 300ms), WarningApplyDuration
-	// --warning-apply-duration (apply.Config; 0: etcd's 100ms).
-	WarningUnaryRequestDuration, WarningApplyDuration time.Duration
+	// WarningApplyDuration is --warning-apply-duration (apply.Config; 0:
+	// etcd's 100ms).
+	WarningApplyDuration time.Duration
 
 	AutoCompactionMode      string
 	AutoCompactionRetention string
 
 	QuotaBackendBytes int64
-	MaxRequestBytes   int
-	MaxTxnOps         int
 	SnapshotCount     uint64
 	// CatchUpEntries are kept in the log below the compaction point.
 	CatchUpEntries uint64

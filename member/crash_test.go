@@ -12,6 +12,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/strata-kv/strata/raftlog"
+	"github.com/strata-kv/strata/server"
 )
 
 // startOn starts a one-member cluster whose every file lives on fs.
@@ -42,8 +43,7 @@ func startInMemory(t *testing.T, fs vfs.FS, name string, adjust func(*Config)) *
 		InitialClusterToken:     name + "-test",
 		AutoCompactionMode:      "periodic",
 		AutoCompactionRetention: "0",
-		MaxRequestBytes:         1 << 20,
-		MaxTxnOps:               128,
+		Client:                  server.ClientOptions{Limits: server.Limits{MaxRequestBytes: 1 << 20, MaxTxnOps: 128}},
 		CatchUpEntries:          10,
 		HeartbeatInterval:       10 * time.Millisecond,
 		ElectionTimeout:         100 * time.Millisecond,

@@ -17,6 +17,7 @@ import (
 	"github.com/strata-kv/strata/engine/engines"
 	"github.com/strata-kv/strata/maintenance"
 	"github.com/strata-kv/strata/mvcc"
+	"github.com/strata-kv/strata/server"
 )
 
 // TestEngineChoice runs a member on each engine other than Pebble: it
@@ -42,7 +43,7 @@ func testEngineChoice(t *testing.T, engineName string) {
 			ListenPeerURLs: []string{"http://127.0.0.1:0"}, AdvertisePeerURLs: []string{"http://127.0.0.1:2380"},
 			InitialCluster: map[string][]string{"e": {"http://127.0.0.1:2380"}}, InitialClusterState: "new",
 			InitialClusterToken: "e-test", AutoCompactionMode: "periodic", AutoCompactionRetention: "0",
-			MaxRequestBytes: 1 << 20, MaxTxnOps: 128, CatchUpEntries: 10, SnapshotCount: 20,
+			Client: server.ClientOptions{Limits: server.Limits{MaxRequestBytes: 1 << 20, MaxTxnOps: 128}}, CatchUpEntries: 10, SnapshotCount: 20,
 			HeartbeatInterval: 10 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
 		})
 	}

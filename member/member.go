@@ -19,18 +19,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/auth"
@@ -47,9 +41,7 @@ import (
 	"github.com/strata-kv/strata/propose"
 	"github.com/strata-kv/strata/raftlog"
 	"github.com/strata-kv/strata/server"
-	"github.com/strata-kv/strata/server/concurrency"
 	"github.com/strata-kv/strata/snapshot"
-	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
 	"github.com/strata-kv/strata/watch"
 )
@@ -69,7 +61,6 @@ type Member struct {
 	node    *node.Node
 	applier *apply.Applier
 	lessor  *lease.Lessor
-	leases  *server.Lease
 	// transport carries raft messages to peers, those the node hands
 	// over on node.Outgoing among them.
 	transport *transport.Transport
@@ -78,11 +69,11 @@ type Member struct {
 	tracker *membership.Tracker
 	// compactor is nil unless auto-compaction is on.
 	compactor *mvcc.AutoCompactor
-	grpc      *grpc.Server
-	listener  []net.Listener
+	// api serves etcd's gRPC services and the HTTP side on the client
+	// and metrics URLs.
+	api *server.API
 	// The peer side: raft transport and discovery on the peer URLs.
-	peerGRPC      *grpc.Server
-	peerListeners []net.Listener
+	peers *transport.PeerServer
 
 	memberID  uint64
 	clusterID uint64
@@ -109,15 +100,9 @@ type Member struct {
 	// peers for the member list.
 	membership *membership.Service
 	remote     *membership.Peers
-	// authStore holds users, roles and tokens; authService serves them.
-	authStore   *auth.Store
-	authService *server.Auth
-	// metrics is the member's registry; clients serves the client URLs
-	// (metricsListeners: the --listen-metrics-urls).
-	metrics          *server.Metrics
-	clients          *server.ClientServer
-	metricsListeners []net.Listener
-	httpListeners    []net.Listener // --listen-client-http-urls
+	// authStore holds users, roles and tokens.
+	authStore *auth.Store
+	metrics   *server.Metrics
 }
 
 // Start opens the data directory, recovers, and serves clients.
@@ -131,15 +116,14 @@ func Start(cfg Config) (_ *Member, err error) {
 	if len(cfg.LogDirs) == 0 {
 		cfg.LogDirs = []string{datadir.Log(cfg.DataDir)}
 	}
-	period, revisions, err := mvcc.ParseRetention(cfg.AutoCompactionMode, cfg.AutoCompactionRetention)
-	if err != nil {
-		return nil, fmt.Errorf("--auto-compaction-retention: %w", err)
-	}
 	m := &Member{cfg: cfg, logger: cfg.Logger, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			for _, l := range slices.Concat(m.listener, m.peerListeners, m.metricsListeners, m.httpListeners) {
-				l.Close()
+			if m.peers != nil {
+				m.peers.Close()
+			}
+			if m.api != nil {
+				m.api.Close()
 			}
 			if m.transport != nil {
 				m.transport.Stop()
@@ -284,50 +268,24 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, fmt.Errorf("open applier: %w", err)
 	}
 
-	if period > 0 || revisions > 0 {
-		m.compactor, err = mvcc.NewAutoCompactor(mvcc.AutoCompactOptions{
-			Mode:      cfg.AutoCompactionMode,
-			Period:    period,
-			Retention: revisions,
-			Store:     m.store,
-			Proposer:  m.proposer,
-			Logger:    cfg.Logger.Named("autocompact"),
-		})
-		if err != nil {
-			return nil, err
-		}
+	m.compactor, err = mvcc.NewAutoCompaction(cfg.AutoCompactionMode, cfg.AutoCompactionRetention, mvcc.AutoCompactOptions{
+		Store: m.store, Proposer: m.proposer, Logger: cfg.Logger.Named("autocompact"),
+	})
+	if err != nil {
+		return nil, err
 	}
-
 	m.Local = &server.Local{
 		ID: m.memberID, Cluster: m.clusterID,
 		Proposer: m.proposer, Raft: m.node, Applier: m.applier, StateMachine: m.store, Engine: m.engine,
 	}
-	limits := server.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, RequestTimeout: 5*time.Second + 2*cfg.ElectionTimeout,
-		MaxConcurrentStreams: cfg.MaxConcurrentStreams, KeepAliveMinTime: cfg.GRPCKeepAliveMinTime,
-		KeepAliveInterval: cfg.GRPCKeepAliveInterval, KeepAliveTimeout: cfg.GRPCKeepAliveTimeout}
-	security, err := tlsconfig.ServerCreds("--listen-client-urls", cfg.ListenClientURLs, cfg.TLS.Client)
+	peerCreds, peerTLS, err := cfg.TLS.PeerServing(cfg.ListenPeerURLs, cfg.AdvertisePeerURLs)
 	if err != nil {
 		return nil, err
 	}
-	m.authService = server.NewAuth(m, m.authStore, limits, cfg.TLS.Client.ClientCertAuth)
-	security = append(security, m.authService.ServerOptions()...)
-	m.grpc = grpc.NewServer(slices.Concat([]grpc.ServerOption{server.RequestStatsOptions(cfg.WarningUnaryRequestDuration, cfg.Logger)},
-		limits.ServerOptions(), m.metrics.GRPCServerOptions(), security)...)
-	pb.RegisterAuthServer(m.grpc, m.authService)
-	pb.RegisterKVServer(m.grpc, server.NewKV(m, limits))
-	m.leases = server.NewLease(m, m.lessor, limits, cfg.TLS.Client.ForwardConfig(cfg.Logger))
-	pb.RegisterLeaseServer(m.grpc, m.leases)
-	pb.RegisterWatchServer(m.grpc, server.NewWatch(m, m.watchHub, limits))
-	// etcd's v3lock and v3election services, over the member's own KV and
-	// Lease services and watch hub, called in-process: a request's context
-	// (deadline, caller) reaches them as it came.
-	concurrency.Register(m.grpc, concurrency.Backend{
-		KV: server.NewKV(m, limits), Leases: m.leases, Watches: m.watchHub, Authorizer: m.authService,
-		Logger: cfg.Logger.Named("concurrency"),
+	m.transport = transport.New(transport.Config{
+		TLS: peerTLS, LocalID: m.memberID, ClusterID: m.clusterID, Handler: snaps.Reports(m.node), Snapshotter: snaps,
+		Outgoing: m.node.Outgoing(), Logger: cfg.Logger.Named("transport"),
 	})
-	if err := m.newTransport(snaps); err != nil {
-		return nil, err
-	}
 	m.remote = &membership.Peers{MemberID: m.memberID, ClusterID: m.clusterID, Members: m.applier,
 		TLS: cfg.TLS.Peer, Logger: cfg.Logger.Named("membership")}
 	members := m.applier.Members()
@@ -340,7 +298,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		ElectionTimeout: cfg.ElectionTimeout,
 	}, members)
 	m.membership = membership.New(membership.Config{
-		MemberID: m.memberID, ClusterID: m.clusterID, Token: cfg.InitialClusterToken, Timeout: limits.RequestTimeout,
+		MemberID: m.memberID, ClusterID: m.clusterID, Token: cfg.InitialClusterToken, Timeout: server.RequestTimeout(cfg.ElectionTimeout),
 		Members: m.applier, Raft: m.node, Proposer: m.proposer, Activity: m.transport, Peers: m.remote,
 		ClientTLS: cfg.TLS.Client, MaxLearners: cfg.MaxLearners, NoStrictReconfig: cfg.NoStrictReconfig,
 		Logger: cfg.Logger.Named("membership"),
@@ -348,11 +306,10 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.maintainer = maintenance.New(maintenance.Config{
 		MemberID: m.memberID, ClusterID: m.clusterID,
 		Engine: m.engine, Store: m.store, State: m.applier, Raft: m, Proposer: m.proposer,
-		PeerTLS: cfg.TLS.Peer, TempDir: snapshotTempDir(cfg),
+		PeerTLS: cfg.TLS.Peer, TempDir: datadir.SnapshotTemp(cfg.FS, cfg.DataDir),
 		InitialCorruptCheck: cfg.InitialCorruptCheck, CorruptCheckTime: cfg.CorruptCheckTime,
 		Logger: cfg.Logger.Named("maintenance"),
 	})
-	pb.RegisterMaintenanceServer(m.grpc, server.NewMaintenance(m, m.maintainer, m.membership, cfg.QuotaBackendBytes))
 	m.backups, err = backup.OpenService(backup.ServiceConfig{
 		Options: cfg.Backup, Engine: m.engine, ID: id, Term: m.log.Term, StagingDir: datadir.BackupStaging(cfg.DataDir),
 		Log: m.log, Applied: m.applier, FS: cfg.FS, Raft: m.node, MemberID: m.memberID, Logger: cfg.Logger.Named("backup"),
@@ -360,34 +317,21 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, err
 	}
-	m.backups.Register(m.grpc)
 	m.metrics.Registry().MustRegister(backup.NewCollector(m.backups.Stats))
-	cluster := server.NewCluster(m, m.membership)
-	pb.RegisterClusterServer(m.grpc, cluster)
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(m.grpc, hs)
-
-	if err := m.startPeerServer(cluster); err != nil {
-		return nil, err
-	}
-	m.maintainer.RegisterPeer(m.peerGRPC)
-	if m.listener, err = cfg.Sockets.Listen("client", cfg.ListenClientURLs); err != nil {
-		return nil, err
-	}
-	if m.metricsListeners, err = server.ListenMetrics(cfg.ListenMetricsURLs, cfg.TLS.Client, cfg.Sockets); err != nil {
-		return nil, err
-	}
-	if m.httpListeners, err = cfg.Sockets.Listen("client HTTP", cfg.ListenClientHTTPURLs); err != nil {
-		return nil, err
-	}
-	secure, _ := tlsconfig.URLsSecure("--listen-client-urls", cfg.ListenClientURLs)
-	m.clients = server.NewClientServer(server.ClientConfig{
-		Listeners: m.listener, Secure: secure, TLS: cfg.TLS.Client, MetricsListeners: m.metricsListeners,
-		GRPC: m.grpc, Backend: m, Limits: limits, Metrics: m.metrics, Pprof: cfg.EnablePprof,
-		NoGateway: cfg.DisableGRPCGateway, HTTPListeners: m.httpListeners, Published: m.membership.Published(), Logger: cfg.Logger,
-		Access: server.AccessControl{CORS: cfg.CORS, HostWhitelist: cfg.HostWhitelist},
+	m.api, err = server.NewAPI(server.APIConfig{
+		Options: cfg.Client, ListenURLs: cfg.ListenClientURLs, Sockets: cfg.Sockets, TLS: cfg.TLS.Client,
+		ElectionTimeout: cfg.ElectionTimeout, QuotaBackendBytes: cfg.QuotaBackendBytes,
+		Backend: m, Auth: m.authStore, Lessor: m.lessor, Watches: m.watchHub, Maintainer: m.maintainer,
+		Admin: m.membership, Services: []server.Registrar{m.backups}, Metrics: m.metrics, Logger: cfg.Logger,
 	})
+	if err != nil {
+		return nil, err
+	}
+	m.peers, err = transport.NewPeerServer(transport.PeerServerConfig{URLs: cfg.ListenPeerURLs, Sockets: cfg.Sockets,
+		Creds: peerCreds, Transport: m.transport, Services: []transport.PeerService{m.api, m.maintainer}})
+	if err != nil {
+		return nil, err
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
@@ -414,10 +358,8 @@ func Start(cfg Config) (_ *Member, err error) {
 	} else {
 		m.run(func() { prober.Run(ctx) })
 	}
-	m.clients.Serve(ctx)
-	for _, l := range m.peerListeners {
-		go func() { _ = m.peerGRPC.Serve(l) }()
-	}
+	m.api.Serve(ctx)
+	m.peers.Serve()
 	m.run(func() { m.membership.PublishAttributes(ctx, cfg.Name, cfg.AdvertiseClientURLs) })
 	m.run(func() { m.tracker.Run(ctx) })
 	if cfg.LoggerRetention || cfg.LoggerTruncate {
@@ -525,31 +467,20 @@ func (m *Member) Stop() error {
 	// Watch streams never end by themselves: end them first, so that the
 	// graceful stop does not wait for them.
 	m.watchHub.Close()
-	if m.clients != nil {
-		m.clients.Stop()
+	if m.api != nil {
+		m.api.Stop()
 	}
-	stopped := make(chan struct{})
-	go func() {
-		m.grpc.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(2 * time.Second):
-		m.grpc.Stop()
+	if m.peers != nil {
+		m.peers.Stop()
 	}
-	if m.peerGRPC != nil {
-		m.peerGRPC.Stop()
-	}
-	_ = m.leases.Close()
 	if m.compactor != nil {
 		m.compactor.Stop()
 	}
 	m.cancel()
 	m.wg.Wait()
 	m.backups.Close()
-	if m.clients != nil {
-		m.clients.Wait()
+	if m.api != nil {
+		m.api.Wait()
 	}
 	if m.maintainer != nil {
 		m.maintainer.Wait()
@@ -583,14 +514,4 @@ func (m *Member) closeStores() error {
 		errs = append(errs, m.lock.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// snapshotTempDir is where a snapshot's database is built: bbolt writes to
-// the operating system's file system, so the data directory when the
-// member's files are there, else the system's temporary directory.
-func snapshotTempDir(cfg Config) string {
-	if cfg.FS == vfs.Default {
-		return cfg.DataDir
-	}
-	return ""
 }

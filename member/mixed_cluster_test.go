@@ -25,6 +25,7 @@ import (
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/node"
 	"github.com/strata-kv/strata/raftlog"
+	"github.com/strata-kv/strata/server"
 )
 
 var mixedClusterRounds = flag.Int("mixed-cluster-rounds", 5,
@@ -324,8 +325,7 @@ func newTestCluster(t *testing.T, seed uint64) *testCluster {
 				InitialClusterToken:     "mixed-cluster-test",
 				AutoCompactionMode:      "periodic",
 				AutoCompactionRetention: "0",
-				MaxRequestBytes:         1 << 20,
-				MaxTxnOps:               128,
+				Client:                  server.ClientOptions{Limits: server.Limits{MaxRequestBytes: 1 << 20, MaxTxnOps: 128}},
 				HeartbeatInterval:       10 * time.Millisecond,
 				ElectionTimeout:         100 * time.Millisecond,
 				Logger:                  ml.logger(),

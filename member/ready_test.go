@@ -64,7 +64,7 @@ func TestRestartAnswersNoOlderState(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = m2.Stop() }()
-	conn, err := grpc.NewClient(m2.listener[0].Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(m2.api.Listeners[0].Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

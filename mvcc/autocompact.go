@@ -113,6 +113,22 @@ type AutoCompactor struct {
 	done   chan struct{}
 }
 
+// NewAutoCompaction is NewAutoCompactor for etcd's flags: mode and
+// retention are --auto-compaction-mode and --auto-compaction-retention
+// (ParseRetention). It returns nil, and no error, when retention is zero:
+// auto compaction is off.
+func NewAutoCompaction(mode, retention string, o AutoCompactOptions) (*AutoCompactor, error) {
+	period, revisions, err := ParseRetention(mode, retention)
+	if err != nil {
+		return nil, fmt.Errorf("--auto-compaction-retention: %w", err)
+	}
+	if period == 0 && revisions == 0 {
+		return nil, nil
+	}
+	o.Mode, o.Period, o.Retention = mode, period, revisions
+	return NewAutoCompactor(o)
+}
+
 // NewAutoCompactor checks the options; it starts nothing.
 func NewAutoCompactor(o AutoCompactOptions) (*AutoCompactor, error) {
 	if o.Store == nil || o.Proposer == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -222,5 +223,40 @@ func TestParseRetention(t *testing.T) {
 				t.Fatalf("ParseRetention = %v, %d, %v; want %v, %d, err %v", p, r, err, tt.period, tt.revs, tt.err)
 			}
 		})
+	}
+}
+
+// TestNewAutoCompaction: etcd's flags turn auto compaction off at a zero
+// retention, configure the mode's rule otherwise, and a bad retention is
+// an error naming the flag.
+func TestNewAutoCompaction(t *testing.T) {
+	r := &recorder{reqs: make(chan int64, 1)}
+	for _, tt := range []struct {
+		mode, retention string
+		period          time.Duration
+		revisions       int64
+		off             bool
+		err             string
+	}{
+		{mode: AutoCompactPeriodic, retention: "0", off: true},
+		{mode: AutoCompactRevision, retention: "0", off: true},
+		{mode: AutoCompactPeriodic, retention: "1", period: time.Hour},
+		{mode: AutoCompactPeriodic, retention: "30m", period: 30 * time.Minute},
+		{mode: AutoCompactRevision, retention: "1000", revisions: 1000},
+		{mode: AutoCompactRevision, retention: "1h", err: "--auto-compaction-retention"},
+	} {
+		a, err := NewAutoCompaction(tt.mode, tt.retention, AutoCompactOptions{Store: r, Proposer: r})
+		switch {
+		case tt.err != "":
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s %q: err %v, want one naming %s", tt.mode, tt.retention, err, tt.err)
+			}
+		case err != nil:
+			t.Errorf("%s %q: %v", tt.mode, tt.retention, err)
+		case tt.off != (a == nil):
+			t.Errorf("%s %q: compactor %v, want off=%v", tt.mode, tt.retention, a, tt.off)
+		case a != nil && (a.opts.Period != tt.period || a.opts.Retention != tt.revisions || a.opts.Mode != tt.mode):
+			t.Errorf("%s %q: options %+v", tt.mode, tt.retention, a.opts)
+		}
 	}
 }

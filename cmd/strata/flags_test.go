@@ -145,8 +145,8 @@ func TestFlagsReachConfig(t *testing.T) {
 		check func(t *testing.T, cfg member.Config)
 	}{
 		{name: "etcd's defaults", check: func(t *testing.T, c member.Config) {
-			if c.DisablePreVote || c.NoStrictReconfig || c.DisableGRPCGateway || c.MaxLearners != 1 || c.MaxConcurrentStreams != 1<<32-1 ||
-				c.GRPCKeepAliveMinTime != 5*time.Second || c.GRPCKeepAliveInterval != 2*time.Hour || c.GRPCKeepAliveTimeout != 20*time.Second {
+			if c.DisablePreVote || c.NoStrictReconfig || c.Client.NoGateway || c.MaxLearners != 1 || c.Client.Limits.MaxConcurrentStreams != 1<<32-1 ||
+				c.Client.Limits.KeepAliveMinTime != 5*time.Second || c.Client.Limits.KeepAliveInterval != 2*time.Hour || c.Client.Limits.KeepAliveTimeout != 20*time.Second {
 				t.Errorf("defaults differ from etcd's: %+v", c)
 			}
 			if c.TLS.Client.MinVersion != tls.VersionTLS12 || c.TLS.Peer.MaxVersion != 0 {
@@ -164,13 +164,13 @@ func TestFlagsReachConfig(t *testing.T) {
 			}
 		}},
 		{name: "gRPC", args: []string{"--max-concurrent-streams=10", "--grpc-keepalive-min-time=1s", "--grpc-keepalive-interval=0", "--enable-grpc-gateway=false"}, check: func(t *testing.T, c member.Config) {
-			if c.MaxConcurrentStreams != 10 || c.GRPCKeepAliveMinTime != time.Second || c.GRPCKeepAliveInterval != 0 || !c.DisableGRPCGateway {
-				t.Errorf("gRPC settings %d %v %v %v", c.MaxConcurrentStreams, c.GRPCKeepAliveMinTime, c.GRPCKeepAliveInterval, c.DisableGRPCGateway)
+			if c.Client.Limits.MaxConcurrentStreams != 10 || c.Client.Limits.KeepAliveMinTime != time.Second || c.Client.Limits.KeepAliveInterval != 0 || !c.Client.NoGateway {
+				t.Errorf("gRPC settings %d %v %v %v", c.Client.Limits.MaxConcurrentStreams, c.Client.Limits.KeepAliveMinTime, c.Client.Limits.KeepAliveInterval, c.Client.NoGateway)
 			}
 		}},
 		{name: "slow request warning", args: []string{"--experimental-warning-unary-request-duration=1s"}, check: func(t *testing.T, c member.Config) {
-			if c.WarningUnaryRequestDuration != time.Second || c.WarningApplyDuration != 100*time.Millisecond {
-				t.Errorf("WarningUnaryRequestDuration %v, WarningApplyDuration %v", c.WarningUnaryRequestDuration, c.WarningApplyDuration)
+			if c.Client.WarnUnaryDuration != time.Second || c.WarningApplyDuration != 100*time.Millisecond {
+				t.Errorf("WarningUnaryRequestDuration %v, WarningApplyDuration %v", c.Client.WarnUnaryDuration, c.WarningApplyDuration)
 			}
 		}},
 		{name: "socket options", args: []string{"--socket-reuse-port", "--socket-reuse-address=true"}, check: func(t *testing.T, c member.Config) {
@@ -179,13 +179,13 @@ func TestFlagsReachConfig(t *testing.T) {
 			}
 		}},
 		{name: "CORS and host whitelist", args: []string{"--cors=http://ui.example:80", "--host-whitelist=etcd.example,localhost"}, check: func(t *testing.T, c member.Config) {
-			if strings.Join(c.CORS, ",") != "http://ui.example:80" || strings.Join(c.HostWhitelist, ",") != "etcd.example,localhost" {
-				t.Errorf("CORS %v, host whitelist %v", c.CORS, c.HostWhitelist)
+			if strings.Join(c.Client.Access.CORS, ",") != "http://ui.example:80" || strings.Join(c.Client.Access.HostWhitelist, ",") != "etcd.example,localhost" {
+				t.Errorf("CORS %v, host whitelist %v", c.Client.Access.CORS, c.Client.Access.HostWhitelist)
 			}
 		}},
 		{name: "HTTP URLs", args: []string{"--listen-client-http-urls=http://127.0.0.1:2381,http://127.0.0.1:2382"}, check: func(t *testing.T, c member.Config) {
-			if len(c.ListenClientHTTPURLs) != 2 {
-				t.Errorf("ListenClientHTTPURLs %v", c.ListenClientHTTPURLs)
+			if len(c.Client.ListenHTTPURLs) != 2 {
+				t.Errorf("ListenClientHTTPURLs %v", c.Client.ListenHTTPURLs)
 			}
 		}},
 		{name: "TLS", args: []string{"--tls-min-version=TLS1.2", "--tls-max-version=TLS1.3", "--cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",

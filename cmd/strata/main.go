@@ -42,6 +42,7 @@ import (
 	"github.com/strata-kv/strata/engine/engines"
 	"github.com/strata-kv/strata/internal/logrotate"
 	"github.com/strata-kv/strata/member"
+	"github.com/strata-kv/strata/server"
 	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
 )
@@ -473,8 +474,6 @@ func (f *flags) memberConfig() (member.Config, error) {
 		AutoCompactionMode:          f.autoCompactionMode,
 		AutoCompactionRetention:     f.autoCompactionRetention,
 		QuotaBackendBytes:           f.quotaBackendBytes,
-		MaxRequestBytes:             int(f.maxRequestBytes),
-		MaxTxnOps:                   int(f.maxTxnOps),
 		SnapshotCount:               f.snapshotCount,
 		CatchUpEntries:              f.catchUpEntries,
 		HeartbeatInterval:           time.Duration(f.heartbeatMillis) * time.Millisecond,
@@ -482,24 +481,26 @@ func (f *flags) memberConfig() (member.Config, error) {
 		EngineWAL:                   f.engineWAL,
 		Engine:                      f.engine,
 		WatchProgressNotifyInterval: f.watchProgressNotifyInterval,
-		ListenClientHTTPURLs:        splitURLs(f.listenClientHTTPURLs),
-		DisableGRPCGateway:          !f.enableGRPCGateway,
-		MaxConcurrentStreams:        uint32(f.maxConcurrentStreams),
-		GRPCKeepAliveMinTime:        f.grpcKeepAliveMinTime,
-		GRPCKeepAliveInterval:       f.grpcKeepAliveInterval,
-		GRPCKeepAliveTimeout:        f.grpcKeepAliveTimeout,
 		DisablePreVote:              !f.preVote,
 		MaxLearners:                 f.maxLearners,
 		NoStrictReconfig:            !f.strictReconfig,
 		Sockets:                     transport.ListenConfig{ReusePort: f.reusePort, ReuseAddress: f.reuseAddress},
-		CORS:                        commaList(f.cors),
-		HostWhitelist:               commaList(f.hostWhitelist),
 		CompactionBatchLimit:        f.compactionBatchLimit,
 		CompactionSleepInterval:     f.compactionSleepInterval,
-		WarningUnaryRequestDuration: f.warnUnaryDuration,
 		WarningApplyDuration:        f.warnApplyDuration,
 		LoggerRetention:             f.loggerRetention,
 		LoggerTruncate:              f.loggerTruncate,
+		Client: server.ClientOptions{
+			ListenHTTPURLs: splitURLs(f.listenClientHTTPURLs),
+			NoGateway:      !f.enableGRPCGateway,
+			Access:         server.AccessControl{CORS: commaList(f.cors), HostWhitelist: commaList(f.hostWhitelist)},
+			Limits: server.Limits{
+				MaxRequestBytes: int(f.maxRequestBytes), MaxTxnOps: int(f.maxTxnOps),
+				MaxConcurrentStreams: uint32(f.maxConcurrentStreams), KeepAliveMinTime: f.grpcKeepAliveMinTime,
+				KeepAliveInterval: f.grpcKeepAliveInterval, KeepAliveTimeout: f.grpcKeepAliveTimeout,
+			},
+			WarnUnaryDuration: f.warnUnaryDuration,
+		},
 	}, nil
 }
 

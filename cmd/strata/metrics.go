@@ -24,7 +24,7 @@ func (f *metricsFlags) apply(cfg *member.Config) error {
 	if f.level != "basic" && f.level != "extensive" {
 		return fmt.Errorf("--metrics: unknown level %q (want basic or extensive)", f.level)
 	}
-	cfg.ListenMetricsURLs = splitURLs(f.listenURLs)
-	cfg.EnablePprof = f.pprof
+	cfg.Client.ListenMetricsURLs = splitURLs(f.listenURLs)
+	cfg.Client.Pprof = f.pprof
 	return nil
 }

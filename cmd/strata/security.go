@@ -131,7 +131,7 @@ func (s *securityFlags) apply(cfg *member.Config, logger *zap.Logger) error {
 		info.CertFile, info.KeyFile, info.SelfSigned = gen.CertFile, gen.KeyFile, true
 		return nil
 	}
-	if err := selfCert(&client, s.autoTLS, "client", append(append([]string{}, cfg.ListenClientURLs...), cfg.ListenClientHTTPURLs...)); err != nil {
+	if err := selfCert(&client, s.autoTLS, "client", append(append([]string{}, cfg.ListenClientURLs...), cfg.Client.ListenHTTPURLs...)); err != nil {
 		return err
 	}
 	if err := selfCert(&peer, s.peerAutoTLS, "peer", cfg.ListenPeerURLs); err != nil {
