@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 	"go.uber.org/zap"
 
@@ -350,6 +351,9 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.metrics.Registry().MustRegister(server.NewStateCollector(server.StateSource{
 		MemberID: m.memberID, Raft: m.node, Applier: m.applier, Store: m.store, Engine: m.engine, Log: m.log,
 	}))
+	if c, ok := m.engine.(prometheus.Collector); ok { // the engine's own metrics (Pebble's)
+		m.metrics.Registry().MustRegister(c)
+	}
 	if prober, err := transport.NewProber(transport.ProberConfig{
 		LocalID: m.memberID, Members: m.applier, TLS: cfg.TLS.Peer,
 		Registry: m.metrics.Registry(), Logger: cfg.Logger.Named("probe"),

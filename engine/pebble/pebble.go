@@ -44,6 +44,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -107,6 +108,9 @@ type Engine struct {
 	// flushed is set by Pebble's FlushEnd event; the next DurableIndex call
 	// clears it and re-reads the durable applied index.
 	flushed atomic.Bool
+
+	stallMu sync.Mutex
+	stalls  stallClock // guarded by stallMu
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -155,6 +159,8 @@ func Open(dir string, opts Options) (*Engine, error) {
 				e.flushed.Store(true)
 			}
 		},
+		WriteStallBegin: func(pebble.WriteStallBeginInfo) { e.stallBegan() },
+		WriteStallEnd:   e.stallEnded,
 	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
