@@ -380,9 +380,12 @@ func TestServiceLogInterval(t *testing.T) {
 		a.propose(put("a", fmt.Sprint(i), 0))
 	}
 	want := a.app.AppliedIndex()
+	// The archive's objects are written before the service counts them:
+	// wait for the count as well.
 	waitFor(t, "the log archived up to the applied index", func() bool {
 		logs, err := ArchivedLog(ctx, target)
-		return err == nil && len(logs) > 0 && logs[0].First == v.RaftIndex+1 && logs[len(logs)-1].Last == want
+		return err == nil && len(logs) > 0 && logs[0].First == v.RaftIndex+1 && logs[len(logs)-1].Last == want &&
+			s.Stats().LogLastIndex == want
 	})
 	if st := s.Stats(); st.Versions != 1 || st.LogEntries != want-v.RaftIndex || st.LogLastIndex != want {
 		t.Errorf("stats %+v: want one version and entries %d..%d archived", st, v.RaftIndex+1, want)
