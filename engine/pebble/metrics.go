@@ -49,7 +49,9 @@ func (e *Engine) Describe(ch chan<- *prometheus.Desc) {
 func (e *Engine) Collect(ch chan<- prometheus.Metric) {
 	m := e.db.Metrics()
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	counter := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v) }
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
 	var compacted uint64
 	for _, l := range m.Levels {
 		compacted += l.TableBytesCompacted
