@@ -601,6 +601,10 @@ func (e *Engine) Flush() error {
 	return nil
 }
 
+// MaxKeySize implements engine.Engine: a record's key length is checked
+// against 64 KiB on write and on recovery (FORMAT.md).
+func (e *Engine) MaxKeySize() int { return maxKeySize }
+
 // DiskSize implements engine.Engine: the bytes of the files in the set
 // (obsolete files still held by a reader are not counted).
 func (e *Engine) DiskSize() int64 {
