@@ -3,7 +3,7 @@
 GO ?= go
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: test lint unit race bench-smoke build robustness image
+.PHONY: test lint unit race bench-smoke build robustness image e2e-engines
 
 build:
 	$(GO) build -o bin/strata ./cmd/strata
@@ -40,3 +40,17 @@ test: lint unit race bench-smoke
 # of `make test`: minutes long). tools/robustness/README.md says what it runs.
 robustness:
 	tools/robustness/run.sh both
+
+# The end-to-end suite on each engine other than the default (Pebble runs it
+# in `make test`): every strata member the harness starts, and every strata
+# restore it runs, takes --engine from STRATA_E2E_ENGINE
+# (internal/testutil/engine.go). Not part of `make test`: three more runs of
+# the whole e2e package. E2E_RUN narrows it (go test -run), e.g.
+# make e2e-engines E2E_RUN='TestLease|TestAuth'.
+E2E_ENGINES ?= bbolt appendlog hybridlog
+E2E_RUN ?= .
+e2e-engines:
+	fail=0; for e in $(E2E_ENGINES); do \
+		echo "== e2e on $$e"; \
+		STRATA_E2E_ENGINE=$$e $(GO) test -count=1 -timeout 60m -run '$(E2E_RUN)' ./e2e/ || fail=1; \
+	done; exit $$fail

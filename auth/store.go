@@ -54,6 +54,17 @@ const (
 	prefixRole = "ar"
 )
 
+// MaxNameSize returns the longest user or role name an engine whose keys
+// are at most maxKeySize bytes can hold (engine.Engine.MaxKeySize; 0 means
+// no limit, and so does the 0 returned for it). A name is a key suffix of
+// the layout above.
+func MaxNameSize(maxKeySize int) int {
+	if maxKeySize <= 0 {
+		return 0
+	}
+	return maxKeySize - max(len(prefixUser), len(prefixRole))
+}
+
 // Info identifies who makes a request: the user and the auth revision at
 // which that was established (token issue, or certificate check).
 type Info struct {

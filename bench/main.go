@@ -22,10 +22,12 @@
 //	go run . report -in results.json    # re-render Markdown and plots
 //	go run . logcompact                 # log compaction: SL against PL (logcompact.go)
 //
-// Servers are chosen with -servers (etcd, strata, strata-wal, strata-base);
-// strata-wal is strata with --engine-wal, strata-base the strata binary of
-// another commit (-strata-base-bin), for a change's before and after in one
-// run. See docs/bench/README.md.
+// Servers are chosen with -servers (etcd, strata, strata-wal, strata-bbolt,
+// strata-appendlog, strata-hybridlog, strata-base); strata-wal is strata
+// with --engine-wal, strata-bbolt (and the other two) strata with --engine
+// bbolt (docs/engines.md), strata-base the strata binary of another commit
+// (-strata-base-bin), for a change's before and after in one run. See
+// docs/bench/README.md.
 package main
 
 import (
@@ -265,7 +267,7 @@ func runReport(args []string) error {
 // registerFlags binds every run flag to o; o's values are the defaults.
 func registerFlags(fs *flag.FlagSet, o *options) {
 	fs.Func("steps", "comma-separated steps for 'all': "+strings.Join(steps, ","), listSetter(&o.steps))
-	fs.Func("servers", "comma-separated servers: etcd, strata, strata-wal, strata-base (default "+strings.Join(o.servers, ",")+")", listSetter(&o.servers))
+	fs.Func("servers", "comma-separated servers: etcd, strata, strata-wal, strata-bbolt, strata-appendlog, strata-hybridlog, strata-base (default "+strings.Join(o.servers, ",")+")", listSetter(&o.servers))
 	fs.StringVar(&o.out, "out", o.out, "output directory (default <repo>/bench/results/<time>-<subcommand>)")
 	fs.StringVar(&o.repo, "repo", o.repo, "strata repository root (default: found above the working directory)")
 	fs.StringVar(&o.binDir, "bin-dir", o.binDir, "where built binaries go (default <repo>/bench/bin)")

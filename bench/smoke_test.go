@@ -169,3 +169,54 @@ func TestSmokeThreeMembers(t *testing.T) {
 		}
 	}
 }
+
+// TestSmokeEngines runs strata on each other engine (strata-bbolt,
+// strata-appendlog, strata-hybridlog: --engine) through put, range, YCSB
+// and restart at the smoke sizes, without etcd: every measurement
+// completes without errors and each server runs with its --engine.
+func TestSmokeEngines(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the go command is needed to build strata:", err)
+	}
+	o := smokeOptions()
+	o.steps = []string{"put", "range", "ycsb", "restart"}
+	o.servers = []string{"strata-bbolt", "strata-appendlog", "strata-hybridlog"}
+	o.ycsbWorkloads = []string{"A"}
+	o.ycsbDists = []string{"std"}
+	o.out = t.TempDir()
+	o.workDir = t.TempDir()
+	o.quiet = true
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rep, err := runSuite(ctx, o, "go test -run TestSmokeEngines", zap.NewNop())
+	if err != nil {
+		t.Fatalf("engines smoke run: %v", err)
+	}
+	got := map[string]map[string]bool{} // server -> workload
+	for _, r := range rep.Results {
+		if got[r.Server] == nil {
+			got[r.Server] = map[string]bool{}
+		}
+		got[r.Server][strings.SplitN(r.Workload, "-", 2)[0]] = true
+		if r.Phase == "run" && (r.Errors != 0 || r.Ops != r.Total) {
+			t.Errorf("%s %s %d/%d: %d ops of %d, %d errors (%s)", r.Server, r.Workload, r.Conns, r.Clients, r.Ops, r.Total, r.Errors, r.FirstError)
+		}
+		if r.Phase == "restart" && r.RestartSeconds <= 0 {
+			t.Errorf("%s restart: %v s", r.Server, r.RestartSeconds)
+		}
+	}
+	if len(rep.Servers) != len(o.servers) {
+		t.Fatalf("servers measured %v, want %v", rep.Servers, o.servers)
+	}
+	for _, s := range rep.Servers {
+		engine := strings.TrimPrefix(s.Name, "strata-")
+		if !slices.Contains(s.Command, "--engine="+engine) {
+			t.Errorf("server %s: command %q lacks --engine=%s", s.Name, s.Command, engine)
+		}
+		for _, w := range []string{"put", "range", "ycsb", "restart"} {
+			if !got[s.Name][w] {
+				t.Errorf("server %s: no result for %s (got %v)", s.Name, w, got[s.Name])
+			}
+		}
+	}
+}

@@ -152,12 +152,14 @@ func (s *suite) resolveServers(ctx context.Context) error {
 		switch name {
 		case "etcd", "strata", "strata-wal":
 			need[name] = true
+		case "strata-bbolt", "strata-appendlog", "strata-hybridlog":
+			need["strata"] = true
 		case "strata-base":
 			if o.strataBaseBin == "" {
 				return errors.New("server strata-base needs -strata-base-bin: a strata binary built from another commit")
 			}
 		default:
-			return fmt.Errorf("unknown server %q (want etcd, strata, strata-wal, strata-base)", name)
+			return fmt.Errorf("unknown server %q (want etcd, strata, strata-wal, strata-bbolt, strata-appendlog, strata-hybridlog, strata-base)", name)
 		}
 	}
 	if need["etcd"] && o.etcdBin == "" {
@@ -201,7 +203,7 @@ func (s *suite) resolveServers(ctx context.Context) error {
 		switch name {
 		case "etcd":
 			spec = cluster.Spec{Name: name, Kind: cluster.KindEtcd, Binary: o.etcdBin, FsyncMetrics: etcdFsyncMetrics}
-		case "strata", "strata-wal", "strata-base":
+		case "strata", "strata-wal", "strata-base", "strata-bbolt", "strata-appendlog", "strata-hybridlog":
 			binary := o.strataBin
 			if name == "strata-base" {
 				binary = o.strataBaseBin
@@ -211,6 +213,11 @@ func (s *suite) resolveServers(ctx context.Context) error {
 			spec = cluster.Spec{Name: name, Kind: cluster.KindStrata, Binary: binary, FsyncMetrics: o.strataFsync}
 			if len(spec.FsyncMetrics) == 0 {
 				spec.FsyncMetrics = strataFsyncMetrics
+			}
+			if engine, ok := strings.CutPrefix(name, "strata-"); ok && engine != "wal" && engine != "base" {
+				// strata on another engine (docs/engines.md), chosen when
+				// each fresh cluster's data directory is created.
+				spec.ExtraArgs = []string{"--engine=" + engine}
 			}
 			if name == "strata-wal" {
 				spec.ExtraArgs = []string{"--engine-wal"}

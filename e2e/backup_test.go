@@ -46,6 +46,7 @@ func readBackupState(t *testing.T, ctx context.Context, cli *clientv3.Client, en
 // TestBackupIncrementalRestore: the backup scenario (backupScenario) on a
 // file:// target, where a corrupt file is made by flipping a byte of it.
 func TestBackupIncrementalRestore(t *testing.T) {
+	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	dir := filepath.Join(t.TempDir(), "target")
 	backupScenario(t, "file://"+dir, nil, func(sum string) {
 		path := filepath.Join(dir, "files", sum)
@@ -224,6 +225,7 @@ func backupScenario(t *testing.T, target string, env []string, corrupt func(sum 
 // the shared --initial-cluster; the cluster starts, every member answers
 // the live member's keys and HashKV, and takes writes.
 func TestBackupRestoreThreeMembers(t *testing.T) {
+	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	src := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src"})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -293,6 +295,7 @@ func TestBackupRestoreThreeMembers(t *testing.T) {
 // the next run completes, and its version restores to what the live
 // member answered.
 func TestBackupKilled(t *testing.T) {
+	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	src := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src"})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

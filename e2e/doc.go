@@ -37,5 +37,14 @@
 // binaries, so that a failure on etcd means the test is wrong, and a
 // failure on strata alone means strata is.
 //
+// Engines: STRATA_E2E_ENGINE=bbolt (or appendlog, hybridlog) starts every
+// strata member, and runs every `strata restore`, on that engine
+// (internal/testutil.EngineEnv; default pebble), so the whole suite runs on
+// each engine; `make e2e-engines` runs it on the three besides Pebble.
+// Tests of what only one engine does skip elsewhere with the reason
+// (testutil.RequireEngine: the incremental backups copy Pebble's files);
+// TestEveryEngine and TestKeySizeOnEveryEngine name their engines
+// themselves. docs/engines.md lists what passed on which engine.
+//
 //	go test ./e2e/ -run TestConformance -v
 package e2e

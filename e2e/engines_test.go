@@ -3,10 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/strata-kv/strata/engine/engines"
 	"github.com/strata-kv/strata/internal/testutil"
@@ -96,6 +99,70 @@ func TestEveryEngine(t *testing.T) {
 			}
 			if events < 5 {
 				t.Fatalf("watch from revision %d after kill -9: %d events", mid-5, events)
+			}
+		})
+	}
+}
+
+// TestKeySizeOnEveryEngine: a key, user or role name longer than the
+// member's engine can hold (bbolt's 32 KiB keys, appendlog's and
+// hybridlog's 64 KiB, less strata's key layout) is refused before it is
+// proposed, with InvalidArgument and "etcdserver: key is too large" (or
+// the name's message), by Put, by a txn's put and by user and role add;
+// the refused writes take no revision and the member goes on serving.
+// Pebble takes keys as etcd does, up to the request size (1.5 MiB).
+func TestKeySizeOnEveryEngine(t *testing.T) {
+	sizes := []int{1 << 10, 40 << 10, 70 << 10, 1 << 20}
+	accepted := map[string][]bool{ // per size above
+		engines.Pebble:    {true, true, true, true},
+		engines.Bbolt:     {true, false, false, false},
+		engines.AppendLog: {true, true, false, false},
+		engines.HybridLog: {true, true, false, false},
+	}
+	for _, name := range engines.Names() {
+		t.Run(name, func(t *testing.T) {
+			p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Flags: []string{"--engine=" + name}})
+			cli := p.Client(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			refused := func(what string, err error, msg string) {
+				t.Helper()
+				if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), msg) {
+					t.Fatalf("%s on %s: %v; want InvalidArgument %q", what, name, err, msg)
+				}
+			}
+			writes := 0
+			for i, size := range sizes {
+				key := strings.Repeat(string(rune('a'+i)), size)
+				_, putErr := cli.Put(ctx, key, "v")
+				_, txnErr := cli.Txn(ctx).Then(clientv3.OpTxn(nil, []clientv3.Op{clientv3.OpPut(key+"t", "v")}, nil)).Commit()
+				_, userErr := cli.UserAddWithOptions(ctx, key, "", &clientv3.UserAddOptions{NoPassword: true})
+				_, roleErr := cli.RoleAdd(ctx, key)
+				if accepted[name][i] {
+					for what, err := range map[string]error{"put": putErr, "txn": txnErr, "user add": userErr, "role add": roleErr} {
+						if err != nil {
+							t.Fatalf("%s of %d bytes on %s: %v", what, size, name, err)
+						}
+					}
+					writes += 2
+					continue
+				}
+				refused(fmt.Sprintf("put of a %d-byte key", size), putErr, "etcdserver: key is too large")
+				refused(fmt.Sprintf("txn put of a %d-byte key", size), txnErr, "etcdserver: key is too large")
+				refused(fmt.Sprintf("user add of a %d-byte name", size), userErr, "etcdserver: user name is too large")
+				refused(fmt.Sprintf("role add of a %d-byte name", size), roleErr, "etcdserver: role name is too large")
+			}
+			// The member still serves, and only the accepted puts took a revision.
+			r, err := cli.Put(ctx, strings.Repeat("z", 1<<10), "after")
+			if err != nil {
+				t.Fatalf("put after the refusals: %v", err)
+			}
+			if want := int64(1 + writes + 1); r.Header.Revision != want {
+				t.Fatalf("revision %d after the refusals, want %d (refused writes take none)", r.Header.Revision, want)
+			}
+			got, err := cli.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			if err != nil || got.Count != int64(writes+1) {
+				t.Fatalf("keys after the refusals: %v, %v; want %d", got, err, writes+1)
 			}
 		})
 	}

@@ -124,5 +124,11 @@ type Engine interface {
 	CompactAll() error
 	// DiskSize returns the bytes the engine's files take on disk.
 	DiskSize() int64
+	// MaxKeySize returns the longest key Set accepts, in bytes, or 0 when
+	// the engine enforces no limit of its own (memory aside). Callers that
+	// write keys derived from a client's request check them against it
+	// before the request is proposed: a committed entry whose keys the
+	// engine refuses could not be applied.
+	MaxKeySize() int
 	Close() error
 }

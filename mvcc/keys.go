@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -79,6 +80,14 @@ func unescape(b []byte) (key, rest []byte, err error) {
 		}
 	}
 	return nil, nil, fmt.Errorf("%w: unterminated key", errCorrupt)
+}
+
+// engineKeyLen returns the length of the longest engine key a Put of key
+// writes: its history entry (the key escaped, each 0x00 taking two bytes,
+// then a terminator and a revision), its current entry, or its lease entry.
+func engineKeyLen(key []byte) int {
+	history := len(prefixHistory) + len(key) + bytes.Count(key, []byte{0}) + 2 + 16
+	return max(history, len(prefixCurrent)+len(key), len(prefixLease)+8+len(key))
 }
 
 // historyPrefix is the prefix of every history entry of key.

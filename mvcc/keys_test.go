@@ -2,7 +2,13 @@ package mvcc
 
 import (
 	"bytes"
+	"errors"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	ebbolt "github.com/strata-kv/strata/engine/bbolt"
 )
 
 // FuzzHistoryKey: escaped keys round-trip, and history entries of different
@@ -55,4 +61,77 @@ func FuzzDecode(f *testing.F) {
 		}
 		_, _ = decodeKV(b)
 	})
+}
+
+// TestCheckKeyIsExact: on a bbolt engine (32 KiB keys), the longest key
+// CheckKey admits is put, with a lease, committed, flushed and read back,
+// and a key one byte longer, which CheckKey refuses, is refused by the
+// engine too: the check is neither looser than the engine (a committed put
+// that cannot apply) nor stricter. Keys of 0x00 bytes, which the history
+// key escapes to two bytes each, have half the room.
+func TestCheckKeyIsExact(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fill    byte
+		longest int
+	}{
+		{"letters", 'a', bolt.MaxKeySize - 20},
+		{"zeros", 0, (bolt.MaxKeySize - 20) / 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := ebbolt.Open(t.TempDir(), ebbolt.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			s, err := Open(e, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			longest := bytes.Repeat([]byte{tc.fill}, tc.longest)
+			tooLong := append(bytes.Clone(longest), tc.fill)
+			if err := s.CheckKey(longest); err != nil {
+				t.Fatalf("CheckKey(%d bytes): %v", len(longest), err)
+			}
+			if err := s.CheckKey(tooLong); !errors.Is(err, ErrKeyTooLarge) {
+				t.Fatalf("CheckKey(%d bytes) = %v, want ErrKeyTooLarge", len(tooLong), err)
+			}
+			leases := leaseFunc(func(id int64) bool { return id == 7 })
+			w := s.Write(leases)
+			if err := w.PutLease(LeaseRecord{ID: 7, TTL: 10}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Put(&pb.PutRequest{Key: longest, Value: []byte("v"), Lease: 7}); err != nil {
+				t.Fatalf("put of the longest admitted key: %v", err)
+			}
+			if err := w.Commit(1); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := s.Range(&pb.RangeRequest{Key: longest})
+			if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease != 7 {
+				t.Fatalf("range of the longest key: %v, %v", resp, err)
+			}
+			w = s.Write(leases)
+			_, err = w.Put(&pb.PutRequest{Key: tooLong, Value: []byte("v"), Lease: 7})
+			w.Abort()
+			if err == nil {
+				t.Fatalf("the engine took a key of %d bytes that CheckKey refuses", len(tooLong))
+			}
+		})
+	}
+}
+
+// TestEngineKeyLen: engineKeyLen is the longest of the keys a put writes.
+func TestEngineKeyLen(t *testing.T) {
+	for _, key := range []string{"a", "\x00", "a\x00b\x00\x00", "\xff\xff", string(bytes.Repeat([]byte{0}, 100))} {
+		k := []byte(key)
+		want := max(len(currentKey(k)), len(historyKey(k, 1<<40, 3)), len(leaseKey(1<<40, k)))
+		if got := engineKeyLen(k); got != want {
+			t.Errorf("engineKeyLen(%q) = %d, want %d", key, got, want)
+		}
+	}
 }

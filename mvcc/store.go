@@ -25,6 +25,10 @@ var (
 	// ErrKeyNotFound: a Put with ignore_value or ignore_lease names a key
 	// that does not exist (etcd's "etcdserver: key not found").
 	ErrKeyNotFound = errors.New("etcdserver: key not found")
+	// ErrKeyTooLarge: a key whose engine entries are longer than the
+	// engine's key limit (Store.CheckKey). etcd has no such limit (it keys
+	// bbolt by revision); the server answers it with InvalidArgument.
+	ErrKeyTooLarge = errors.New("etcdserver: key is too large")
 )
 
 // Leases says which leases exist (lease.Lessor): a Put may attach a key
@@ -120,6 +124,22 @@ func Open(e engine.Engine, opts Options) (*Store, error) {
 	}
 	return s, nil
 }
+
+// CheckKey returns ErrKeyTooLarge when a Put of key would write an engine
+// key above the engine's limit (engine.Engine.MaxKeySize), so that such a
+// request is refused before it is proposed: once committed, a put the
+// engine refuses could not be applied. A Put with a lease writes no longer
+// key than one without.
+func (s *Store) CheckKey(key []byte) error {
+	if limit := s.e.MaxKeySize(); limit > 0 && engineKeyLen(key) > limit {
+		return fmt.Errorf("%w: %d bytes make an engine key of %d bytes, above the engine's %d", ErrKeyTooLarge, len(key), engineKeyLen(key), limit)
+	}
+	return nil
+}
+
+// MaxKeySize returns the engine's key limit (0: none), for the other
+// layouts in the same engine (auth's user and role names).
+func (s *Store) MaxKeySize() int { return s.e.MaxKeySize() }
 
 // Rev returns the current revision of committed state (1 for an empty store,
 // as in etcd).

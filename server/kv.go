@@ -276,6 +276,9 @@ func (s *KV) propose(ctx context.Context, req *pb.InternalRaftRequest) (apply.Re
 	if proto.Size(req) > s.limits.MaxRequestBytes {
 		return apply.Result{}, rpctypes.ErrGRPCRequestTooLarge
 	}
+	if err := checkKeySizes(s.b.Store(), req); err != nil {
+		return apply.Result{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.limits.RequestTimeout)
 	defer cancel()
 	res, err := s.b.Propose(ctx, req)

@@ -2,9 +2,15 @@ package server
 
 import (
 	"bytes"
+	"errors"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/strata-kv/strata/auth"
+	"github.com/strata-kv/strata/mvcc"
 )
 
 // The checks below reproduce etcd's request validation, error for error, so
@@ -75,6 +81,72 @@ func checkRequestOp(op *pb.RequestOp, maxTxnOps int) error {
 		// An empty operation: etcd answers "key not found".
 		return rpctypes.ErrGRPCKeyNotFound
 	}
+}
+
+// The refusals of keys and names the member's engine cannot hold
+// (engine.Engine.MaxKeySize: bbolt's 32 KiB, appendlog's and hybridlog's
+// 64 KiB, less strata's own key layout). etcd has no such limit, so these
+// are strata's messages, in etcd's style and with its code for a bad
+// argument.
+var (
+	errGRPCKeyTooLarge      = status.Error(codes.InvalidArgument, "etcdserver: key is too large")
+	errGRPCUserNameTooLarge = status.Error(codes.InvalidArgument, "etcdserver: user name is too large")
+	errGRPCRoleNameTooLarge = status.Error(codes.InvalidArgument, "etcdserver: role name is too large")
+)
+
+// checkKeySizes refuses a write whose keys or names st's engine could not
+// hold, before it is proposed: a committed entry the engine refuses could
+// not be applied. It covers every request that writes a key named by the
+// client: Put, a txn's puts at any depth (a lease attached to a key writes
+// no longer key than the put), and the user and role a request creates
+// (other auth requests name users and roles that exist, so they fit).
+func checkKeySizes(st *mvcc.Store, req *pb.InternalRaftRequest) error {
+	limit := st.MaxKeySize()
+	if limit <= 0 {
+		return nil
+	}
+	switch {
+	case req.Put != nil:
+		return checkKeySize(st, req.Put.Key)
+	case req.Txn != nil:
+		return checkTxnKeySizes(st, req.Txn)
+	case req.AuthUserAdd != nil:
+		if len(req.AuthUserAdd.Name) > auth.MaxNameSize(limit) {
+			return errGRPCUserNameTooLarge
+		}
+	case req.AuthRoleAdd != nil:
+		if len(req.AuthRoleAdd.Name) > auth.MaxNameSize(limit) {
+			return errGRPCRoleNameTooLarge
+		}
+	}
+	return nil
+}
+
+func checkTxnKeySizes(st *mvcc.Store, r *pb.TxnRequest) error {
+	for _, branch := range [][]*pb.RequestOp{r.Success, r.Failure} {
+		for _, op := range branch {
+			var err error
+			switch v := op.GetRequest().(type) {
+			case *pb.RequestOp_RequestPut:
+				err = checkKeySize(st, v.RequestPut.GetKey())
+			case *pb.RequestOp_RequestTxn:
+				err = checkTxnKeySizes(st, v.RequestTxn)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func checkKeySize(st *mvcc.Store, key []byte) error {
+	if err := st.CheckKey(key); errors.Is(err, mvcc.ErrKeyTooLarge) {
+		return errGRPCKeyTooLarge
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // interval is a half-open key range [begin, end); an empty end means no

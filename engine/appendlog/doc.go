@@ -50,6 +50,25 @@
 // file whole and raises D likewise. Open syncs what it replayed, so
 // D = the applied index after Open.
 //
+// # Hint files
+//
+// Recovery without help reads every byte of the live files. As in Bitcask,
+// each sealed file (a rotated commit file, a merge output, an installed
+// snapshot) gets a hint file <id>.hint: each key's last record in the file
+// (its value's location, or a deletion), the bytes of the file's records
+// that later ones in the same file made garbage, and a CRC, tied to the
+// data file by its id, header and length. A background goroutine (the
+// hinter) builds it from the file's frames after the file is sealed (off
+// the commit path), writes it under a temporary name, syncs and renames
+// it; Close writes those still missing. Recovery applies a sealed file's
+// hint in the file's place in the replay order, which gives the same key
+// directory as scanning the file, and scans the file instead when its
+// hint is missing, damaged or describes another file; the newest file is
+// always scanned (it may have a torn tail). A hint skips the check of the
+// data file's frame CRCs, which a scan makes (as in Bitcask; reads never
+// check them). Cost: one more read of each sealed file, and hint files of
+// about 20 bytes plus the key per key.
+//
 // # Merge and incremental snapshots
 //
 // Overwritten values and tombstones are garbage. A merge (CompactAll, or
@@ -89,6 +108,6 @@
 //     Pebble's vfs.
 //   - A merge needs room for the live data again while it runs.
 //
-// Concurrency: as engine.Engine says. Open starts one goroutine (the
-// background merger); Close stops it.
+// Concurrency: as engine.Engine says. Open starts two goroutines (the
+// background merger and the hinter); Close stops them.
 package appendlog

@@ -177,6 +177,7 @@ func (e *Engine) merge() error {
 		s.unref()
 	}
 	e.lastCut = cut
+	e.kickHinter()
 	return nil
 }
 

@@ -204,6 +204,7 @@ func (e *Engine) installSnapshot(path string) (uint64, error) {
 		s.obsolete.Store(true)
 		s.unref()
 	}
+	e.kickHinter()
 	return applied, nil
 }
 
@@ -266,6 +267,9 @@ func (e *Engine) Checkpoint(dir string) (uint64, error) {
 	for i, s := range v.segs {
 		dst := filepath.Join(dir, fileName(s.id))
 		if v.sealed[i] && os.Link(s.path, dst) == nil {
+			// Its hint, if written yet, is immutable too; without it
+			// the checkpoint's Open scans the file.
+			_ = os.Link(hintPath(s.path), hintPath(dst))
 			continue
 		}
 		if err := copyFile(s.path, dst, v.sizes[i]); err != nil {
@@ -325,6 +329,8 @@ func copyFile(src, dst string, n int64) error {
 // temporary files) are copied whole. It returns the durable index reported
 // before the cut.
 func (e *Engine) CrashCopy(dst string, tear func(synced, unsynced []byte) []byte) (uint64, error) {
+	e.hintMu.Lock()
+	defer e.hintMu.Unlock()
 	e.mergeMu.Lock()
 	defer e.mergeMu.Unlock()
 	e.writeMu.Lock()

@@ -455,6 +455,10 @@ func (e *Engine) Checkpoint(dir string) (uint64, error) {
 	return idx, nil
 }
 
+// MaxKeySize implements engine.Engine: bbolt's own limit (bolt.MaxKeySize,
+// 32768 bytes), which Set enforces.
+func (e *Engine) MaxKeySize() int { return bolt.MaxKeySize }
+
 // DiskSize implements engine.Engine: the bytes the bbolt file occupies on
 // disk (as du counts them). bbolt grows its file by truncating it in steps
 // of 16 MiB, so the file's length overstates what is written there; its

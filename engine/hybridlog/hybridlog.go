@@ -410,6 +410,10 @@ func (e *Engine) CompactAll() error {
 // DiskSize implements engine.Engine: the stable region's files.
 func (e *Engine) DiskSize() int64 { return e.stable.DiskSize() }
 
+// MaxKeySize implements engine.Engine: the stable region's limit, since
+// every record ends up there.
+func (e *Engine) MaxKeySize() int { return e.stable.MaxKeySize() }
+
 var errEngineClosed = errors.New("hybridlog engine closed")
 
 // Close stops the flusher, flushes and closes the stable region.

@@ -348,6 +348,11 @@ func (e *Engine) CompactAll() error {
 // DiskSize implements engine.Engine.
 func (e *Engine) DiskSize() int64 { return int64(e.db.Metrics().DiskSpaceUsage()) }
 
+// MaxKeySize implements engine.Engine: Pebble bounds a key only by what a
+// batch can hold (4 GiB), far above any request etcd's limits admit, so it
+// enforces none here.
+func (e *Engine) MaxKeySize() int { return 0 }
+
 // Close flushes (so that a clean restart has nothing to replay) and closes
 // the DB.
 func (e *Engine) Close() error {

@@ -147,6 +147,7 @@ func (p *Process) Args() []string {
 		"--heartbeat-interval=25",
 		"--election-timeout=250",
 	}
+	args = withEngine(p.opts.Binary, "", args) // STRATA_E2E_ENGINE; before the test's own flags
 	return append(args, p.opts.Flags...)
 }
 
@@ -432,6 +433,9 @@ func RunToExit(t testing.TB, timeout time.Duration, stdin string, env []string, 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	if len(args) > 0 && args[0] == "restore" {
+		args = withEngine(binary, "restore", args) // STRATA_E2E_ENGINE: the member restored onto starts on it
+	}
 	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
