@@ -4,7 +4,7 @@ package main
 // Figures 4.18-4.19) on strata, against full snapshots, in one run:
 //
 //	go run . backup                                  # defaults below
-//	go run . backup -grow-steps 10 -grow-keys 50000 -update-steps 5
+//	go run . backup -grow-steps 10 -grow-keys 50000 -update-steps 5 -restore-every 1
 //	go run . backup -render backup.json              # re-render backup.md and the plots
 //
 // Two single-member clusters run side by side, strata and real etcd, and
@@ -113,12 +113,12 @@ func defaultBKOptions() bkOptions {
 		etcd:         true,
 		experiments:  []string{expGrow, expUpdate},
 		growSteps:    10,
-		growKeys:     50000,
+		growKeys:     20000,
 		updateSteps:  5,
 		updatePct:    1,
-		baseKeys:     500000,
+		baseKeys:     200000,
 		valSize:      1024,
-		restoreEvery: 1,
+		restoreEvery: 2,
 		restoreStart: true,
 	}
 }
