@@ -137,7 +137,7 @@ func (o *bkOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.repo, "repo", o.repo, "strata repository root (default: found above the working directory)")
 	fs.StringVar(&o.binDir, "bin-dir", o.binDir, "where built binaries go (default <repo>/bench/bin)")
 	fs.StringVar(&o.workDir, "work-dir", o.workDir, "where data directories, the backup target and snapshot files go (default: the system temp dir); must not be tmpfs")
-	fs.BoolVar(&o.keep, "keep", o.keep, "keep the work directory (data dirs, target, last snapshots) after the run")
+	fs.BoolVar(&o.keep, "keep", o.keep, "keep the work directory (data dirs, target, every full snapshot file) after the run")
 	fs.BoolVar(&o.quiet, "quiet", o.quiet, "no progress line, warnings only")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "random seed of the values and of the keys each update step overwrites")
 	fs.StringVar(&o.etcdBin, "etcd-bin", o.etcdBin, "use this etcd binary (etcdctl and etcdutl beside it) instead of building tools/cmd/{etcd,etcdctl,etcdutl}")
@@ -826,7 +826,8 @@ func (r *bkRun) timed(ctx context.Context, action string, args []string) ([]byte
 }
 
 // dropSnapshots removes the step's full snapshot files (their sizes are
-// recorded), unless -keep, which keeps the last step's.
+// recorded), unless -keep, which keeps every one (as much disk as the full
+// snapshots' cumulative bytes).
 func (r *bkRun) dropSnapshots(snaps []*bkSnap) {
 	if r.o.keep {
 		return

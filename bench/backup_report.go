@@ -149,6 +149,13 @@ func markdownBK(rep *bkReport, pngs []string) string {
 				first.LoadAvg)
 		}
 		shape(&b, ms, steps, by)
+		var base *bkSnap // the version before the experiment's first step
+		if gsteps, gby := snapsOf(rep, expGrow); exp == expUpdate && steps[0] > 0 && len(gsteps) > 0 {
+			if s, ok := gby[gsteps[len(gsteps)-1]][methodIncremental]; ok && s.Err == "" {
+				base = &s
+			}
+		}
+		uploads(&b, steps, by, base)
 		if exp == expUpdate {
 			changeCost(&b, steps, by)
 		}
@@ -212,6 +219,35 @@ func shape(b *strings.Builder, ms []string, steps []int, by map[int]map[string]b
 		fmt.Fprintf(b, "| %s | %s → %s | %.2f → %.2f | %s | %.2f | %s | %s |\n", m, mb(f.Bytes), mb(l.Bytes), f.Seconds, l.Seconds,
 			mb(l.CumBytes), l.CumSeconds, ratio(float64(l.CumBytes), float64(f.Bytes)), ratio(l.CumSeconds, f.Seconds))
 	}
+}
+
+// uploads splits what each incremental version uploaded into what the
+// version grew by and the rest: uploaded - growth is the size of the tables
+// the previous version named and this one does not (Pebble's compactions
+// rewrote them between the two; a flush only adds tables). base, if not
+// nil, is the version before steps[0] (update after grow).
+func uploads(b *strings.Builder, steps []int, by map[int]map[string]bkSnap, base *bkSnap) {
+	prev := base
+	var rows []string
+	for _, step := range steps {
+		inc, ok := by[step][methodIncremental]
+		if !ok || inc.Err != "" {
+			prev = nil
+			continue
+		}
+		if prev != nil && step > 0 {
+			growth := inc.FullBytes - prev.FullBytes
+			rows = append(rows, fmt.Sprintf("| %d | %s | %d | %s | %s |", step, mb(inc.NewBytes), inc.NewFiles, mb(growth), mb(inc.NewBytes-growth)))
+		}
+		prev = &inc
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("\nWhat each incremental version uploaded: the version's growth over the previous one, and the rest (uploaded − growth), " +
+		"the size of the files the previous version named and this one does not (tables that compactions rewrote between the two; a flush only adds tables).\n\n")
+	b.WriteString("| step | uploaded MB | new files | version growth MB | uploaded − growth MB |\n|---|---|---|---|---|\n")
+	b.WriteString(strings.Join(rows, "\n") + "\n")
 }
 
 // changeCost is the update experiment's table: what each step's change cost
