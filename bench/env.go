@@ -77,6 +77,15 @@ func buildEtcd(ctx context.Context, repo, binDir string) (string, error) {
 	return filepath.Join(binDir, "etcd"), nil
 }
 
+// buildEtcdTools builds etcd, etcdctl and etcdutl from the tools module
+// into binDir.
+func buildEtcdTools(ctx context.Context, repo, binDir string) error {
+	if err := goBuild(ctx, filepath.Join(repo, "tools"), binDir+string(filepath.Separator), "./cmd/etcd", "./cmd/etcdctl", "./cmd/etcdutl"); err != nil {
+		return fmt.Errorf("build etcd tools: %w", err)
+	}
+	return nil
+}
+
 // buildStrata builds cmd/strata into binDir and returns its path.
 func buildStrata(ctx context.Context, repo, binDir string) (string, error) {
 	out := filepath.Join(binDir, "strata")

@@ -21,6 +21,7 @@
 //	go run . all                        # every step above (-steps to choose)
 //	go run . report -in results.json    # re-render Markdown and plots
 //	go run . logcompact                 # log compaction: SL against PL (logcompact.go)
+//	go run . backup                     # incremental backups against full snapshots (backup.go)
 //
 // Servers are chosen with -servers (etcd, strata, strata-wal, strata-bbolt,
 // strata-appendlog, strata-hybridlog, strata-base); strata-wal is strata
@@ -176,6 +177,7 @@ subcommands:
   report   re-render results.md and plots from -in results.json
   logcompact  seed 000's log compaction experiment on strata (logcompact.go)
   logger   seed 003's Figure 2 on strata: a cluster of three with 0, 1, 2 loggers (logger.go)
+  backup   seed 004's Figures 4.18-4.19 on strata: incremental backups against full snapshots (backup.go)
 
 run 'bench <subcommand> -h' for flags`
 
@@ -194,6 +196,8 @@ func run(args []string) error {
 		return runLogCompact(ctx, sub, args)
 	case "logger":
 		return runLoggerBench(ctx, sub, args)
+	case "backup":
+		return runBackupBench(ctx, sub, args)
 	case "put", "range", "ycsb", "sweep", "restart", "defrag", "all", "smoke":
 	default:
 		return fmt.Errorf("unknown subcommand %q\n%s", sub, usage)
