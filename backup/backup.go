@@ -200,11 +200,14 @@ func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 	}
 	defer os.RemoveAll(staging)
 	cpDir := filepath.Join(staging, "engine")
-	created := b.cfg.Now().UTC()
 	applied, err := b.cfg.Engine.Checkpoint(cpDir)
 	if err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
+	// After the checkpoint: every entry it holds was applied by then, so
+	// a restore to a time at or after created may start from it
+	// (docs/backup.md, "Point-in-time restore", rule 8).
+	created := b.cfg.Now().UTC()
 	m, err := readCheckpointMeta(cpDir)
 	if err != nil {
 		return nil, fmt.Errorf("backup: %w", err)

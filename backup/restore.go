@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
@@ -31,6 +32,12 @@ type RestoreConfig struct {
 	// replayed up to it (docs/backup.md, "Point-in-time restore"). It
 	// excludes Version.
 	ToRevision int64
+	// ToTime, if not zero, restores the last state at or before that
+	// wall-clock time that the archived time samples show: the newest
+	// version created at or before it, then the archived log up to the
+	// last index a sample says was applied by then (docs/backup.md,
+	// "Point-in-time restore"). It excludes Version and ToRevision.
+	ToTime time.Time
 	// DataDir is the new data directory; it must not exist.
 	DataDir string
 	// Name, InitialCluster and InitialClusterToken give the new member
@@ -50,6 +57,10 @@ type RestoreResult struct {
 	// ReplayedTo is the index of the last archived entry replayed after
 	// the version (point-in-time restore), 0 if none was.
 	ReplayedTo uint64
+	// StateTime, after a restore to a time, is when the restored state
+	// is known to have been the live one: the time of the last sample at
+	// or before ToTime, or the version's creation.
+	StateTime time.Time
 }
 
 // Restore builds a new data directory from a version in t (FORMAT.md,
@@ -81,12 +92,22 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	}
 	var m *Manifest
 	var err error
-	if cfg.ToRevision != 0 {
+	var plan timePlan
+	switch {
+	case !cfg.ToTime.IsZero():
+		if cfg.Version != 0 || cfg.ToRevision != 0 {
+			return RestoreResult{}, errors.New("restore: give a version, a revision or a time, not two")
+		}
+		if plan, err = planToTime(ctx, t, cfg.ToTime); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore to %s: %w", cfg.ToTime.Format(timeFormat), err)
+		}
+		m = plan.version
+	case cfg.ToRevision != 0:
 		if cfg.Version != 0 {
 			return RestoreResult{}, errors.New("restore: give a version or a revision, not both")
 		}
 		m, err = versionForRevision(ctx, t, cfg.ToRevision)
-	} else {
+	default:
 		m, err = ReadManifest(ctx, t, cfg.Version)
 	}
 	if err != nil {
@@ -108,8 +129,14 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	}
 	applied, replayed := m.RaftIndex, uint64(0)
 	if cfg.ToRevision > m.Revision {
-		if replayed, err = replayTo(ctx, t, engineDir, m, cfg.ToRevision, cfg.Logger); err != nil {
+		if replayed, err = replayTo(ctx, t, engineDir, m, replayLimit{Revision: cfg.ToRevision}, cfg.Logger); err != nil {
 			return RestoreResult{}, fmt.Errorf("restore to revision %d: %w", cfg.ToRevision, err)
+		}
+		applied = replayed
+	}
+	if plan.index > m.RaftIndex {
+		if replayed, err = replayTo(ctx, t, engineDir, m, replayLimit{Index: plan.index}, cfg.Logger); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore to %s: %w", cfg.ToTime.Format(timeFormat), err)
 		}
 		applied = replayed
 	}
@@ -129,7 +156,7 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
 	}
-	return RestoreResult{RestoreResult: res, Manifest: m, ReplayedTo: replayed}, nil
+	return RestoreResult{RestoreResult: res, Manifest: m, ReplayedTo: replayed, StateTime: plan.at}, nil
 }
 
 // engineSource gives maintenance.Restore every key of the downloaded
