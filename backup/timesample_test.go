@@ -225,6 +225,10 @@ func TestRestoreToTime(t *testing.T) {
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
 	}
+	if runs, err := ArchivedRuns(ctx, target); err != nil || len(runs) != 2 || runs[0].Last != logs[0].Last || runs[1].First != logs[2].First ||
+		!runs[1].To.Equal(last) {
+		t.Errorf("ArchivedRuns with object %d-%d gone = %+v, %v; want two runs", logs[1].First, logs[1].Last, runs, err)
+	}
 	if _, _, err := restore(v2.Created.Add(-time.Millisecond)); !errors.Is(err, ErrLogGap) {
 		t.Errorf("restore across a missing log object = %v, want ErrLogGap", err)
 	}

@@ -26,7 +26,9 @@ const backupUsage = `usage:
                                                      and every archived raft log object
   strata backup prune  --target URL [--keep-last N] [--keep-within D]
                                                      delete other versions, then the files none kept names
-  strata restore --from URL [--version N] --data-dir NEW ...   build a data dir from a version
+  strata restore --from URL [--version N | --to-revision R | --to-time T] --data-dir NEW ...
+                                                     build a data dir from a version, or the state at a
+                                                     revision or at a time (RFC 3339)
 
 URL is file:///dir or s3://bucket/prefix. For s3, --s3-endpoint, --s3-region and the
 credentials default to AWS_ENDPOINT_URL, AWS_REGION and AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.`
@@ -143,7 +145,11 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		if len(logs) > 0 {
-			fmt.Fprintf(stdout, "archived raft log (point-in-time restore): entries %s in %d objects\n", logRuns(logs), len(logs))
+			runs, err := backup.ArchivedRuns(ctx, t)
+			if err != nil {
+				return fail(err)
+			}
+			fmt.Fprintf(stdout, "archived raft log (point-in-time restore): entries %s in %d objects\n", logRuns(runs), len(logs))
 		}
 		return 0
 	case "verify":
@@ -239,6 +245,15 @@ func restoreFromTarget(tf *targetFlags, version uint64, cfg backup.RestoreConfig
 		return 1
 	}
 	m := res.Manifest
+	if !cfg.ToTime.IsZero() {
+		to := fmt.Sprintf("version %d of %s at raft index %d, revision %d", m.Version, t, m.RaftIndex, m.Revision)
+		if res.ReplayedTo != 0 {
+			to += fmt.Sprintf(", then its archived log to index %d", res.ReplayedTo)
+		}
+		fmt.Fprintf(stdout, "restored the state at %s, as of %s, the last time sample at or before it (%s; %d records) into %s: member %x of cluster %x\n",
+			cfg.ToTime.UTC().Format(time.RFC3339Nano), res.StateTime.Format(time.RFC3339Nano), to, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
+		return 0
+	}
 	if res.ReplayedTo != 0 {
 		fmt.Fprintf(stdout, "restored revision %d (version %d of %s at raft index %d, revision %d, then its archived log to index %d; %d records) into %s: member %x of cluster %x\n",
 			cfg.ToRevision, m.Version, t, m.RaftIndex, m.Revision, res.ReplayedTo, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
@@ -285,19 +300,19 @@ func (f *memberBackupFlags) apply(cfg *member.Config) error {
 	return nil
 }
 
-// logRuns writes archived log ranges as runs of contiguous indexes,
-// "a-b, c-d": a comma marks a gap no restore can cross.
-func logRuns(logs []backup.LogRange) string {
-	var runs []string
-	first, last := logs[0].First, logs[0].Last
-	for _, l := range logs[1:] {
-		if l.First == last+1 {
-			last = l.Last
-			continue
+// logRuns writes archived log runs as "a-b (from to to), c-d (...)": a
+// comma marks a gap no restore can cross; the times are the first and last
+// time samples of the run, the range --to-time can restore in.
+func logRuns(runs []backup.LogRun) string {
+	var out []string
+	for _, r := range runs {
+		s := fmt.Sprintf("%d-%d", r.First, r.Last)
+		if !r.From.IsZero() {
+			s += fmt.Sprintf(" (%s to %s)", r.From.Format(time.RFC3339Nano), r.To.Format(time.RFC3339Nano))
+		} else {
+			s += " (no time samples)"
 		}
-		runs = append(runs, fmt.Sprintf("%d-%d", first, last))
-		first, last = l.First, l.Last
+		out = append(out, s)
 	}
-	runs = append(runs, fmt.Sprintf("%d-%d", first, last))
-	return strings.Join(runs, ", ")
+	return strings.Join(out, ", ")
 }

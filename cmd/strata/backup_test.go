@@ -113,18 +113,22 @@ func TestMemberBackupFlags(t *testing.T) {
 	}
 }
 
-// TestLogRuns: archived log objects as runs of contiguous indexes.
+// TestLogRuns: archived log runs with the time range of their samples;
+// a comma marks a gap.
 func TestLogRuns(t *testing.T) {
+	at := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
-		logs []backup.LogRange
+		runs []backup.LogRun
 		want string
 	}{
-		{logs: []backup.LogRange{{First: 5, Last: 9}}, want: "5-9"},
-		{logs: []backup.LogRange{{First: 5, Last: 9}, {First: 10, Last: 20}, {First: 21, Last: 21}}, want: "5-21"},
-		{logs: []backup.LogRange{{First: 5, Last: 9}, {First: 12, Last: 20}, {First: 21, Last: 30}}, want: "5-9, 12-30"},
+		{runs: []backup.LogRun{{First: 5, Last: 9}}, want: "5-9 (no time samples)"},
+		{runs: []backup.LogRun{{First: 5, Last: 21, From: at, To: at.Add(90 * time.Second)}},
+			want: "5-21 (2026-11-25T10:00:00Z to 2026-11-25T10:01:30Z)"},
+		{runs: []backup.LogRun{{First: 5, Last: 9, From: at, To: at.Add(time.Second / 2)}, {First: 12, Last: 30, From: at.Add(time.Hour), To: at.Add(time.Hour)}},
+			want: "5-9 (2026-11-25T10:00:00Z to 2026-11-25T10:00:00.5Z), 12-30 (2026-11-25T11:00:00Z to 2026-11-25T11:00:00Z)"},
 	} {
-		if got := logRuns(tc.logs); got != tc.want {
-			t.Errorf("logRuns(%v) = %q, want %q", tc.logs, got, tc.want)
+		if got := logRuns(tc.runs); got != tc.want {
+			t.Errorf("logRuns(%v) = %q, want %q", tc.runs, got, tc.want)
 		}
 	}
 }
