@@ -55,6 +55,10 @@ type Config struct {
 	// Now is the clock for manifests' creation times; nil is time.Now.
 	Now    func() time.Time
 	Logger *zap.Logger
+	// Progress, if not nil, is told the checkpoint's files and bytes,
+	// then each file once it is hashed and, if the target lacked it,
+	// uploaded.
+	Progress Progress
 
 	// counters, if not nil, are shared with other Backupers (a Service's).
 	counters *counters
@@ -240,6 +244,14 @@ func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 		size            int64
 	}
 	var reused []reusedFile
+	progress := progressOr(b.cfg.Progress)
+	var total int64
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil {
+			total += info.Size()
+		}
+	}
+	progress.Total(len(entries), total)
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
 			return nil, fmt.Errorf("backup: checkpoint holds %s, not a regular file", e.Name())
@@ -264,6 +276,7 @@ func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 			b.stats.filesReused.Add(1)
 			reused = append(reused, reusedFile{path: p, name: e.Name(), sum: sum, size: size})
 		}
+		progress.Done(1, size)
 	}
 	// Invariant 1 with another writer: a member that leads no longer may
 	// still prune this target (docs/backup.md, "Which member backs up"),
@@ -476,7 +489,7 @@ func ReadManifest(ctx context.Context, t Target, version uint64) (*Manifest, err
 // recorded as unknown). The version holds what the engine had flushed: a
 // member stopped cleanly flushes everything it applied; one that was
 // killed holds less, and the raft log the rest.
-func CreateOffline(ctx context.Context, dataDir string, t Target, logger *zap.Logger) (*Manifest, error) {
+func CreateOffline(ctx context.Context, dataDir string, t Target, logger *zap.Logger, progress Progress) (*Manifest, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
@@ -509,7 +522,8 @@ func CreateOffline(ctx context.Context, dataDir string, t Target, logger *zap.Lo
 		return nil, fmt.Errorf("backup %s: open a copy of the engine: %w", dataDir, err)
 	}
 	defer eng.Close()
-	b := New(Config{Engine: eng, Target: t, ID: id, Term: offlineTerm(datadir.Log(dataDir)), StagingDir: staging, Logger: logger})
+	b := New(Config{Engine: eng, Target: t, ID: id, Term: offlineTerm(datadir.Log(dataDir)), StagingDir: staging, Logger: logger,
+		Progress: progress})
 	return b.Create(ctx)
 }
 

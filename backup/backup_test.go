@@ -633,14 +633,14 @@ func TestCreateOffline(t *testing.T) {
 		t.Fatal(err)
 	}
 	target := fileTarget(t)
-	if _, err := CreateOffline(ctx, dir, target, nil); err == nil || !strings.Contains(err.Error(), "no identity file") {
+	if _, err := CreateOffline(ctx, dir, target, nil, nil); err == nil || !strings.Contains(err.Error(), "no identity file") {
 		t.Fatalf("CreateOffline without an identity = %v", err)
 	}
 	if err := datadir.WriteID(vfs.Default, dir, testID); err != nil {
 		t.Fatal(err)
 	}
 	before := listTree(t, dir)
-	v, err := CreateOffline(ctx, dir, target, nil)
+	v, err := CreateOffline(ctx, dir, target, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,9 @@ type RestoreConfig struct {
 	InitialCluster      map[string][]string
 	InitialClusterToken string
 	Logger              *zap.Logger
+	// Progress, if not nil, is told the version's files and bytes, then
+	// the bytes as they download and each file once checked.
+	Progress Progress
 }
 
 // RestoreResult describes a restored data directory.
@@ -122,10 +125,13 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	if err := datadir.MkdirAllSynced(vfs.Default, engineDir); err != nil {
 		return RestoreResult{}, fmt.Errorf("restore: %w", err)
 	}
+	progress := progressOr(cfg.Progress)
+	progress.Total(len(m.Files), m.Size())
 	for _, f := range m.Files {
-		if err := download(ctx, t, f, filepath.Join(engineDir, f.Name)); err != nil {
+		if err := download(ctx, t, f, filepath.Join(engineDir, f.Name), progress); err != nil {
 			return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
 		}
+		progress.Done(1, 0)
 	}
 	applied, replayed := m.RaftIndex, uint64(0)
 	if cfg.ToRevision > m.Revision {
@@ -185,8 +191,8 @@ func engineSource(eng *pebbleengine.Engine, applied uint64) maintenance.RestoreS
 }
 
 // download writes the file f of a version to p, checking its size and
-// hash as it goes, and syncs it.
-func download(ctx context.Context, t Target, f File, p string) error {
+// hash as it goes, and syncs it; progress is told the bytes as they come.
+func download(ctx context.Context, t Target, f File, p string, progress Progress) error {
 	r, err := t.Get(ctx, fileName(f.SHA256))
 	if err != nil {
 		return fmt.Errorf("download %s: %w", f.Name, err)
@@ -198,7 +204,7 @@ func download(ctx context.Context, t Target, f File, p string) error {
 	}
 	h := sha256.New()
 	// One byte more than the size, to see a longer object.
-	n, err := io.Copy(io.MultiWriter(out, h), io.LimitReader(&ctxReader{ctx: ctx, r: r}, f.Size+1))
+	n, err := io.Copy(io.MultiWriter(out, h, progressWriter{progress}), io.LimitReader(&ctxReader{ctx: ctx, r: r}, f.Size+1))
 	if err == nil {
 		err = out.Sync()
 	}

@@ -353,3 +353,70 @@ func TestBackupKilled(t *testing.T) {
 		t.Errorf("restored: revision %d, HashKV %d, %d keys; want %d, %d, %d", got.rev, got.hash, len(got.kvs), want.rev, want.hash, len(want.kvs))
 	}
 }
+
+// TestBackupProgressJSON: `strata backup create --json` and `strata
+// restore --from --json` print JSON lines on stdout, every one parsable,
+// progress events first and the result last; without --json and without a
+// terminal, plain progress lines go to stderr, ending at 100%, and stdout
+// holds only the result line.
+func TestBackupProgressJSON(t *testing.T) {
+	src := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src"})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cli := src.Client(t)
+	for i := range 100 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("k%03d", i), strings.Repeat("v", 500)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := readBackupState(t, ctx, cli, src.Endpoint())
+	src.Stop()
+	target := "file://" + filepath.Join(t.TempDir(), "target")
+	jsonLines := func(what, stdout string) []map[string]any {
+		t.Helper()
+		var out []map[string]any
+		for _, l := range strings.Split(strings.TrimSuffix(stdout, "\n"), "\n") {
+			var e map[string]any
+			if err := json.Unmarshal([]byte(l), &e); err != nil {
+				t.Fatalf("%s --json: line %q is not JSON: %v", what, l, err)
+			}
+			out = append(out, e)
+		}
+		if len(out) < 2 || out[0]["event"] != "progress" || out[len(out)-1]["event"] != "result" {
+			t.Fatalf("%s --json: %q; want progress events, then the result", what, stdout)
+		}
+		return out
+	}
+	res := testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "backup", "create", "--data-dir="+src.DataDir(), "--target="+target, "--json")
+	if res.Code != 0 {
+		t.Fatalf("backup create --json: exit %d, stderr %s", res.Code, res.Stderr)
+	}
+	lines := jsonLines("backup create", res.Stdout)
+	if r := lines[len(lines)-1]; r["version"] != 1.0 || r["revision"] != float64(want.rev) || r["operation"] != "backup create" {
+		t.Errorf("backup create --json result %v; want version 1 at revision %d", r, want.rev)
+	}
+	if p := lines[len(lines)-2]; p["files"] != p["total_files"] || p["bytes"] != p["total_bytes"] {
+		t.Errorf("backup create --json: the last progress event %v is not complete", p)
+	}
+	res = testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "backup", "create", "--data-dir="+src.DataDir(), "--target="+target)
+	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "version 2 ") || strings.Count(res.Stdout, "\n") != 1 ||
+		!strings.Contains(res.Stderr, "backup create: 100% ") {
+		t.Errorf("backup create: exit %d, stdout %q, stderr %q; want the result alone on stdout and plain progress to 100%% on stderr", res.Code, res.Stdout, res.Stderr)
+	}
+
+	p := testutil.NewProcess(t, testutil.Options{Binary: binary(t, strata), Name: "r", Token: "restored"})
+	res = testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "restore", "--from="+target, "--version=1", "--json",
+		"--data-dir="+p.DataDir(), "--name=r", "--initial-cluster=r="+p.PeerURL(), "--initial-advertise-peer-urls="+p.PeerURL(), "--initial-cluster-token=restored")
+	if res.Code != 0 {
+		t.Fatalf("restore --json: exit %d, stderr %s", res.Code, res.Stderr)
+	}
+	if r := jsonLines("restore", res.Stdout); r[len(r)-1]["version"] != 1.0 || r[len(r)-1]["data_dir"] != p.DataDir() {
+		t.Errorf("restore --json result %v", r[len(r)-1])
+	}
+	res = testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "restore", "--from="+target, "--version=9", "--json",
+		"--data-dir="+filepath.Join(t.TempDir(), "none"))
+	var last map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(res.Stdout)), &last); res.Code != 1 || err != nil || last["event"] != "error" {
+		t.Errorf("restore --json of a missing version: exit %d, stdout %q (%v); want one error object", res.Code, res.Stdout, err)
+	}
+}

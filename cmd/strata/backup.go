@@ -74,17 +74,27 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "create":
 		dataDir := fs.String("data-dir", "", "The data directory of a stopped member.")
+		asJSON := fs.Bool("json", false, "Print JSON lines on stdout for scripts: progress events, then the result (or an error) object.")
 		if code := parse(); code >= 0 {
 			return code
 		}
+		progress := newProgress("backup create", *asJSON, stdout, stderr)
 		if online.endpoints != "" {
 			if *dataDir != "" {
 				fmt.Fprintln(stderr, "strata backup create: give --data-dir (a stopped member) or --endpoints (a running one), not both")
 				return 2
 			}
+			// The member does the work: no progress, only the result.
 			resp, err := online.create(ctx, tf.url)
 			if err != nil {
+				progress.fail(err)
 				return fail(err)
+			}
+			if *asJSON {
+				progress.result(map[string]any{"version": resp.Version, "target": resp.Target, "member_id": fmt.Sprintf("%x", resp.MemberID),
+					"raft_index": resp.RaftIndex, "raft_term": resp.RaftTerm, "revision": resp.Revision, "files": resp.Files, "size": resp.Size,
+					"new_files": resp.NewFiles, "new_bytes": resp.NewBytes, "duration_seconds": resp.Duration.Seconds()})
+				return 0
 			}
 			fmt.Fprintf(stdout, "version %d of %s by member %x: raft index %d, term %d, revision %d, %d files (%d bytes), uploaded %d files (%d bytes) in %s\n",
 				resp.Version, resp.Target, resp.MemberID, resp.RaftIndex, resp.RaftTerm, resp.Revision, resp.Files, resp.Size, resp.NewFiles,
@@ -97,12 +107,20 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		}
 		t, err := tf.open(ctx)
 		if err != nil {
+			progress.fail(err)
 			return fail(err)
 		}
 		start := time.Now()
-		m, err := backup.CreateOffline(ctx, *dataDir, t, nil)
+		m, err := backup.CreateOffline(ctx, *dataDir, t, nil, progress)
 		if err != nil {
+			progress.fail(err)
 			return fail(err)
+		}
+		progress.result(map[string]any{"version": m.Version, "target": t.String(), "raft_index": m.RaftIndex, "raft_term": m.RaftTerm,
+			"revision": m.Revision, "files": len(m.Files), "size": m.Size(), "new_files": m.NewFiles, "new_bytes": m.NewBytes,
+			"duration_seconds": time.Since(start).Seconds()})
+		if *asJSON {
+			return 0
 		}
 		fmt.Fprintf(stdout, "version %d of %s: raft index %d, term %d, revision %d, %d files (%d bytes), uploaded %d files (%d bytes) in %s\n",
 			m.Version, t, m.RaftIndex, m.RaftTerm, m.Revision, len(m.Files), m.Size(), m.NewFiles, m.NewBytes, time.Since(start).Round(time.Millisecond))
@@ -231,20 +249,42 @@ func (f *targetFlags) open(ctx context.Context) (backup.Target, error) {
 
 // restoreFromTarget is `strata restore --from URL`: a version of an
 // incremental backup into a new data directory.
-func restoreFromTarget(tf *targetFlags, version uint64, cfg backup.RestoreConfig, stdout, stderr io.Writer) int {
+func restoreFromTarget(tf *targetFlags, version uint64, cfg backup.RestoreConfig, asJSON bool, stdout, stderr io.Writer) int {
 	ctx := context.Background()
+	progress := newProgress("restore", asJSON, stdout, stderr)
+	fail := func(err error) int {
+		progress.fail(err)
+		fmt.Fprintf(stderr, "strata restore: %v\n", err)
+		return 1
+	}
 	t, err := tf.open(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "strata restore: %v\n", err)
-		return 1
+		return fail(err)
 	}
 	cfg.Version = version
+	cfg.Progress = progress
+	start := time.Now()
 	res, err := backup.Restore(ctx, t, cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "strata restore: %v\n", err)
-		return 1
+		return fail(err)
 	}
 	m := res.Manifest
+	fields := map[string]any{"version": m.Version, "target": t.String(), "raft_index": m.RaftIndex, "revision": m.Revision,
+		"records": res.Records, "data_dir": cfg.DataDir, "member_id": fmt.Sprintf("%x", res.MemberID), "cluster_id": fmt.Sprintf("%x", res.ClusterID),
+		"duration_seconds": time.Since(start).Seconds()}
+	if res.ReplayedTo != 0 {
+		fields["replayed_to"] = res.ReplayedTo
+	}
+	if cfg.ToRevision != 0 {
+		fields["to_revision"] = cfg.ToRevision
+	}
+	if !cfg.ToTime.IsZero() {
+		fields["to_time"], fields["state_time"] = cfg.ToTime.UTC(), res.StateTime
+	}
+	progress.result(fields)
+	if asJSON {
+		return 0
+	}
 	if !cfg.ToTime.IsZero() {
 		to := fmt.Sprintf("version %d of %s at raft index %d, revision %d", m.Version, t, m.RaftIndex, m.Revision)
 		if res.ReplayedTo != 0 {
