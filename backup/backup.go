@@ -118,7 +118,7 @@ func (b *Backuper) Stats() Stats { return b.stats.read() }
 // Run takes a version every interval until ctx is done, then returns
 // ctx's error; a failed version is logged, counted (Stats.Failures) and
 // tried again at the next tick, where the upload resumes (invariant 1).
-// With keep set (KeepLast or KeepWithin), every version is followed by
+// With keep set (KeepLast, KeepWithin or Exponential), every version is followed by
 // b.Prune, which never overlaps a Create.
 func (b *Backuper) Run(ctx context.Context, interval time.Duration, keep Retention) error {
 	if interval <= 0 {
@@ -148,7 +148,7 @@ func (b *Backuper) once(ctx context.Context, keep Retention) {
 		}
 		return
 	}
-	if keep.KeepLast > 0 || keep.KeepWithin > 0 {
+	if keep.any() {
 		if _, err := b.Prune(ctx, keep); err != nil {
 			b.cfg.Logger.Warn("backup: prune failed", zap.Error(err))
 		}

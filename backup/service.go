@@ -39,7 +39,8 @@ type Options struct {
 	// what was applied since the last archiving (else a gap).
 	LogInterval time.Duration
 	// Keep prunes the target after each version of the continuous mode
-	// (--backup-keep-last, --backup-keep-within); zero prunes nothing.
+	// (--backup-keep-last, --backup-keep-within, --backup-keep-exponential);
+	// zero prunes nothing.
 	Keep Retention
 }
 
@@ -298,7 +299,8 @@ func (s *Service) Run(ctx context.Context) {
 		return
 	}
 	s.cfg.Logger.Info("backup: continuous mode", zap.String("target", s.cfg.Target), zap.Duration("interval", s.cfg.Interval),
-		zap.Duration("log-interval", s.cfg.LogInterval), zap.Int("keep-last", s.cfg.Keep.KeepLast), zap.Duration("keep-within", s.cfg.Keep.KeepWithin))
+		zap.Duration("log-interval", s.cfg.LogInterval), zap.Int("keep-last", s.cfg.Keep.KeepLast), zap.Duration("keep-within", s.cfg.Keep.KeepWithin),
+		zap.Bool("keep-exponential", s.cfg.Keep.Exponential))
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
 	if s.samples != nil {

@@ -24,7 +24,7 @@ const backupUsage = `usage:
   strata backup list   --target URL [--json]         the versions, oldest first
   strata backup verify --target URL [--version N]    check every file of a version (default the latest)
                                                      and every archived raft log object
-  strata backup prune  --target URL [--keep-last N] [--keep-within D]
+  strata backup prune  --target URL [--keep-last N] [--keep-within D] [--keep-exponential]
                                                      delete other versions, then the files none kept names
   strata restore --from URL [--version N | --to-revision R | --to-time T] --data-dir NEW ...
                                                      build a data dir from a version, or the state at a
@@ -201,6 +201,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	case "prune":
 		keepLast := fs.Int("keep-last", 0, "Keep the newest N versions.")
 		keepWithin := fs.Duration("keep-within", 0, "Keep the versions created within this duration (e.g. 168h). The newest version is always kept.")
+		keepExp := fs.Bool("keep-exponential", false, "Keep the newest version of every hour for 24 h, of every day for 7 days and of every week for 4 weeks (UTC), like etcd-backup-restore's Exponential policy.")
 		if code := parse(); code >= 0 {
 			return code
 		}
@@ -208,7 +209,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(err)
 		}
-		rep, err := backup.Prune(ctx, t, backup.Retention{KeepLast: *keepLast, KeepWithin: *keepWithin})
+		rep, err := backup.Prune(ctx, t, backup.Retention{KeepLast: *keepLast, KeepWithin: *keepWithin, Exponential: *keepExp})
 		if err != nil {
 			return fail(err)
 		}
@@ -312,6 +313,7 @@ type memberBackupFlags struct {
 	logInterval time.Duration
 	keepLast    int
 	keepWithin  time.Duration
+	keepExp     bool
 }
 
 func (f *memberBackupFlags) register(fs *flag.FlagSet) {
@@ -320,6 +322,7 @@ func (f *memberBackupFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.logInterval, "backup-log-interval", 0, "strata: also archive the applied raft log into --backup-target this often between versions, for point-in-time restore (0: only right after each version). Keep it well under the time the member takes to apply --snapshot-count entries.")
 	fs.IntVar(&f.keepLast, "backup-keep-last", 0, "strata: after each version of --backup-interval, prune the target to the newest N versions (0: no such rule).")
 	fs.DurationVar(&f.keepWithin, "backup-keep-within", 0, "strata: after each version of --backup-interval, keep the versions created within this duration (0: no such rule). The newest is always kept.")
+	fs.BoolVar(&f.keepExp, "backup-keep-exponential", false, "strata: after each version of --backup-interval, keep the newest version of every hour for 24 h, of every day for 7 days and of every week for 4 weeks (UTC), as `strata backup prune --keep-exponential`.")
 	f.target.registerS3(fs)
 }
 
@@ -327,15 +330,15 @@ func (f *memberBackupFlags) apply(cfg *member.Config) error {
 	if f.keepLast < 0 || f.keepWithin < 0 {
 		return fmt.Errorf("--backup-keep-last %d, --backup-keep-within %s: want 0 or more", f.keepLast, f.keepWithin)
 	}
-	if (f.keepLast > 0 || f.keepWithin > 0) && f.interval == 0 {
-		return errors.New("--backup-keep-last and --backup-keep-within prune after the versions of --backup-interval, which is 0 (off)")
+	if (f.keepLast > 0 || f.keepWithin > 0 || f.keepExp) && f.interval == 0 {
+		return errors.New("--backup-keep-last, --backup-keep-within and --backup-keep-exponential prune after the versions of --backup-interval, which is 0 (off)")
 	}
 	if f.target.url != "" && cfg.Engine != "" && cfg.Engine != engines.Pebble {
 		return fmt.Errorf("--backup-target: incremental backups copy Pebble's engine files, and this member's engine is %s (--engine); take etcd-format snapshots with etcdctl snapshot save instead", cfg.Engine)
 	}
 	cfg.Backup = backup.Options{
 		Target: f.target.url, TargetOptions: f.target.opts, Interval: f.interval, LogInterval: f.logInterval,
-		Keep: backup.Retention{KeepLast: f.keepLast, KeepWithin: f.keepWithin},
+		Keep: backup.Retention{KeepLast: f.keepLast, KeepWithin: f.keepWithin, Exponential: f.keepExp},
 	}
 	return nil
 }

@@ -61,6 +61,11 @@ func TestRestoreFromFlags(t *testing.T) {
 		{"--to-revision=5", "--data-dir=" + dir, "backup.db"},
 		{"--from=file:///x", "--version=2", "--to-revision=5", "--data-dir=" + dir},
 		{"--from=file:///x", "--to-revision=-1", "--data-dir=" + dir},
+		{"--to-time=2026-11-25T10:00:00Z", "--data-dir=" + dir, "backup.db"},
+		{"--from=file:///x", "--to-time=2026-11-25 10:00", "--data-dir=" + dir},
+		{"--from=file:///x", "--to-time=2026-11-25T10:00:00Z", "--to-revision=5", "--data-dir=" + dir},
+		{"--from=file:///x", "--to-time=2026-11-25T10:00:00Z", "--version=2", "--data-dir=" + dir},
+		{"--json", "--data-dir=" + dir, "backup.db"},
 	} {
 		if code := runRestore(args); code != 2 {
 			t.Errorf("strata restore %v: exit %d, want 2", args, code)
@@ -81,14 +86,15 @@ func TestMemberBackupFlags(t *testing.T) {
 		{
 			name: "every flag",
 			args: []string{"--backup-target=s3://b/p", "--backup-interval=1h", "--backup-log-interval=1m", "--backup-keep-last=3", "--backup-keep-within=24h",
-				"--s3-endpoint=http://127.0.0.1:9000", "--s3-region=r", "--s3-access-key=a", "--s3-secret-key=s"},
+				"--backup-keep-exponential", "--s3-endpoint=http://127.0.0.1:9000", "--s3-region=r", "--s3-access-key=a", "--s3-secret-key=s"},
 			check: func(cfg member.Config) bool {
 				return reflect.DeepEqual(cfg.Backup, backup.Options{Target: "s3://b/p", Interval: time.Hour, LogInterval: time.Minute,
-					Keep:          backup.Retention{KeepLast: 3, KeepWithin: 24 * time.Hour},
+					Keep:          backup.Retention{KeepLast: 3, KeepWithin: 24 * time.Hour, Exponential: true},
 					TargetOptions: backup.TargetOptions{Endpoint: "http://127.0.0.1:9000", Region: "r", AccessKey: "a", SecretKey: "s"}})
 			},
 		},
 		{name: "keep without interval", args: []string{"--backup-target=file:///x", "--backup-keep-last=3"}, wantErr: "--backup-interval"},
+		{name: "exponential without interval", args: []string{"--backup-target=file:///x", "--backup-keep-exponential"}, wantErr: "--backup-interval"},
 		{name: "negative keep", args: []string{"--backup-target=file:///x", "--backup-interval=1h", "--backup-keep-last=-1"}, wantErr: "want 0 or more"},
 	}
 	for _, tc := range tests {
