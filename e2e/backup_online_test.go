@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -299,16 +300,21 @@ func TestBackupPointInTime(t *testing.T) {
 }
 
 // TestBackupPointInTimeToTime: a member in continuous mode samples when
-// it applied what; `strata restore --from URL --to-time T` for T taken
-// between writes answers what the live member answered at T (keys,
-// values, revisions, HashKV); `backup list` shows the archive's time
-// range; a time before the oldest version or after the archive's reach
-// is refused, saying so.
+// it applied what and archives its log every 300 ms after one version;
+// `strata restore --from URL --to-time T` for T taken between later writes
+// replays the archived log and answers what the live member answered at T
+// (keys, values, revisions, HashKV); `backup list` shows the archive's
+// time range; a time before the oldest version or after the archive's
+// reach is refused, saying so; a damaged log object is named by verify and
+// refused by restore.
 func TestBackupPointInTimeToTime(t *testing.T) {
-	target := "file://" + filepath.Join(t.TempDir(), "target")
+	dir := filepath.Join(t.TempDir(), "target")
+	target := "file://" + dir
 	start := time.Now()
+	// One version, taken on request below: the interval is far off, so
+	// that every time restored is the version plus archived entries.
 	p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src",
-		Flags: []string{"--backup-target=" + target, "--backup-interval=300ms"}})
+		Flags: []string{"--backup-target=" + target, "--backup-interval=1h", "--backup-log-interval=300ms"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	cli := p.Client(t)
@@ -343,19 +349,12 @@ func TestBackupPointInTimeToTime(t *testing.T) {
 		return m
 	}
 	write(1)
-	waitVersions := func(n int) {
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if list, err := backup.List(ctx, tgt); err == nil && len(list) >= n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("fewer than %d versions in 60 s", n)
-			}
-		}
+	if res := testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "backup", "create", "--endpoints="+p.Endpoint()); res.Code != 0 {
+		t.Fatalf("backup create --endpoints: exit %d, stderr %s", res.Code, res.Stderr)
 	}
-	waitVersions(1)
-	marks := []mark{markNow()}
 	write(2)
+	marks := []mark{markNow()}
+	write(6)
 	marks = append(marks, markNow())
 	write(3)
 	write(4)
@@ -394,6 +393,29 @@ func TestBackupPointInTimeToTime(t *testing.T) {
 	if res := restore("yesterday"); res.Code != 2 || !strings.Contains(res.Stderr, "want an RFC 3339 time") {
 		t.Errorf("restore to an unparsable time: exit %d, stderr %q", res.Code, res.Stderr)
 	}
+
+	// Damage the last byte (an entry's) of every log object.
+	objs, err := filepath.Glob(filepath.Join(dir, "log", "*"))
+	if err != nil || len(objs) == 0 {
+		t.Fatalf("log objects: %v, %v", objs, err)
+	}
+	for _, o := range objs {
+		raw, err := os.ReadFile(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw[len(raw)-1] ^= 1
+		if err := os.WriteFile(o, raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res := testutil.RunToExit(t, 30*time.Second, "", nil, binary(t, strata), "backup", "verify", "--target="+target); res.Code != 1 ||
+		!strings.Contains(res.Stdout, "bad: log/") {
+		t.Errorf("verify of damaged log objects: exit %d, stdout %q", res.Code, res.Stdout)
+	}
+	if res := restore(marks[0].at.Format(time.RFC3339Nano)); res.Code != 1 || !strings.Contains(res.Stderr, "corrupt") {
+		t.Errorf("restore over damaged log objects: exit %d, stderr %q", res.Code, res.Stderr)
+	}
 }
 
 // restoreToTime restores target to the time at into a new single-member
@@ -406,7 +428,8 @@ func restoreToTime(t *testing.T, target string, at time.Time, want backupState) 
 	res := testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "restore", "--from="+target,
 		"--to-time="+at.Format(time.RFC3339Nano), "--data-dir="+p.DataDir(), "--name=r", "--initial-cluster=r="+p.PeerURL(),
 		"--initial-advertise-peer-urls="+p.PeerURL(), "--initial-cluster-token=restored")
-	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "restored the state at "+at.UTC().Format(time.RFC3339Nano)) {
+	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "restored the state at "+at.UTC().Format(time.RFC3339Nano)) ||
+		!strings.Contains(res.Stdout, "then its archived log to index") {
 		t.Fatalf("restore to %s: exit %d, stdout %q, stderr %s", at.Format(time.RFC3339Nano), res.Code, res.Stdout, res.Stderr)
 	}
 	p.Launch()
