@@ -55,6 +55,10 @@ type Config struct {
 	// Now is the clock for manifests' creation times; nil is time.Now.
 	Now    func() time.Time
 	Logger *zap.Logger
+	// Progress, if not nil, is told the checkpoint's files and bytes,
+	// then each file once it is hashed and, if the target lacked it,
+	// uploaded.
+	Progress Progress
 
 	// counters, if not nil, are shared with other Backupers (a Service's).
 	counters *counters
@@ -114,7 +118,7 @@ func (b *Backuper) Stats() Stats { return b.stats.read() }
 // Run takes a version every interval until ctx is done, then returns
 // ctx's error; a failed version is logged, counted (Stats.Failures) and
 // tried again at the next tick, where the upload resumes (invariant 1).
-// With keep set (KeepLast or KeepWithin), every version is followed by
+// With keep set (KeepLast, KeepWithin or Exponential), every version is followed by
 // b.Prune, which never overlaps a Create.
 func (b *Backuper) Run(ctx context.Context, interval time.Duration, keep Retention) error {
 	if interval <= 0 {
@@ -144,7 +148,7 @@ func (b *Backuper) once(ctx context.Context, keep Retention) {
 		}
 		return
 	}
-	if keep.KeepLast > 0 || keep.KeepWithin > 0 {
+	if keep.any() {
 		if _, err := b.Prune(ctx, keep); err != nil {
 			b.cfg.Logger.Warn("backup: prune failed", zap.Error(err))
 		}
@@ -200,11 +204,14 @@ func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 	}
 	defer os.RemoveAll(staging)
 	cpDir := filepath.Join(staging, "engine")
-	created := b.cfg.Now().UTC()
 	applied, err := b.cfg.Engine.Checkpoint(cpDir)
 	if err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
+	// After the checkpoint: every entry it holds was applied by then, so
+	// a restore to a time at or after created may start from it
+	// (docs/backup.md, "Point-in-time restore", rule 8).
+	created := b.cfg.Now().UTC()
 	m, err := readCheckpointMeta(cpDir)
 	if err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
@@ -237,6 +244,14 @@ func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 		size            int64
 	}
 	var reused []reusedFile
+	progress := progressOr(b.cfg.Progress)
+	var total int64
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil {
+			total += info.Size()
+		}
+	}
+	progress.Total(len(entries), total)
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
 			return nil, fmt.Errorf("backup: checkpoint holds %s, not a regular file", e.Name())
@@ -261,6 +276,7 @@ func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 			b.stats.filesReused.Add(1)
 			reused = append(reused, reusedFile{path: p, name: e.Name(), sum: sum, size: size})
 		}
+		progress.Done(1, size)
 	}
 	// Invariant 1 with another writer: a member that leads no longer may
 	// still prune this target (docs/backup.md, "Which member backs up"),
@@ -473,7 +489,7 @@ func ReadManifest(ctx context.Context, t Target, version uint64) (*Manifest, err
 // recorded as unknown). The version holds what the engine had flushed: a
 // member stopped cleanly flushes everything it applied; one that was
 // killed holds less, and the raft log the rest.
-func CreateOffline(ctx context.Context, dataDir string, t Target, logger *zap.Logger) (*Manifest, error) {
+func CreateOffline(ctx context.Context, dataDir string, t Target, logger *zap.Logger, progress Progress) (*Manifest, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
@@ -506,7 +522,8 @@ func CreateOffline(ctx context.Context, dataDir string, t Target, logger *zap.Lo
 		return nil, fmt.Errorf("backup %s: open a copy of the engine: %w", dataDir, err)
 	}
 	defer eng.Close()
-	b := New(Config{Engine: eng, Target: t, ID: id, Term: offlineTerm(datadir.Log(dataDir)), StagingDir: staging, Logger: logger})
+	b := New(Config{Engine: eng, Target: t, ID: id, Term: offlineTerm(datadir.Log(dataDir)), StagingDir: staging, Logger: logger,
+		Progress: progress})
 	return b.Create(ctx)
 }
 

@@ -296,6 +296,9 @@ func TestPrune(t *testing.T) {
 		{name: "keep within keeps the newest however old", r: Retention{KeepWithin: time.Minute,
 			Now: func() time.Time { return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) }}, kept: []uint64{4}, versions: 4},
 		{name: "either rule keeps", r: Retention{KeepLast: 1, KeepWithin: 150 * time.Minute}, kept: []uint64{2, 3, 4}, versions: 4},
+		{name: "exponential: four hours of one day", r: Retention{Exponential: true}, kept: []uint64{1, 2, 3, 4}, versions: 4},
+		{name: "exponential two days later: the last of the day", r: Retention{Exponential: true,
+			Now: func() time.Time { return time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC) }}, kept: []uint64{4}, versions: 4},
 		{name: "no rule", r: Retention{}, wantErr: "no retention given", versions: 1},
 		{name: "negative", r: Retention{KeepLast: -1}, wantErr: "negative retention", versions: 1},
 	}
@@ -633,14 +636,14 @@ func TestCreateOffline(t *testing.T) {
 		t.Fatal(err)
 	}
 	target := fileTarget(t)
-	if _, err := CreateOffline(ctx, dir, target, nil); err == nil || !strings.Contains(err.Error(), "no identity file") {
+	if _, err := CreateOffline(ctx, dir, target, nil, nil); err == nil || !strings.Contains(err.Error(), "no identity file") {
 		t.Fatalf("CreateOffline without an identity = %v", err)
 	}
 	if err := datadir.WriteID(vfs.Default, dir, testID); err != nil {
 		t.Fatal(err)
 	}
 	before := listTree(t, dir)
-	v, err := CreateOffline(ctx, dir, target, nil)
+	v, err := CreateOffline(ctx, dir, target, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

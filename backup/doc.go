@@ -27,6 +27,13 @@
 //	rep, err := backup.Verify(ctx, t, m.Version) // every file against its hash
 //	res, err := backup.Restore(ctx, t, backup.RestoreConfig{...}) // a new data dir
 //	pr, err := backup.Prune(ctx, t, backup.Retention{KeepLast: 7})
+//	pr, err = backup.Prune(ctx, t, backup.Retention{Exponential: true}) // hours, days, weeks
+//
+// Point-in-time restore (docs/backup.md): the continuous mode archives
+// the applied raft log (ArchiveLog) with time samples of the applied index
+// (Sampler); RestoreConfig.ToRevision and RestoreConfig.ToTime restore a
+// version and replay the archived log up to a revision, or up to the last
+// entry a sample shows applied by a wall-clock time.
 //
 // A running member opens one Service (OpenService): it stages checkpoints
 // in a directory on the engine's file system (so that Pebble hard-links

@@ -23,8 +23,10 @@ import (
 // log/<first>-<last>, each the entries first..last behind a header line.
 const (
 	logPrefix = "log/"
-	// logFormat is the version of a log object's layout.
-	logFormat = 1
+	// logFormat is the version of a log object's layout that is written:
+	// 2 adds the samples block (FORMAT.md, "Archived log"); 1 is still
+	// read.
+	logFormat = 2
 	// maxLogHeader bounds a log object's header line.
 	maxLogHeader = 4 << 10
 	// maxLogObjectBytes bounds a log object's entries when reading.
@@ -50,6 +52,10 @@ type logHeader struct {
 	Format int    `json:"format"`
 	First  uint64 `json:"first"`
 	Last   uint64 `json:"last"`
+	// Samples is how many TimeSamples the samples block holds, and
+	// SamplesSHA256 the hex SHA-256 of that block alone (format 2).
+	Samples       int    `json:"samples,omitempty"`
+	SamplesSHA256 string `json:"samples_sha256,omitempty"`
 	// SHA256 is the hex SHA-256 of every byte after the header line.
 	SHA256 string `json:"sha256"`
 }
@@ -98,9 +104,16 @@ func ArchivedLog(ctx context.Context, t Target) ([]LogRange, error) {
 	return out, nil // List sorts by name; the zero padding sorts by index
 }
 
-// encodeLog returns a log object holding ents (contiguous, not empty).
-func encodeLog(ents []*raftpb.Entry) ([]byte, error) {
+// encodeLog returns a log object holding ents (contiguous, not empty) and
+// samples (ordered, each index in the object's first-1..last).
+func encodeLog(ents []*raftpb.Entry, samples []TimeSample) ([]byte, error) {
 	var body bytes.Buffer
+	first, last := ents[0].GetIndex(), ents[len(ents)-1].GetIndex()
+	sb := encodeSamples(samples)
+	if _, err := decodeSamples(sb, first, last); err != nil {
+		return nil, fmt.Errorf("backup: archive entries %d-%d: %w", first, last, err)
+	}
+	body.Write(sb)
 	var lenBuf [binary.MaxVarintLen64]byte
 	for i, e := range ents {
 		if i > 0 && e.GetIndex() != ents[i-1].GetIndex()+1 {
@@ -114,58 +127,87 @@ func encodeLog(ents []*raftpb.Entry) ([]byte, error) {
 		body.Write(raw)
 	}
 	sum := sha256.Sum256(body.Bytes())
-	h, err := json.Marshal(logHeader{Format: logFormat, First: ents[0].GetIndex(), Last: ents[len(ents)-1].GetIndex(),
-		SHA256: hex.EncodeToString(sum[:])})
+	ssum := sha256.Sum256(sb)
+	h, err := json.Marshal(logHeader{Format: logFormat, First: first, Last: last,
+		Samples: len(samples), SamplesSHA256: hex.EncodeToString(ssum[:]), SHA256: hex.EncodeToString(sum[:])})
 	if err != nil {
 		return nil, err
 	}
 	return append(append(h, '\n'), body.Bytes()...), nil
 }
 
-// decodeLog checks and decodes a log object named for first..last.
-func decodeLog(r io.Reader, first, last uint64) ([]*raftpb.Entry, error) {
+// readLogHeader reads and checks the header line of the log object
+// first..last, and returns the rest of r after it.
+func readLogHeader(r io.Reader, first, last uint64) (*bufio.Reader, logHeader, error) {
+	var h logHeader
 	br := bufio.NewReader(io.LimitReader(r, maxLogHeader+maxLogObjectBytes+1))
 	line, err := br.ReadSlice('\n')
 	if err != nil {
-		return nil, fmt.Errorf("%w: log object %d-%d: header: %v", ErrCorrupt, first, last, err)
+		return nil, h, fmt.Errorf("%w: log object %d-%d: header: %v", ErrCorrupt, first, last, err)
 	}
-	var h logHeader
 	if err := json.Unmarshal(line, &h); err != nil {
-		return nil, fmt.Errorf("%w: log object %d-%d: header: %v", ErrCorrupt, first, last, err)
+		return nil, h, fmt.Errorf("%w: log object %d-%d: header: %v", ErrCorrupt, first, last, err)
 	}
-	if h.Format != logFormat || h.First != first || h.Last != last {
-		return nil, fmt.Errorf("%w: log object %d-%d: header says format %d, entries %d-%d", ErrCorrupt, first, last, h.Format, h.First, h.Last)
+	if h.Format != 1 && h.Format != 2 || h.First != first || h.Last != last {
+		return nil, h, fmt.Errorf("%w: log object %d-%d: header says format %d, entries %d-%d", ErrCorrupt, first, last, h.Format, h.First, h.Last)
+	}
+	if h.Format == 1 && (h.Samples != 0 || h.SamplesSHA256 != "") || h.Samples < 0 || h.Samples > maxLogObjectBytes/sampleBytes {
+		return nil, h, fmt.Errorf("%w: log object %d-%d: header says format %d, %d samples", ErrCorrupt, first, last, h.Format, h.Samples)
+	}
+	return br, h, nil
+}
+
+// decodeLog checks and decodes a log object named for first..last: its
+// entries and its samples (none in format 1).
+func decodeLog(r io.Reader, first, last uint64) ([]*raftpb.Entry, []TimeSample, error) {
+	br, h, err := readLogHeader(r, first, last)
+	if err != nil {
+		return nil, nil, err
 	}
 	body, err := io.ReadAll(br)
 	if err != nil {
-		return nil, fmt.Errorf("log object %d-%d: %w", first, last, err)
+		return nil, nil, fmt.Errorf("log object %d-%d: %w", first, last, err)
 	}
 	if len(body) > maxLogObjectBytes {
-		return nil, fmt.Errorf("%w: log object %d-%d: more than %d bytes", ErrCorrupt, first, last, maxLogObjectBytes)
+		return nil, nil, fmt.Errorf("%w: log object %d-%d: more than %d bytes", ErrCorrupt, first, last, maxLogObjectBytes)
 	}
 	if sum := sha256.Sum256(body); hex.EncodeToString(sum[:]) != h.SHA256 {
-		return nil, fmt.Errorf("%w: log object %d-%d: sha256 mismatch", ErrCorrupt, first, last)
+		return nil, nil, fmt.Errorf("%w: log object %d-%d: sha256 mismatch", ErrCorrupt, first, last)
 	}
+	if sb := h.Samples * sampleBytes; sb > len(body) {
+		return nil, nil, fmt.Errorf("%w: log object %d-%d: %d samples in %d bytes", ErrCorrupt, first, last, h.Samples, len(body))
+	}
+	sb := body[:h.Samples*sampleBytes]
+	if h.Format == 2 {
+		if sum := sha256.Sum256(sb); hex.EncodeToString(sum[:]) != h.SamplesSHA256 {
+			return nil, nil, fmt.Errorf("%w: log object %d-%d: samples sha256 mismatch", ErrCorrupt, first, last)
+		}
+	}
+	samples, err := decodeSamples(sb, first, last)
+	if err != nil {
+		return nil, nil, err
+	}
+	body = body[len(sb):]
 	var ents []*raftpb.Entry
 	for want := first; len(body) > 0; want++ {
 		n, k := binary.Uvarint(body)
 		if k <= 0 || n > uint64(len(body)-k) {
-			return nil, fmt.Errorf("%w: log object %d-%d: entry %d: bad length", ErrCorrupt, first, last, want)
+			return nil, nil, fmt.Errorf("%w: log object %d-%d: entry %d: bad length", ErrCorrupt, first, last, want)
 		}
 		e := &raftpb.Entry{}
 		if err := proto.Unmarshal(body[k:k+int(n)], e); err != nil {
-			return nil, fmt.Errorf("%w: log object %d-%d: entry %d: %v", ErrCorrupt, first, last, want, err)
+			return nil, nil, fmt.Errorf("%w: log object %d-%d: entry %d: %v", ErrCorrupt, first, last, want, err)
 		}
 		if e.GetIndex() != want {
-			return nil, fmt.Errorf("%w: log object %d-%d: entry %d holds index %d", ErrCorrupt, first, last, want, e.GetIndex())
+			return nil, nil, fmt.Errorf("%w: log object %d-%d: entry %d holds index %d", ErrCorrupt, first, last, want, e.GetIndex())
 		}
 		ents = append(ents, e)
 		body = body[k+int(n):]
 	}
 	if len(ents) == 0 || ents[len(ents)-1].GetIndex() != last {
-		return nil, fmt.Errorf("%w: log object %d-%d: entries end early", ErrCorrupt, first, last)
+		return nil, nil, fmt.Errorf("%w: log object %d-%d: entries end early", ErrCorrupt, first, last)
 	}
-	return ents, nil
+	return ents, samples, nil
 }
 
 // ArchiveReport is what ArchiveLog wrote.
@@ -177,11 +219,13 @@ type ArchiveReport struct {
 }
 
 // ArchiveLog archives the entries of src after the last archived one, up
-// to applied (docs/backup.md, "Point-in-time restore", rules 1 to 3):
+// to applied, each object with the samples of samples (nil: none) that
+// fall in its range (docs/backup.md, "Point-in-time restore", rules 1 to
+// 3 and 7):
 // from the last archived index + 1, or, with no archive or when src no
 // longer holds that index, from the latest version's index + 1. With no
 // version in t it archives nothing.
-func ArchiveLog(ctx context.Context, t Target, src LogSource, applied uint64) (ArchiveReport, error) {
+func ArchiveLog(ctx context.Context, t Target, src LogSource, applied uint64, samples *Sampler) (ArchiveReport, error) {
 	var rep ArchiveReport
 	ranges, err := ArchivedLog(ctx, t)
 	if err != nil {
@@ -215,14 +259,17 @@ func ArchiveLog(ctx context.Context, t Target, src LogSource, applied uint64) (A
 		if len(ents) == 0 {
 			break
 		}
-		raw, err := encodeLog(ents)
+		last := ents[len(ents)-1].GetIndex()
+		raw, err := encodeLog(ents, samples.within(from, last))
 		if err != nil {
 			return rep, err
 		}
-		last := ents[len(ents)-1].GetIndex()
 		if err := t.Put(ctx, logName(from, last), bytes.NewReader(raw), int64(len(raw))); err != nil && !errors.Is(err, ErrExist) {
 			return rep, fmt.Errorf("backup: archive log %d-%d: %w", from, last, err)
 		}
+		// In the target now (or another writer's object of the same
+		// range is): forget them (Sampler invariant 3).
+		samples.drop(last)
 		if rep.First == 0 {
 			rep.First = from
 		}
@@ -237,10 +284,10 @@ func ArchiveLog(ctx context.Context, t Target, src LogSource, applied uint64) (A
 
 // ArchiveLog runs ArchiveLog on the Backuper's target, serialised with
 // Create and Prune (a prune deletes log objects), and counts it in Stats.
-func (b *Backuper) ArchiveLog(ctx context.Context, src LogSource, applied uint64) (ArchiveReport, error) {
+func (b *Backuper) ArchiveLog(ctx context.Context, src LogSource, applied uint64, samples *Sampler) (ArchiveReport, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	rep, err := ArchiveLog(ctx, b.cfg.Target, src, applied)
+	rep, err := ArchiveLog(ctx, b.cfg.Target, src, applied, samples)
 	b.stats.logEntries.Add(rep.Entries)
 	b.stats.logBytes.Add(rep.Bytes)
 	if rep.Last != 0 {
@@ -281,7 +328,7 @@ func forEachArchived(ctx context.Context, t Target, from uint64, fn func(*raftpb
 		if err != nil {
 			return next, fmt.Errorf("read log object %d-%d: %w", r.First, r.Last, err)
 		}
-		ents, err := decodeLog(rc, r.First, r.Last)
+		ents, _, err := decodeLog(rc, r.First, r.Last)
 		rc.Close()
 		if err != nil {
 			return next, err
@@ -332,7 +379,7 @@ func VerifyLog(ctx context.Context, t Target) (LogReport, error) {
 			rep.Bad = append(rep.Bad, fmt.Sprintf("%s: %v", logName(r.First, r.Last), err))
 			continue
 		}
-		ents, err := decodeLog(rc, r.First, r.Last)
+		ents, _, err := decodeLog(rc, r.First, r.Last)
 		rc.Close()
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {

@@ -93,9 +93,17 @@ type Retention struct {
 	KeepLast int
 	// KeepWithin keeps the versions created within KeepWithin before Now.
 	KeepWithin time.Duration
+	// Exponential keeps the newest version of every hour for 24 hours, of
+	// every day for 7 days and of every week for 4 weeks before Now
+	// (keepExponential, backup/retention.go).
+	Exponential bool
 	// Now is the clock KeepWithin counts from; nil is time.Now.
 	Now func() time.Time
 }
+
+// any reports whether r has a rule (else Prune refuses it and the
+// continuous mode prunes nothing).
+func (r Retention) any() bool { return r.KeepLast > 0 || r.KeepWithin > 0 || r.Exponential }
 
 // PruneReport is what Prune did.
 type PruneReport struct {
@@ -118,8 +126,8 @@ func Prune(ctx context.Context, t Target, r Retention) (PruneReport, error) {
 	if r.KeepLast < 0 || r.KeepWithin < 0 {
 		return PruneReport{}, fmt.Errorf("prune: negative retention (keep-last %d, keep-within %s)", r.KeepLast, r.KeepWithin)
 	}
-	if r.KeepLast == 0 && r.KeepWithin == 0 {
-		return PruneReport{}, errors.New("prune: no retention given (keep-last or keep-within)")
+	if !r.any() {
+		return PruneReport{}, errors.New("prune: no retention given (keep-last, keep-within or keep-exponential)")
 	}
 	if r.Now == nil {
 		r.Now = time.Now
@@ -129,13 +137,21 @@ func Prune(ctx context.Context, t Target, r Retention) (PruneReport, error) {
 		return PruneReport{}, fmt.Errorf("prune: %w", err)
 	}
 	now := r.Now()
+	var exp []bool
+	if r.Exponential {
+		created := make([]time.Time, len(all))
+		for i, m := range all {
+			created[i] = m.Created
+		}
+		exp = keepExponential(created, now)
+	}
 	var rep PruneReport
 	var oldestKept uint64 // the raft index of the oldest kept version
 	named := map[string]bool{}
 	var drop []*Manifest
 	for i, m := range all {
 		newest := i == len(all)-1
-		keep := newest || len(all)-i <= r.KeepLast || r.KeepWithin > 0 && now.Sub(m.Created) <= r.KeepWithin
+		keep := newest || len(all)-i <= r.KeepLast || r.KeepWithin > 0 && now.Sub(m.Created) <= r.KeepWithin || exp != nil && exp[i]
 		if !keep {
 			drop = append(drop, m)
 			continue

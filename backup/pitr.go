@@ -44,13 +44,29 @@ func versionForRevision(ctx context.Context, t Target, rev int64) (*Manifest, er
 	return best, nil
 }
 
+// replayLimit is where a replay stops: at a revision (Revision, not 0)
+// or after an index (Index).
+type replayLimit struct {
+	Revision int64
+	Index    uint64
+}
+
+// reached reports whether the replay stops before entry e, the store being
+// at revision rev.
+func (l replayLimit) reached(rev int64, e *raftpb.Entry) bool {
+	if l.Revision != 0 {
+		return rev >= l.Revision
+	}
+	return e.GetIndex() > l.Index
+}
+
 // replayTo applies the archived entries after version m to the staged
 // engine in engineDir, one at a time as a member applies them (an
-// applier with a lessor and the auth store, no node), until the store is
-// at revision rev: each entry adds at most one revision, so the replay
-// stops exactly there (docs/backup.md, "Point-in-time restore"). It
-// returns the index of the last entry applied.
-func replayTo(ctx context.Context, t Target, engineDir string, m *Manifest, rev int64, logger *zap.Logger) (uint64, error) {
+// applier with a lessor and the auth store, no node), until lim: a
+// revision (each entry adds at most one revision, so the replay stops
+// exactly there) or an index (docs/backup.md, "Point-in-time restore").
+// It returns the index of the last entry applied.
+func replayTo(ctx context.Context, t Target, engineDir string, m *Manifest, lim replayLimit, logger *zap.Logger) (uint64, error) {
 	eng, err := pebbleengine.Open(engineDir, pebbleengine.Options{Logger: logger.Named("engine")})
 	if err != nil {
 		return 0, fmt.Errorf("open the downloaded engine: %w", err)
@@ -89,7 +105,7 @@ func replayTo(ctx context.Context, t Target, engineDir string, m *Manifest, rev 
 	}
 	applied := m.RaftIndex
 	_, err = forEachArchived(ctx, t, m.RaftIndex+1, func(e *raftpb.Entry) (bool, error) {
-		if store.Rev() >= rev {
+		if lim.reached(store.Rev(), e) {
 			return true, nil
 		}
 		select {
@@ -109,9 +125,12 @@ func replayTo(ctx context.Context, t Target, engineDir string, m *Manifest, rev 
 	if err != nil {
 		return 0, fmt.Errorf("replay the archived log after version %d: %w", m.Version, err)
 	}
-	if got := store.Rev(); got != rev {
+	if got := store.Rev(); lim.Revision != 0 && got != lim.Revision {
 		return 0, fmt.Errorf("%w: the archived log after version %d (revision %d) ends at index %d, revision %d, before revision %d",
-			ErrRevisionRange, m.Version, m.Revision, applied, got, rev)
+			ErrRevisionRange, m.Version, m.Revision, applied, got, lim.Revision)
+	}
+	if lim.Revision == 0 && applied != lim.Index {
+		return 0, fmt.Errorf("%w: the archived log after version %d ends at index %d, before index %d", ErrLogGap, m.Version, applied, lim.Index)
 	}
 	if err := eng.Flush(); err != nil {
 		return 0, fmt.Errorf("flush the replayed engine: %w", err)

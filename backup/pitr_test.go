@@ -2,6 +2,7 @@ package backup
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -157,7 +158,7 @@ func TestPointInTime(t *testing.T) {
 	b := newBackuper(t, m, target)
 	archive := func() {
 		t.Helper()
-		if _, err := b.ArchiveLog(ctx, a.log, a.app.AppliedIndex()); err != nil {
+		if _, err := b.ArchiveLog(ctx, a.log, a.app.AppliedIndex(), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -293,17 +294,17 @@ func TestArchiveGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.propose(put("a", "2", 0))
-	rep, err := b.ArchiveLog(ctx, a.log, a.app.AppliedIndex())
+	rep, err := b.ArchiveLog(ctx, a.log, a.app.AppliedIndex(), nil)
 	if err != nil || rep.Entries != 1 {
 		t.Fatalf("first archive: %+v, %v", rep, err)
 	}
-	if rep, err := b.ArchiveLog(ctx, a.log, a.app.AppliedIndex()); err != nil || rep.Entries != 0 {
+	if rep, err := b.ArchiveLog(ctx, a.log, a.app.AppliedIndex(), nil); err != nil || rep.Entries != 0 {
 		t.Errorf("archive with nothing new: %+v, %v", rep, err)
 	}
 	a.propose(put("a", "3", 0))
 	a.propose(put("a", "4", 0))
 	a.log.truncate(a.app.AppliedIndex())
-	if _, err := b.ArchiveLog(ctx, a.log, a.app.AppliedIndex()); !errors.Is(err, ErrLogGap) {
+	if _, err := b.ArchiveLog(ctx, a.log, a.app.AppliedIndex(), nil); !errors.Is(err, ErrLogGap) {
 		t.Errorf("archive over a truncated log = %v, want ErrLogGap", err)
 	}
 	if st := b.Stats(); st.LogGaps != 1 || st.LogEntries != 1 {
@@ -314,7 +315,7 @@ func TestArchiveGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.propose(put("a", "5", 0))
-	rep, err = b.ArchiveLog(ctx, a.log, a.app.AppliedIndex())
+	rep, err = b.ArchiveLog(ctx, a.log, a.app.AppliedIndex(), nil)
 	if err != nil || rep.First != v2.RaftIndex+1 || rep.Entries != 1 {
 		t.Errorf("archive after the next version: %+v, %v; want it to start at %d", rep, err, v2.RaftIndex+1)
 	}
@@ -324,11 +325,11 @@ func TestArchiveGap(t *testing.T) {
 // before use.
 func TestDecodeLogRefusals(t *testing.T) {
 	ents := []*raftpb.Entry{{Index: proto.Uint64(5), Term: proto.Uint64(1)}, {Index: proto.Uint64(6), Term: proto.Uint64(1), Data: []byte("x")}}
-	raw, err := encodeLog(ents)
+	raw, err := encodeLog(ents, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := decodeLog(strings.NewReader(string(raw)), 5, 6); err != nil || len(got) != 2 || string(got[1].Data) != "x" {
+	if got, _, err := decodeLog(strings.NewReader(string(raw)), 5, 6); err != nil || len(got) != 2 || string(got[1].Data) != "x" {
 		t.Fatalf("round trip: %v, %v", got, err)
 	}
 	for name, tc := range map[string]struct {
@@ -342,13 +343,13 @@ func TestDecodeLogRefusals(t *testing.T) {
 		"header only":    {raw: strings.SplitAfter(string(raw), "\n")[0], first: 5, last: 6},
 		"empty":          {raw: "", first: 5, last: 6},
 		"huge length":    {raw: `{"format":1,"first":5,"last":5,"sha256":"` + sha256Hex([]byte("\xff\xff\xff\xff\x0f")) + "\"}\n\xff\xff\xff\xff\x0f", first: 5, last: 5},
-		"format unknown": {raw: strings.Replace(string(raw), `"format":1`, `"format":2`, 1), first: 5, last: 6},
+		"format unknown": {raw: strings.Replace(string(raw), `"format":2`, `"format":3`, 1), first: 5, last: 6},
 	} {
-		if _, err := decodeLog(strings.NewReader(tc.raw), tc.first, tc.last); !errors.Is(err, ErrCorrupt) {
+		if _, _, err := decodeLog(strings.NewReader(tc.raw), tc.first, tc.last); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v, want ErrCorrupt", name, err)
 		}
 	}
-	if _, err := encodeLog([]*raftpb.Entry{{Index: proto.Uint64(1)}, {Index: proto.Uint64(3)}}); err == nil {
+	if _, err := encodeLog([]*raftpb.Entry{{Index: proto.Uint64(1)}, {Index: proto.Uint64(3)}}, nil); err == nil {
 		t.Error("encodeLog of entries with a hole succeeded")
 	}
 }
@@ -380,42 +381,75 @@ func TestServiceLogInterval(t *testing.T) {
 		a.propose(put("a", fmt.Sprint(i), 0))
 	}
 	want := a.app.AppliedIndex()
-	// The archive's objects are written before the service counts them:
-	// wait for the count as well.
 	waitFor(t, "the log archived up to the applied index", func() bool {
 		logs, err := ArchivedLog(ctx, target)
-		return err == nil && len(logs) > 0 && logs[0].First == v.RaftIndex+1 && logs[len(logs)-1].Last == want &&
-			s.Stats().LogLastIndex == want
+		return err == nil && len(logs) > 0 && logs[0].First == v.RaftIndex+1 && logs[len(logs)-1].Last == want
 	})
+	// The counters are added once ArchiveLog returns, just after the
+	// object is in the target.
+	waitFor(t, "the archived entries counted", func() bool { return s.Stats().LogLastIndex == want })
 	if st := s.Stats(); st.Versions != 1 || st.LogEntries != want-v.RaftIndex || st.LogLastIndex != want {
 		t.Errorf("stats %+v: want one version and entries %d..%d archived", st, v.RaftIndex+1, want)
 	}
 }
 
 // FuzzDecodeLog: a log object decoder never panics, refuses with
-// ErrCorrupt, and what it accepts encodes and decodes again.
+// ErrCorrupt, and what it accepts (entries and samples, format 1 or 2)
+// encodes and decodes again to the same.
 func FuzzDecodeLog(f *testing.F) {
-	good, err := encodeLog([]*raftpb.Entry{{Index: proto.Uint64(5), Term: proto.Uint64(2), Data: []byte("put")},
-		{Index: proto.Uint64(6), Term: proto.Uint64(2), Type: raftpb.EntryConfChange.Enum()}})
+	ents := []*raftpb.Entry{{Index: proto.Uint64(5), Term: proto.Uint64(2), Data: []byte("put")},
+		{Index: proto.Uint64(6), Term: proto.Uint64(2), Type: raftpb.EntryConfChange.Enum()}}
+	at := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	good, err := encodeLog(ents, []TimeSample{{Index: 4, Time: at}, {Index: 6, Time: at.Add(time.Second)}})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Add(good, uint64(5), uint64(6))
+	f.Add(encodeLogFormat1(f, ents), uint64(5), uint64(6))
 	f.Add([]byte("{}\n"), uint64(1), uint64(1))
 	f.Fuzz(func(t *testing.T, raw []byte, first, last uint64) {
-		ents, err := decodeLog(strings.NewReader(string(raw)), first, last)
+		ents, samples, err := decodeLog(strings.NewReader(string(raw)), first, last)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error %v does not wrap ErrCorrupt", err)
 			}
 			return
 		}
-		again, err := encodeLog(ents)
+		again, err := encodeLog(ents, samples)
 		if err != nil {
 			t.Fatalf("accepted entries do not encode: %v", err)
 		}
-		if _, err := decodeLog(strings.NewReader(string(again)), first, last); err != nil {
+		ents2, samples2, err := decodeLog(strings.NewReader(string(again)), first, last)
+		if err != nil {
 			t.Fatalf("re-encoded object does not decode: %v", err)
 		}
+		if len(ents2) != len(ents) || len(samples2) != len(samples) {
+			t.Fatalf("re-encoded: %d entries, %d samples; want %d, %d", len(ents2), len(samples2), len(ents), len(samples))
+		}
+		for i := range samples {
+			if samples[i].Index != samples2[i].Index || !samples[i].Time.Equal(samples2[i].Time) {
+				t.Fatalf("sample %d: %v, re-encoded %v", i, samples[i], samples2[i])
+			}
+		}
 	})
+}
+
+// encodeLogFormat1 returns a log object as format 1 wrote it: no samples.
+func encodeLogFormat1(tb testing.TB, ents []*raftpb.Entry) []byte {
+	tb.Helper()
+	raw, err := encodeLog(ents, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	line, body, _ := strings.Cut(string(raw), "\n")
+	var h logHeader
+	if err := json.Unmarshal([]byte(line), &h); err != nil {
+		tb.Fatal(err)
+	}
+	h.Format, h.Samples, h.SamplesSHA256 = 1, 0, ""
+	hb, err := json.Marshal(h)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return append(append(hb, '\n'), body...)
 }

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
@@ -31,6 +32,12 @@ type RestoreConfig struct {
 	// replayed up to it (docs/backup.md, "Point-in-time restore"). It
 	// excludes Version.
 	ToRevision int64
+	// ToTime, if not zero, restores the last state at or before that
+	// wall-clock time that the archived time samples show: the newest
+	// version created at or before it, then the archived log up to the
+	// last index a sample says was applied by then (docs/backup.md,
+	// "Point-in-time restore"). It excludes Version and ToRevision.
+	ToTime time.Time
 	// DataDir is the new data directory; it must not exist.
 	DataDir string
 	// Name, InitialCluster and InitialClusterToken give the new member
@@ -40,6 +47,9 @@ type RestoreConfig struct {
 	InitialCluster      map[string][]string
 	InitialClusterToken string
 	Logger              *zap.Logger
+	// Progress, if not nil, is told the version's files and bytes, then
+	// the bytes as they download and each file once checked.
+	Progress Progress
 }
 
 // RestoreResult describes a restored data directory.
@@ -50,6 +60,10 @@ type RestoreResult struct {
 	// ReplayedTo is the index of the last archived entry replayed after
 	// the version (point-in-time restore), 0 if none was.
 	ReplayedTo uint64
+	// StateTime, after a restore to a time, is when the restored state
+	// is known to have been the live one: the time of the last sample at
+	// or before ToTime, or the version's creation.
+	StateTime time.Time
 }
 
 // Restore builds a new data directory from a version in t (FORMAT.md,
@@ -81,12 +95,22 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	}
 	var m *Manifest
 	var err error
-	if cfg.ToRevision != 0 {
+	var plan timePlan
+	switch {
+	case !cfg.ToTime.IsZero():
+		if cfg.Version != 0 || cfg.ToRevision != 0 {
+			return RestoreResult{}, errors.New("restore: give a version, a revision or a time, not two")
+		}
+		if plan, err = planToTime(ctx, t, cfg.ToTime); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore to %s: %w", cfg.ToTime.Format(timeFormat), err)
+		}
+		m = plan.version
+	case cfg.ToRevision != 0:
 		if cfg.Version != 0 {
 			return RestoreResult{}, errors.New("restore: give a version or a revision, not both")
 		}
 		m, err = versionForRevision(ctx, t, cfg.ToRevision)
-	} else {
+	default:
 		m, err = ReadManifest(ctx, t, cfg.Version)
 	}
 	if err != nil {
@@ -101,15 +125,24 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	if err := datadir.MkdirAllSynced(vfs.Default, engineDir); err != nil {
 		return RestoreResult{}, fmt.Errorf("restore: %w", err)
 	}
+	progress := progressOr(cfg.Progress)
+	progress.Total(len(m.Files), m.Size())
 	for _, f := range m.Files {
-		if err := download(ctx, t, f, filepath.Join(engineDir, f.Name)); err != nil {
+		if err := download(ctx, t, f, filepath.Join(engineDir, f.Name), progress); err != nil {
 			return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
 		}
+		progress.Done(1, 0)
 	}
 	applied, replayed := m.RaftIndex, uint64(0)
 	if cfg.ToRevision > m.Revision {
-		if replayed, err = replayTo(ctx, t, engineDir, m, cfg.ToRevision, cfg.Logger); err != nil {
+		if replayed, err = replayTo(ctx, t, engineDir, m, replayLimit{Revision: cfg.ToRevision}, cfg.Logger); err != nil {
 			return RestoreResult{}, fmt.Errorf("restore to revision %d: %w", cfg.ToRevision, err)
+		}
+		applied = replayed
+	}
+	if plan.index > m.RaftIndex {
+		if replayed, err = replayTo(ctx, t, engineDir, m, replayLimit{Index: plan.index}, cfg.Logger); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore to %s: %w", cfg.ToTime.Format(timeFormat), err)
 		}
 		applied = replayed
 	}
@@ -129,7 +162,7 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
 	}
-	return RestoreResult{RestoreResult: res, Manifest: m, ReplayedTo: replayed}, nil
+	return RestoreResult{RestoreResult: res, Manifest: m, ReplayedTo: replayed, StateTime: plan.at}, nil
 }
 
 // engineSource gives maintenance.Restore every key of the downloaded
@@ -158,8 +191,8 @@ func engineSource(eng *pebbleengine.Engine, applied uint64) maintenance.RestoreS
 }
 
 // download writes the file f of a version to p, checking its size and
-// hash as it goes, and syncs it.
-func download(ctx context.Context, t Target, f File, p string) error {
+// hash as it goes, and syncs it; progress is told the bytes as they come.
+func download(ctx context.Context, t Target, f File, p string, progress Progress) error {
 	r, err := t.Get(ctx, fileName(f.SHA256))
 	if err != nil {
 		return fmt.Errorf("download %s: %w", f.Name, err)
@@ -171,7 +204,7 @@ func download(ctx context.Context, t Target, f File, p string) error {
 	}
 	h := sha256.New()
 	// One byte more than the size, to see a longer object.
-	n, err := io.Copy(io.MultiWriter(out, h), io.LimitReader(&ctxReader{ctx: ctx, r: r}, f.Size+1))
+	n, err := io.Copy(io.MultiWriter(out, h, progressWriter{progress}), io.LimitReader(&ctxReader{ctx: ctx, r: r}, f.Size+1))
 	if err == nil {
 		err = out.Sync()
 	}

@@ -39,7 +39,8 @@ type Options struct {
 	// what was applied since the last archiving (else a gap).
 	LogInterval time.Duration
 	// Keep prunes the target after each version of the continuous mode
-	// (--backup-keep-last, --backup-keep-within); zero prunes nothing.
+	// (--backup-keep-last, --backup-keep-within, --backup-keep-exponential);
+	// zero prunes nothing.
 	Keep Retention
 }
 
@@ -108,6 +109,10 @@ type Service struct {
 	// otherFS: the member's file system is not the operating system's;
 	// every version is refused (ErrOtherFS).
 	otherFS bool
+	// samples holds the (applied index, time) samples of the continuous
+	// mode until the log objects carrying them are archived; nil without
+	// Log and Applied (docs/backup.md, "Point-in-time restore", rule 6).
+	samples *Sampler
 }
 
 // stagingPrefix begins every directory a Backuper stages a checkpoint in
@@ -137,6 +142,9 @@ func OpenService(cfg ServiceConfig) (*Service, error) {
 	}
 	closed, cancel := context.WithCancel(context.Background())
 	s := &Service{cfg: cfg, counters: &counters{}, closed: closed, close: cancel}
+	if cfg.Log != nil && cfg.Applied != nil {
+		s.samples = NewSampler(cfg.Applied, nil)
+	}
 	if cfg.FS != nil && cfg.FS != vfs.Default {
 		if cfg.Target != "" {
 			cancel()
@@ -291,9 +299,18 @@ func (s *Service) Run(ctx context.Context) {
 		return
 	}
 	s.cfg.Logger.Info("backup: continuous mode", zap.String("target", s.cfg.Target), zap.Duration("interval", s.cfg.Interval),
-		zap.Duration("log-interval", s.cfg.LogInterval), zap.Int("keep-last", s.cfg.Keep.KeepLast), zap.Duration("keep-within", s.cfg.Keep.KeepWithin))
+		zap.Duration("log-interval", s.cfg.LogInterval), zap.Int("keep-last", s.cfg.Keep.KeepLast), zap.Duration("keep-within", s.cfg.Keep.KeepWithin),
+		zap.Bool("keep-exponential", s.cfg.Keep.Exponential))
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
+	if s.samples != nil {
+		// Every member samples, leader or not: a member that becomes
+		// leader archives with samples of its own from before.
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); s.samples.Run(sctx, SamplePeriod) }()
+		defer func() { cancel(); <-done }()
+	}
 	var logTick <-chan time.Time
 	if s.cfg.LogInterval > 0 && s.cfg.Log != nil {
 		t := time.NewTicker(s.cfg.LogInterval)
@@ -333,7 +350,11 @@ func (s *Service) archive(ctx context.Context, b *Backuper) {
 	if s.cfg.Log == nil || s.cfg.Applied == nil {
 		return
 	}
-	rep, err := b.ArchiveLog(ctx, s.cfg.Log, s.cfg.Applied.AppliedIndex())
+	// A sample now, so that the archive reaches the time of this
+	// archiving (the sample's index is at most the applied index read
+	// next, so this archiving carries it).
+	s.samples.Sample()
+	rep, err := b.ArchiveLog(ctx, s.cfg.Log, s.cfg.Applied.AppliedIndex(), s.samples)
 	switch {
 	case err != nil && ctx.Err() == nil:
 		s.cfg.Logger.Warn("backup: archiving the raft log failed", zap.Error(err))

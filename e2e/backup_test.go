@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -355,4 +356,171 @@ func TestBackupKilled(t *testing.T) {
 	if got.rev != want.rev || got.hash != want.hash || strings.Join(got.kvs, "\n") != strings.Join(want.kvs, "\n") {
 		t.Errorf("restored: revision %d, HashKV %d, %d keys; want %d, %d, %d", got.rev, got.hash, len(got.kvs), want.rev, want.hash, len(want.kvs))
 	}
+}
+
+// TestBackupProgressJSON: `strata backup create --json` and `strata
+// restore --from --json` print JSON lines on stdout, every one parsable,
+// progress events first and the result last; without --json and without a
+// terminal, plain progress lines go to stderr, ending at 100%, and stdout
+// holds only the result line.
+func TestBackupProgressJSON(t *testing.T) {
+	src := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src"})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cli := src.Client(t)
+	for i := range 100 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("k%03d", i), strings.Repeat("v", 500)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := readBackupState(t, ctx, cli, src.Endpoint())
+	src.Stop()
+	target := "file://" + filepath.Join(t.TempDir(), "target")
+	jsonLines := func(what, stdout string) []map[string]any {
+		t.Helper()
+		var out []map[string]any
+		for _, l := range strings.Split(strings.TrimSuffix(stdout, "\n"), "\n") {
+			var e map[string]any
+			if err := json.Unmarshal([]byte(l), &e); err != nil {
+				t.Fatalf("%s --json: line %q is not JSON: %v", what, l, err)
+			}
+			out = append(out, e)
+		}
+		if len(out) < 2 || out[0]["event"] != "progress" || out[len(out)-1]["event"] != "result" {
+			t.Fatalf("%s --json: %q; want progress events, then the result", what, stdout)
+		}
+		return out
+	}
+	res := testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "backup", "create", "--data-dir="+src.DataDir(), "--target="+target, "--json")
+	if res.Code != 0 {
+		t.Fatalf("backup create --json: exit %d, stderr %s", res.Code, res.Stderr)
+	}
+	lines := jsonLines("backup create", res.Stdout)
+	if r := lines[len(lines)-1]; r["version"] != 1.0 || r["revision"] != float64(want.rev) || r["operation"] != "backup create" {
+		t.Errorf("backup create --json result %v; want version 1 at revision %d", r, want.rev)
+	}
+	if p := lines[len(lines)-2]; p["files"] != p["total_files"] || p["bytes"] != p["total_bytes"] {
+		t.Errorf("backup create --json: the last progress event %v is not complete", p)
+	}
+	res = testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "backup", "create", "--data-dir="+src.DataDir(), "--target="+target)
+	if res.Code != 0 || !strings.HasPrefix(res.Stdout, "version 2 ") || strings.Count(res.Stdout, "\n") != 1 ||
+		!strings.Contains(res.Stderr, "backup create: 100% ") {
+		t.Errorf("backup create: exit %d, stdout %q, stderr %q; want the result alone on stdout and plain progress to 100%% on stderr", res.Code, res.Stdout, res.Stderr)
+	}
+
+	p := testutil.NewProcess(t, testutil.Options{Binary: binary(t, strata), Name: "r", Token: "restored"})
+	res = testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "restore", "--from="+target, "--version=1", "--json",
+		"--data-dir="+p.DataDir(), "--name=r", "--initial-cluster=r="+p.PeerURL(), "--initial-advertise-peer-urls="+p.PeerURL(), "--initial-cluster-token=restored")
+	if res.Code != 0 {
+		t.Fatalf("restore --json: exit %d, stderr %s", res.Code, res.Stderr)
+	}
+	if r := jsonLines("restore", res.Stdout); r[len(r)-1]["version"] != 1.0 || r[len(r)-1]["data_dir"] != p.DataDir() {
+		t.Errorf("restore --json result %v", r[len(r)-1])
+	}
+	res = testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "restore", "--from="+target, "--version=9", "--json",
+		"--data-dir="+filepath.Join(t.TempDir(), "none"))
+	var last map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(res.Stdout)), &last); res.Code != 1 || err != nil || last["event"] != "error" {
+		t.Errorf("restore --json of a missing version: exit %d, stdout %q (%v); want one error object", res.Code, res.Stdout, err)
+	}
+}
+
+// TestBackupBadInput: issue 13's bad-input list against the real binary:
+// an S3 endpoint nothing listens on, a version that does not exist, a
+// revision before the oldest version and after the last archived entry, a
+// time before the oldest version and after the archive's reach, a restore
+// into a non-empty data dir. Each is refused with a clear error (exit 1),
+// no data dir is created, the non-empty one is left as it was, and the
+// target is byte for byte as before and still verifies.
+func TestBackupBadInput(t *testing.T) {
+	src := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src"})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cli := src.Client(t)
+	for i := range 20 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("k%02d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rev := readBackupState(t, ctx, cli, src.Endpoint()).rev
+	src.Stop()
+	dir := filepath.Join(t.TempDir(), "target")
+	target := "file://" + dir
+	run := func(args ...string) testutil.Result {
+		return testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), args...)
+	}
+	if res := run("backup", "create", "--data-dir="+src.DataDir(), "--target="+target); res.Code != 0 {
+		t.Fatalf("backup create: exit %d, stderr %s", res.Code, res.Stderr)
+	}
+	before := treeDigest(t, dir)
+
+	unreachable := fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePorts(t, 1)[0])
+	nonEmpty := t.TempDir()
+	if err := os.WriteFile(filepath.Join(nonEmpty, "keep"), []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s3 := []string{"--s3-endpoint=" + unreachable, "--s3-access-key=a", "--s3-secret-key=b"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"restore from an unreachable S3 endpoint", append([]string{"restore", "--from=s3://bucket/p"}, s3...), "connection refused"},
+		{"backup create to an unreachable S3 endpoint", append([]string{"backup", "create", "--data-dir=" + src.DataDir(), "--target=s3://bucket/p"}, s3...), "connection refused"},
+		{"a version that does not exist", []string{"restore", "--from=" + target, "--version=5"}, "no version 5"},
+		{"a revision before the oldest version", []string{"restore", "--from=" + target, "--to-revision=1"}, "revision 1 is before the oldest version's"},
+		{"a revision after the last archived entry", []string{"restore", "--from=" + target, fmt.Sprintf("--to-revision=%d", rev+1)}, "revision out of the restorable range"},
+		{"a time before the oldest version", []string{"restore", "--from=" + target, "--to-time=2000-01-01T00:00:00Z"}, "is before the oldest version (version 1, created "},
+		{"a time after the archive's reach", []string{"restore", "--from=" + target, "--to-time=" + time.Now().Add(time.Hour).Format(time.RFC3339)},
+			"is after the last archived sample: the archive reaches "},
+	} {
+		dataDir := filepath.Join(t.TempDir(), "new")
+		args := tc.args
+		if args[0] == "restore" {
+			args = append(args, "--data-dir="+dataDir)
+		}
+		res := run(args...)
+		if res.Code != 1 || !strings.Contains(res.Stderr, tc.want) {
+			t.Errorf("%s: exit %d, stderr %q; want exit 1 and %q", tc.name, res.Code, res.Stderr, tc.want)
+		}
+		if _, err := os.Stat(dataDir); err == nil {
+			t.Errorf("%s: the refused restore created %s", tc.name, dataDir)
+		}
+	}
+	if res := run("restore", "--from="+target, "--data-dir="+nonEmpty); res.Code != 1 || !strings.Contains(res.Stderr, "exists; restore builds a new one") {
+		t.Errorf("restore into a non-empty data dir: exit %d, stderr %q", res.Code, res.Stderr)
+	}
+	if entries, err := os.ReadDir(nonEmpty); err != nil || len(entries) != 1 {
+		t.Errorf("the non-empty data dir after the refused restore: %v, %v", entries, err)
+	} else if raw, err := os.ReadFile(filepath.Join(nonEmpty, "keep")); err != nil || string(raw) != "mine" {
+		t.Errorf("the non-empty data dir's file after the refused restore: %q, %v", raw, err)
+	}
+	if after := treeDigest(t, dir); after != before {
+		t.Errorf("the target changed under refused commands:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if res := run("backup", "verify", "--target="+target); res.Code != 0 {
+		t.Errorf("verify after the refusals: exit %d, %s %s", res.Code, res.Stdout, res.Stderr)
+	}
+}
+
+// treeDigest lists every file under dir with its size and SHA-256.
+func treeDigest(t *testing.T, dir string) string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		out = append(out, fmt.Sprintf("%s %d %x", rel, len(raw), sha256.Sum256(raw)))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(out, "\n")
 }

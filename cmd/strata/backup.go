@@ -24,9 +24,11 @@ const backupUsage = `usage:
   strata backup list   --target URL [--json]         the versions, oldest first
   strata backup verify --target URL [--version N]    check every file of a version (default the latest)
                                                      and every archived raft log object
-  strata backup prune  --target URL [--keep-last N] [--keep-within D]
+  strata backup prune  --target URL [--keep-last N] [--keep-within D] [--keep-exponential]
                                                      delete other versions, then the files none kept names
-  strata restore --from URL [--version N] --data-dir NEW ...   build a data dir from a version
+  strata restore --from URL [--version N | --to-revision R | --to-time T] --data-dir NEW ...
+                                                     build a data dir from a version, or the state at a
+                                                     revision or at a time (RFC 3339)
 
 URL is file:///dir or s3://bucket/prefix. For s3, --s3-endpoint, --s3-region and the
 credentials default to AWS_ENDPOINT_URL, AWS_REGION and AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY.`
@@ -72,17 +74,27 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "create":
 		dataDir := fs.String("data-dir", "", "The data directory of a stopped member.")
+		asJSON := fs.Bool("json", false, "Print JSON lines on stdout for scripts: progress events, then the result (or an error) object.")
 		if code := parse(); code >= 0 {
 			return code
 		}
+		progress := newProgress("backup create", *asJSON, stdout, stderr)
 		if online.endpoints != "" {
 			if *dataDir != "" {
 				fmt.Fprintln(stderr, "strata backup create: give --data-dir (a stopped member) or --endpoints (a running one), not both")
 				return 2
 			}
+			// The member does the work: no progress, only the result.
 			resp, err := online.create(ctx, tf.url)
 			if err != nil {
+				progress.fail(err)
 				return fail(err)
+			}
+			if *asJSON {
+				progress.result(map[string]any{"version": resp.Version, "target": resp.Target, "member_id": fmt.Sprintf("%x", resp.MemberID),
+					"raft_index": resp.RaftIndex, "raft_term": resp.RaftTerm, "revision": resp.Revision, "files": resp.Files, "size": resp.Size,
+					"new_files": resp.NewFiles, "new_bytes": resp.NewBytes, "duration_seconds": resp.Duration.Seconds()})
+				return 0
 			}
 			fmt.Fprintf(stdout, "version %d of %s by member %x: raft index %d, term %d, revision %d, %d files (%d bytes), uploaded %d files (%d bytes) in %s\n",
 				resp.Version, resp.Target, resp.MemberID, resp.RaftIndex, resp.RaftTerm, resp.Revision, resp.Files, resp.Size, resp.NewFiles,
@@ -95,12 +107,20 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		}
 		t, err := tf.open(ctx)
 		if err != nil {
+			progress.fail(err)
 			return fail(err)
 		}
 		start := time.Now()
-		m, err := backup.CreateOffline(ctx, *dataDir, t, nil)
+		m, err := backup.CreateOffline(ctx, *dataDir, t, nil, progress)
 		if err != nil {
+			progress.fail(err)
 			return fail(err)
+		}
+		progress.result(map[string]any{"version": m.Version, "target": t.String(), "raft_index": m.RaftIndex, "raft_term": m.RaftTerm,
+			"revision": m.Revision, "files": len(m.Files), "size": m.Size(), "new_files": m.NewFiles, "new_bytes": m.NewBytes,
+			"duration_seconds": time.Since(start).Seconds()})
+		if *asJSON {
+			return 0
 		}
 		fmt.Fprintf(stdout, "version %d of %s: raft index %d, term %d, revision %d, %d files (%d bytes), uploaded %d files (%d bytes) in %s\n",
 			m.Version, t, m.RaftIndex, m.RaftTerm, m.Revision, len(m.Files), m.Size(), m.NewFiles, m.NewBytes, time.Since(start).Round(time.Millisecond))
@@ -143,7 +163,11 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		if len(logs) > 0 {
-			fmt.Fprintf(stdout, "archived raft log (point-in-time restore): entries %s in %d objects\n", logRuns(logs), len(logs))
+			runs, err := backup.ArchivedRuns(ctx, t)
+			if err != nil {
+				return fail(err)
+			}
+			fmt.Fprintf(stdout, "archived raft log (point-in-time restore): entries %s in %d objects\n", logRuns(runs), len(logs))
 		}
 		return 0
 	case "verify":
@@ -177,6 +201,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	case "prune":
 		keepLast := fs.Int("keep-last", 0, "Keep the newest N versions.")
 		keepWithin := fs.Duration("keep-within", 0, "Keep the versions created within this duration (e.g. 168h). The newest version is always kept.")
+		keepExp := fs.Bool("keep-exponential", false, "Keep the newest version of every hour for 24 h, of every day for 7 days and of every week for 4 weeks (UTC), like etcd-backup-restore's Exponential policy.")
 		if code := parse(); code >= 0 {
 			return code
 		}
@@ -184,7 +209,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(err)
 		}
-		rep, err := backup.Prune(ctx, t, backup.Retention{KeepLast: *keepLast, KeepWithin: *keepWithin})
+		rep, err := backup.Prune(ctx, t, backup.Retention{KeepLast: *keepLast, KeepWithin: *keepWithin, Exponential: *keepExp})
 		if err != nil {
 			return fail(err)
 		}
@@ -225,20 +250,51 @@ func (f *targetFlags) open(ctx context.Context) (backup.Target, error) {
 
 // restoreFromTarget is `strata restore --from URL`: a version of an
 // incremental backup into a new data directory.
-func restoreFromTarget(tf *targetFlags, version uint64, cfg backup.RestoreConfig, stdout, stderr io.Writer) int {
+func restoreFromTarget(tf *targetFlags, version uint64, cfg backup.RestoreConfig, asJSON bool, stdout, stderr io.Writer) int {
 	ctx := context.Background()
+	progress := newProgress("restore", asJSON, stdout, stderr)
+	fail := func(err error) int {
+		progress.fail(err)
+		fmt.Fprintf(stderr, "strata restore: %v\n", err)
+		return 1
+	}
 	t, err := tf.open(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "strata restore: %v\n", err)
-		return 1
+		return fail(err)
 	}
 	cfg.Version = version
+	cfg.Progress = progress
+	start := time.Now()
 	res, err := backup.Restore(ctx, t, cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "strata restore: %v\n", err)
-		return 1
+		return fail(err)
 	}
 	m := res.Manifest
+	fields := map[string]any{"version": m.Version, "target": t.String(), "raft_index": m.RaftIndex, "revision": m.Revision,
+		"records": res.Records, "data_dir": cfg.DataDir, "member_id": fmt.Sprintf("%x", res.MemberID), "cluster_id": fmt.Sprintf("%x", res.ClusterID),
+		"duration_seconds": time.Since(start).Seconds()}
+	if res.ReplayedTo != 0 {
+		fields["replayed_to"] = res.ReplayedTo
+	}
+	if cfg.ToRevision != 0 {
+		fields["to_revision"] = cfg.ToRevision
+	}
+	if !cfg.ToTime.IsZero() {
+		fields["to_time"], fields["state_time"] = cfg.ToTime.UTC(), res.StateTime
+	}
+	progress.result(fields)
+	if asJSON {
+		return 0
+	}
+	if !cfg.ToTime.IsZero() {
+		to := fmt.Sprintf("version %d of %s at raft index %d, revision %d", m.Version, t, m.RaftIndex, m.Revision)
+		if res.ReplayedTo != 0 {
+			to += fmt.Sprintf(", then its archived log to index %d", res.ReplayedTo)
+		}
+		fmt.Fprintf(stdout, "restored the state at %s, as of %s, the last time sample at or before it (%s; %d records) into %s: member %x of cluster %x\n",
+			cfg.ToTime.UTC().Format(time.RFC3339Nano), res.StateTime.Format(time.RFC3339Nano), to, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
+		return 0
+	}
 	if res.ReplayedTo != 0 {
 		fmt.Fprintf(stdout, "restored revision %d (version %d of %s at raft index %d, revision %d, then its archived log to index %d; %d records) into %s: member %x of cluster %x\n",
 			cfg.ToRevision, m.Version, t, m.RaftIndex, m.Revision, res.ReplayedTo, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
@@ -257,6 +313,7 @@ type memberBackupFlags struct {
 	logInterval time.Duration
 	keepLast    int
 	keepWithin  time.Duration
+	keepExp     bool
 }
 
 func (f *memberBackupFlags) register(fs *flag.FlagSet) {
@@ -265,6 +322,7 @@ func (f *memberBackupFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.logInterval, "backup-log-interval", 0, "strata: also archive the applied raft log into --backup-target this often between versions, for point-in-time restore (0: only right after each version). Keep it well under the time the member takes to apply --snapshot-count entries.")
 	fs.IntVar(&f.keepLast, "backup-keep-last", 0, "strata: after each version of --backup-interval, prune the target to the newest N versions (0: no such rule).")
 	fs.DurationVar(&f.keepWithin, "backup-keep-within", 0, "strata: after each version of --backup-interval, keep the versions created within this duration (0: no such rule). The newest is always kept.")
+	fs.BoolVar(&f.keepExp, "backup-keep-exponential", false, "strata: after each version of --backup-interval, keep the newest version of every hour for 24 h, of every day for 7 days and of every week for 4 weeks (UTC), as `strata backup prune --keep-exponential`.")
 	f.target.registerS3(fs)
 }
 
@@ -272,32 +330,32 @@ func (f *memberBackupFlags) apply(cfg *member.Config) error {
 	if f.keepLast < 0 || f.keepWithin < 0 {
 		return fmt.Errorf("--backup-keep-last %d, --backup-keep-within %s: want 0 or more", f.keepLast, f.keepWithin)
 	}
-	if (f.keepLast > 0 || f.keepWithin > 0) && f.interval == 0 {
-		return errors.New("--backup-keep-last and --backup-keep-within prune after the versions of --backup-interval, which is 0 (off)")
+	if (f.keepLast > 0 || f.keepWithin > 0 || f.keepExp) && f.interval == 0 {
+		return errors.New("--backup-keep-last, --backup-keep-within and --backup-keep-exponential prune after the versions of --backup-interval, which is 0 (off)")
 	}
 	if f.target.url != "" && cfg.Engine != "" && cfg.Engine != engines.Pebble {
 		return fmt.Errorf("--backup-target: incremental backups copy Pebble's engine files, and this member's engine is %s (--engine); take etcd-format snapshots with etcdctl snapshot save instead", cfg.Engine)
 	}
 	cfg.Backup = backup.Options{
 		Target: f.target.url, TargetOptions: f.target.opts, Interval: f.interval, LogInterval: f.logInterval,
-		Keep: backup.Retention{KeepLast: f.keepLast, KeepWithin: f.keepWithin},
+		Keep: backup.Retention{KeepLast: f.keepLast, KeepWithin: f.keepWithin, Exponential: f.keepExp},
 	}
 	return nil
 }
 
-// logRuns writes archived log ranges as runs of contiguous indexes,
-// "a-b, c-d": a comma marks a gap no restore can cross.
-func logRuns(logs []backup.LogRange) string {
-	var runs []string
-	first, last := logs[0].First, logs[0].Last
-	for _, l := range logs[1:] {
-		if l.First == last+1 {
-			last = l.Last
-			continue
+// logRuns writes archived log runs as "a-b (from to to), c-d (...)": a
+// comma marks a gap no restore can cross; the times are the first and last
+// time samples of the run, the range --to-time can restore in.
+func logRuns(runs []backup.LogRun) string {
+	var out []string
+	for _, r := range runs {
+		s := fmt.Sprintf("%d-%d", r.First, r.Last)
+		if !r.From.IsZero() {
+			s += fmt.Sprintf(" (%s to %s)", r.From.Format(time.RFC3339Nano), r.To.Format(time.RFC3339Nano))
+		} else {
+			s += " (no time samples)"
 		}
-		runs = append(runs, fmt.Sprintf("%d-%d", first, last))
-		first, last = l.First, l.Last
+		out = append(out, s)
 	}
-	runs = append(runs, fmt.Sprintf("%d-%d", first, last))
-	return strings.Join(runs, ", ")
+	return strings.Join(out, ", ")
 }

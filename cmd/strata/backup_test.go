@@ -61,6 +61,11 @@ func TestRestoreFromFlags(t *testing.T) {
 		{"--to-revision=5", "--data-dir=" + dir, "backup.db"},
 		{"--from=file:///x", "--version=2", "--to-revision=5", "--data-dir=" + dir},
 		{"--from=file:///x", "--to-revision=-1", "--data-dir=" + dir},
+		{"--to-time=2026-11-25T10:00:00Z", "--data-dir=" + dir, "backup.db"},
+		{"--from=file:///x", "--to-time=2026-11-25 10:00", "--data-dir=" + dir},
+		{"--from=file:///x", "--to-time=2026-11-25T10:00:00Z", "--to-revision=5", "--data-dir=" + dir},
+		{"--from=file:///x", "--to-time=2026-11-25T10:00:00Z", "--version=2", "--data-dir=" + dir},
+		{"--json", "--data-dir=" + dir, "backup.db"},
 	} {
 		if code := runRestore(args); code != 2 {
 			t.Errorf("strata restore %v: exit %d, want 2", args, code)
@@ -81,14 +86,15 @@ func TestMemberBackupFlags(t *testing.T) {
 		{
 			name: "every flag",
 			args: []string{"--backup-target=s3://b/p", "--backup-interval=1h", "--backup-log-interval=1m", "--backup-keep-last=3", "--backup-keep-within=24h",
-				"--s3-endpoint=http://127.0.0.1:9000", "--s3-region=r", "--s3-access-key=a", "--s3-secret-key=s"},
+				"--backup-keep-exponential", "--s3-endpoint=http://127.0.0.1:9000", "--s3-region=r", "--s3-access-key=a", "--s3-secret-key=s"},
 			check: func(cfg member.Config) bool {
 				return reflect.DeepEqual(cfg.Backup, backup.Options{Target: "s3://b/p", Interval: time.Hour, LogInterval: time.Minute,
-					Keep:          backup.Retention{KeepLast: 3, KeepWithin: 24 * time.Hour},
+					Keep:          backup.Retention{KeepLast: 3, KeepWithin: 24 * time.Hour, Exponential: true},
 					TargetOptions: backup.TargetOptions{Endpoint: "http://127.0.0.1:9000", Region: "r", AccessKey: "a", SecretKey: "s"}})
 			},
 		},
 		{name: "keep without interval", args: []string{"--backup-target=file:///x", "--backup-keep-last=3"}, wantErr: "--backup-interval"},
+		{name: "exponential without interval", args: []string{"--backup-target=file:///x", "--backup-keep-exponential"}, wantErr: "--backup-interval"},
 		{name: "negative keep", args: []string{"--backup-target=file:///x", "--backup-interval=1h", "--backup-keep-last=-1"}, wantErr: "want 0 or more"},
 	}
 	for _, tc := range tests {
@@ -113,18 +119,22 @@ func TestMemberBackupFlags(t *testing.T) {
 	}
 }
 
-// TestLogRuns: archived log objects as runs of contiguous indexes.
+// TestLogRuns: archived log runs with the time range of their samples;
+// a comma marks a gap.
 func TestLogRuns(t *testing.T) {
+	at := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
-		logs []backup.LogRange
+		runs []backup.LogRun
 		want string
 	}{
-		{logs: []backup.LogRange{{First: 5, Last: 9}}, want: "5-9"},
-		{logs: []backup.LogRange{{First: 5, Last: 9}, {First: 10, Last: 20}, {First: 21, Last: 21}}, want: "5-21"},
-		{logs: []backup.LogRange{{First: 5, Last: 9}, {First: 12, Last: 20}, {First: 21, Last: 30}}, want: "5-9, 12-30"},
+		{runs: []backup.LogRun{{First: 5, Last: 9}}, want: "5-9 (no time samples)"},
+		{runs: []backup.LogRun{{First: 5, Last: 21, From: at, To: at.Add(90 * time.Second)}},
+			want: "5-21 (2026-11-25T10:00:00Z to 2026-11-25T10:01:30Z)"},
+		{runs: []backup.LogRun{{First: 5, Last: 9, From: at, To: at.Add(time.Second / 2)}, {First: 12, Last: 30, From: at.Add(time.Hour), To: at.Add(time.Hour)}},
+			want: "5-9 (2026-11-25T10:00:00Z to 2026-11-25T10:00:00.5Z), 12-30 (2026-11-25T11:00:00Z to 2026-11-25T11:00:00Z)"},
 	} {
-		if got := logRuns(tc.logs); got != tc.want {
-			t.Errorf("logRuns(%v) = %q, want %q", tc.logs, got, tc.want)
+		if got := logRuns(tc.runs); got != tc.want {
+			t.Errorf("logRuns(%v) = %q, want %q", tc.runs, got, tc.want)
 		}
 	}
 }

@@ -21,7 +21,7 @@ import (
 //
 //	strata restore --data-dir NEW --name NAME --initial-cluster NAME=URL,...
 //	    [--initial-advertise-peer-urls URL] [--initial-cluster-token TOKEN] FILE
-//	strata restore --from URL [--version N | --to-revision R] --data-dir NEW ... (same flags, no FILE)
+//	strata restore --from URL [--version N | --to-revision R | --to-time T] --data-dir NEW ... (same flags, no FILE)
 //
 // Start the member on NEW with the same --name, --initial-cluster and
 // --initial-cluster-token: it bootstraps the new cluster's raft log over
@@ -39,11 +39,21 @@ func runRestore(args []string) int {
 	version := fs.Uint64("version", 0, "With --from: the version to restore (0: the latest).")
 	engineName := fs.String("engine", engines.Default, "The storage engine of the new data directory ("+strings.Join(engines.Names(), " or ")+"): a snapshot of a member on one engine restores onto another. Not with --from, whose engine files are Pebble's.")
 	toRevision := fs.Int64("to-revision", 0, "With --from: restore the state at this revision: the newest version at or before it, then the archived raft log up to it (docs/backup.md, \"Point-in-time restore\").")
+	asJSON := fs.Bool("json", false, "With --from: print JSON lines on stdout for scripts: progress events, then the result (or an error) object.")
+	toTimeFlag := fs.String("to-time", "", "With --from: restore the last state at or before this wall-clock time (RFC 3339, e.g. 2026-11-25T10:00:00Z): the newest version created by then, then the archived raft log up to the last entry a time sample shows applied by then (granularity one second; docs/backup.md, \"Point-in-time restore\").")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	var toTime time.Time
+	if *toTimeFlag != "" {
+		var err error
+		if toTime, err = time.Parse(time.RFC3339Nano, *toTimeFlag); err != nil {
+			fmt.Fprintf(os.Stderr, "strata restore: --to-time %q: want an RFC 3339 time such as 2026-11-25T10:00:00Z or 2026-11-25T11:00:00.5+01:00\n", *toTimeFlag)
+			return 2
+		}
 	}
 	switch {
 	case tf.url != "" && fs.NArg() != 0:
@@ -55,11 +65,11 @@ func runRestore(args []string) int {
 	case tf.url != "" && *engineName != engines.Default:
 		fmt.Fprintln(os.Stderr, "strata restore: --from restores Pebble's engine files; --engine is for a snapshot file")
 		return 2
-	case tf.url == "" && (*version != 0 || *toRevision != 0):
-		fmt.Fprintln(os.Stderr, "strata restore: --version and --to-revision need --from")
+	case tf.url == "" && (*version != 0 || *toRevision != 0 || *toTimeFlag != "" || *asJSON):
+		fmt.Fprintln(os.Stderr, "strata restore: --version, --to-revision, --to-time and --json need --from")
 		return 2
-	case *version != 0 && *toRevision != 0:
-		fmt.Fprintln(os.Stderr, "strata restore: give --version or --to-revision, not both")
+	case *version != 0 && *toRevision != 0, *version != 0 && *toTimeFlag != "", *toRevision != 0 && *toTimeFlag != "":
+		fmt.Fprintln(os.Stderr, "strata restore: give one of --version, --to-revision and --to-time")
 		return 2
 	case *toRevision < 0:
 		fmt.Fprintln(os.Stderr, "strata restore: --to-revision must be positive")
@@ -87,7 +97,8 @@ func runRestore(args []string) int {
 			InitialCluster:      members,
 			InitialClusterToken: *token,
 			ToRevision:          *toRevision,
-		}, os.Stdout, os.Stderr)
+			ToTime:              toTime,
+		}, *asJSON, os.Stdout, os.Stderr)
 	}
 	res, err := maintenance.Restore(maintenance.RestoreConfig{
 		Backup:              fs.Arg(0),
