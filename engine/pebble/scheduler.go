@@ -31,11 +31,10 @@ type openGate struct {
 	// gate with Unregister itself.
 	registered bool
 
-	mu       sync.Mutex
-	opened   bool // guarded by mu
-	running  int  // compactions granted and not Done; guarded by mu
-	granting bool // a grant loop is running; guarded by mu
-	stopped  bool // guarded by mu
+	mu      sync.Mutex
+	opened  bool // guarded by mu
+	running int  // compactions granted and not Done; guarded by mu
+	stopped bool // guarded by mu
 	// poke wakes the granter; stop ends it.
 	poke chan struct{}
 	stop chan struct{}
