@@ -31,6 +31,14 @@ type RestoreConfig struct {
 	// replayed up to it (docs/backup.md, "Point-in-time restore"). It
 	// excludes Version.
 	ToRevision int64
+	// ToIndex, if not 0, restores the state after raft entry ToIndex
+	// instead: the newest version at or before it, then the committed
+	// entries after it up to ToIndex. It excludes Version and ToRevision.
+	ToIndex uint64
+	// Source is where a restore to a revision or an index reads the
+	// committed entries after the version. nil: the log archived in the
+	// target (ArchiveSource).
+	Source EntrySource
 	// DataDir is the new data directory; it must not exist.
 	DataDir string
 	// Name, InitialCluster and InitialClusterToken give the new member
@@ -47,9 +55,11 @@ type RestoreResult struct {
 	maintenance.RestoreResult
 	// Manifest is the version restored.
 	Manifest *Manifest
-	// ReplayedTo is the index of the last archived entry replayed after
-	// the version (point-in-time restore), 0 if none was.
+	// ReplayedTo is the index of the last entry replayed after the
+	// version (point-in-time restore), 0 if none was.
 	ReplayedTo uint64
+	// Source names where the replayed entries came from.
+	Source string
 }
 
 // Restore builds a new data directory from a version in t (FORMAT.md,
@@ -79,18 +89,38 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	if _, ok := cfg.InitialCluster[cfg.Name]; !ok {
 		return RestoreResult{}, fmt.Errorf("restore: --initial-cluster has no member named %q (--name)", cfg.Name)
 	}
+	if (cfg.Version != 0 && (cfg.ToRevision != 0 || cfg.ToIndex != 0)) || (cfg.ToRevision != 0 && cfg.ToIndex != 0) {
+		return RestoreResult{}, errors.New("restore: give one of a version, a revision or an index")
+	}
+	if cfg.Source == nil {
+		cfg.Source = ArchiveSource{Target: t}
+	}
 	var m *Manifest
 	var err error
-	if cfg.ToRevision != 0 {
-		if cfg.Version != 0 {
-			return RestoreResult{}, errors.New("restore: give a version or a revision, not both")
-		}
+	switch {
+	case cfg.ToRevision != 0:
 		m, err = versionForRevision(ctx, t, cfg.ToRevision)
-	} else {
+	case cfg.ToIndex != 0:
+		m, err = versionForIndex(ctx, t, cfg.ToIndex)
+	default:
 		m, err = ReadManifest(ctx, t, cfg.Version)
 	}
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore: %w", err)
+	}
+	goal := replayGoal{rev: cfg.ToRevision, index: cfg.ToIndex}
+	replay := cfg.ToRevision > m.Revision || cfg.ToIndex > m.RaftIndex
+	// What the source holds after the version is checked before any file
+	// is downloaded.
+	var runLast uint64
+	var held []LogRange
+	if replay {
+		if runLast, held, err = heldRun(ctx, cfg.Source, uint64(m.ClusterID), m.RaftIndex+1, cfg.ToIndex, m); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore to %s: %w", goal, err)
+		}
+		if cfg.ToIndex != 0 {
+			runLast = cfg.ToIndex
+		}
 	}
 	staging := filepath.Clean(cfg.DataDir) + ".download"
 	if err := os.RemoveAll(staging); err != nil {
@@ -107,9 +137,9 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 		}
 	}
 	applied, replayed := m.RaftIndex, uint64(0)
-	if cfg.ToRevision > m.Revision {
-		if replayed, err = replayTo(ctx, t, engineDir, m, cfg.ToRevision, cfg.Logger); err != nil {
-			return RestoreResult{}, fmt.Errorf("restore to revision %d: %w", cfg.ToRevision, err)
+	if replay {
+		if replayed, err = replayTo(ctx, cfg.Source, engineDir, m, goal, runLast, held, cfg.Logger); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore to %s: %w", goal, err)
 		}
 		applied = replayed
 	}
@@ -129,7 +159,7 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
 	}
-	return RestoreResult{RestoreResult: res, Manifest: m, ReplayedTo: replayed}, nil
+	return RestoreResult{RestoreResult: res, Manifest: m, ReplayedTo: replayed, Source: cfg.Source.String()}, nil
 }
 
 // engineSource gives maintenance.Restore every key of the downloaded

@@ -240,8 +240,12 @@ func restoreFromTarget(tf *targetFlags, version uint64, cfg backup.RestoreConfig
 	}
 	m := res.Manifest
 	if res.ReplayedTo != 0 {
-		fmt.Fprintf(stdout, "restored revision %d (version %d of %s at raft index %d, revision %d, then its archived log to index %d; %d records) into %s: member %x of cluster %x\n",
-			cfg.ToRevision, m.Version, t, m.RaftIndex, m.Revision, res.ReplayedTo, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
+		what := fmt.Sprintf("revision %d", cfg.ToRevision)
+		if cfg.ToIndex != 0 {
+			what = fmt.Sprintf("index %d", cfg.ToIndex)
+		}
+		fmt.Fprintf(stdout, "restored %s (version %d of %s at raft index %d, revision %d, then %s to index %d; %d records) into %s: member %x of cluster %x\n",
+			what, m.Version, t, m.RaftIndex, m.Revision, res.Source, res.ReplayedTo, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
 		return 0
 	}
 	fmt.Fprintf(stdout, "restored version %d of %s (raft index %d, revision %d, %d records) into %s: member %x of cluster %x\n",

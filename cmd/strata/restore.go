@@ -10,6 +10,7 @@ import (
 
 	"github.com/strata-kv/strata/backup"
 	"github.com/strata-kv/strata/engine/engines"
+	lg "github.com/strata-kv/strata/logger"
 	"github.com/strata-kv/strata/maintenance"
 	"github.com/strata-kv/strata/member"
 )
@@ -21,7 +22,8 @@ import (
 //
 //	strata restore --data-dir NEW --name NAME --initial-cluster NAME=URL,...
 //	    [--initial-advertise-peer-urls URL] [--initial-cluster-token TOKEN] FILE
-//	strata restore --from URL [--version N | --to-revision R] --data-dir NEW ... (same flags, no FILE)
+//	strata restore --from URL [--version N | --to-revision R | --to-index I]
+//	    [--logger URL [--logger-cluster ID]] --data-dir NEW ... (same flags, no FILE)
 //
 // Start the member on NEW with the same --name, --initial-cluster and
 // --initial-cluster-token: it bootstraps the new cluster's raft log over
@@ -38,7 +40,10 @@ func runRestore(args []string) int {
 	tf.registerS3(fs)
 	version := fs.Uint64("version", 0, "With --from: the version to restore (0: the latest).")
 	engineName := fs.String("engine", engines.Default, "The storage engine of the new data directory ("+strings.Join(engines.Names(), " or ")+"): a snapshot of a member on one engine restores onto another. Not with --from, whose engine files are Pebble's.")
-	toRevision := fs.Int64("to-revision", 0, "With --from: restore the state at this revision: the newest version at or before it, then the archived raft log up to it (docs/backup.md, \"Point-in-time restore\").")
+	toRevision := fs.Int64("to-revision", 0, "With --from: restore the state at this revision: the newest version at or before it, then the archived raft log (or --logger's) up to it (docs/backup.md, \"Point-in-time restore\").")
+	toIndex := fs.Uint64("to-index", 0, "With --from: restore the state after this raft index: the newest version at or before it, then the archived raft log (or --logger's) up to it.")
+	loggerURL := fs.String("logger", "", "With --to-revision or --to-index: read the committed entries after the version from this strata logger's API (its client URL) instead of the log archived in the target (docs/logger.md).")
+	loggerCluster := fs.String("logger-cluster", "", "With --logger: the cluster ID (hex) whose log to read; the version's cluster must be it. Default: the version's cluster.")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -55,11 +60,17 @@ func runRestore(args []string) int {
 	case tf.url != "" && *engineName != engines.Default:
 		fmt.Fprintln(os.Stderr, "strata restore: --from restores Pebble's engine files; --engine is for a snapshot file")
 		return 2
-	case tf.url == "" && (*version != 0 || *toRevision != 0):
-		fmt.Fprintln(os.Stderr, "strata restore: --version and --to-revision need --from")
+	case tf.url == "" && (*version != 0 || *toRevision != 0 || *toIndex != 0):
+		fmt.Fprintln(os.Stderr, "strata restore: --version, --to-revision and --to-index need --from")
 		return 2
-	case *version != 0 && *toRevision != 0:
-		fmt.Fprintln(os.Stderr, "strata restore: give --version or --to-revision, not both")
+	case (*version != 0 && (*toRevision != 0 || *toIndex != 0)) || (*toRevision != 0 && *toIndex != 0):
+		fmt.Fprintln(os.Stderr, "strata restore: give one of --version, --to-revision and --to-index")
+		return 2
+	case *loggerURL != "" && *toRevision == 0 && *toIndex == 0:
+		fmt.Fprintln(os.Stderr, "strata restore: --logger is the source of the entries replayed by --to-revision or --to-index; give one")
+		return 2
+	case *loggerCluster != "" && *loggerURL == "":
+		fmt.Fprintln(os.Stderr, "strata restore: --logger-cluster needs --logger")
 		return 2
 	case *toRevision < 0:
 		fmt.Fprintln(os.Stderr, "strata restore: --to-revision must be positive")
@@ -81,13 +92,24 @@ func runRestore(args []string) int {
 		return 2
 	}
 	if tf.url != "" {
-		return restoreFromTarget(&tf, *version, backup.RestoreConfig{
+		cfg := backup.RestoreConfig{
 			DataDir:             *dataDir,
 			Name:                *name,
 			InitialCluster:      members,
 			InitialClusterToken: *token,
 			ToRevision:          *toRevision,
-		}, os.Stdout, os.Stderr)
+			ToIndex:             *toIndex,
+		}
+		if *loggerURL != "" {
+			src, err := loggerSource(*loggerURL, *loggerCluster)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "strata restore: %v\n", err)
+				return 2
+			}
+			defer src.Client.Close()
+			cfg.Source = src
+		}
+		return restoreFromTarget(&tf, *version, cfg, os.Stdout, os.Stderr)
 	}
 	res, err := maintenance.Restore(maintenance.RestoreConfig{
 		Backup:              fs.Arg(0),
@@ -104,6 +126,23 @@ func runRestore(args []string) int {
 	fmt.Printf("restored %d records (applied index %d of the backed-up member) into %s: member %x of cluster %x\n",
 		res.Records, res.AppliedIndex, *dataDir, res.MemberID, res.ClusterID)
 	return 0
+}
+
+// loggerSource is --logger and --logger-cluster: a client of the logger's
+// API as the source of a point-in-time restore.
+func loggerSource(url, cluster string) (backup.LoggerSource, error) {
+	var id uint64
+	if cluster != "" {
+		var err error
+		if id, err = parseHexID("logger-cluster", cluster); err != nil {
+			return backup.LoggerSource{}, err
+		}
+	}
+	c, err := lg.Dial(url)
+	if err != nil {
+		return backup.LoggerSource{}, err
+	}
+	return backup.LoggerSource{Client: c, Endpoint: url, ClusterID: id}, nil
 }
 
 // parseInitialCluster reads name=peerURL,... into a map.
