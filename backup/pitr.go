@@ -168,8 +168,8 @@ func replayTo(ctx context.Context, src EntrySource, engineDir string, m *Manifes
 				sentinel = ErrNotHeld
 			}
 		}
-		return 0, fmt.Errorf("%w: %s after version %d (revision %d) ends at index %d, revision %d, before %s (it holds committed entries %s)",
-			sentinel, src, m.Version, m.Revision, applied, store.Rev(), goal, describeHeld(held))
+		return 0, fmt.Errorf("%w: the replay after version %d (revision %d) ends at index %d, revision %d, before %s: %s holds committed entries %s of cluster %x",
+			sentinel, m.Version, m.Revision, applied, store.Rev(), goal, src, describeHeld(held), uint64(m.ClusterID))
 	}
 	if goal.rev != 0 && store.Rev() != goal.rev {
 		return 0, fmt.Errorf("%w: entry %d took the store from before revision %d to %d", ErrCorrupt, applied, goal.rev, store.Rev())
