@@ -213,3 +213,64 @@ func TestPointInTimeFromLogger(t *testing.T) {
 		t.Errorf("restore after the gap to revision %d: %v\n%s\nwant\n%s", last, err, got, a.states[last])
 	}
 }
+
+// TestPointInTimeToIndex: a restore to a raft index gives the state the
+// live store had right after that entry (keys, revisions, HashKV), for
+// every index from the oldest version's on, from the archived log and from
+// a logger alike; an index before the oldest version or past the log is
+// refused.
+func TestPointInTimeToIndex(t *testing.T) {
+	ctx := context.Background()
+	m := newMember(t)
+	a := newApplied(t, m)
+	target := fileTarget(t)
+	b := newBackuper(t, m, target)
+	byIndex := map[uint64]string{}
+	propose := func(req *pb.InternalRaftRequest) {
+		t.Helper()
+		a.propose(req)
+		byIndex[a.app.AppliedIndex()] = answer(t, m.store.Rev(), kvs(t, m.store), m.store.HashKV)
+	}
+	propose(put("a", "1", 0))
+	v1, err := b.Create(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byIndex[v1.RaftIndex] = answer(t, m.store.Rev(), kvs(t, m.store), m.store.HashKV)
+	propose(put("b", "1", 0))
+	propose(&pb.InternalRaftRequest{LeaseGrant: &pb.LeaseGrantRequest{ID: 9, TTL: 60}})
+	propose(put("a", "2", 9))
+	propose(&pb.InternalRaftRequest{Compaction: &pb.CompactionRequest{Revision: m.store.Rev() - 1}})
+	propose(&pb.InternalRaftRequest{DeleteRange: &pb.DeleteRangeRequest{Key: []byte("b")}})
+	propose(put("c", "1", 0))
+	if _, err := b.ArchiveLog(ctx, a.log, a.app.AppliedIndex()); err != nil {
+		t.Fatal(err)
+	}
+	lastIndex := a.app.AppliedIndex()
+	ents := a.log.ents
+	c, url := startLogger(t, uint64(testID.ClusterID), ents, ents[0].GetIndex()-1, lastIndex)
+	sources := []EntrySource{nil, LoggerSource{Client: c, Endpoint: url}}
+	for _, src := range sources {
+		for i := v1.RaftIndex; i <= lastIndex; i++ {
+			dir := filepath.Join(t.TempDir(), "restored")
+			cfg := restoreConfig(dir, 0)
+			cfg.ToIndex, cfg.Source = i, src
+			res, err := Restore(ctx, target, cfg)
+			if err != nil {
+				t.Errorf("restore to index %d (source %v): %v", i, src, err)
+				continue
+			}
+			s := openRestored(t, dir)
+			if got := answer(t, s.Rev(), kvs(t, s), s.HashKV); got != byIndex[i] {
+				t.Errorf("restored to index %d from %s:\n%s\nthe live store answered:\n%s", i, res.Source, got, byIndex[i])
+			}
+		}
+		for _, i := range []uint64{v1.RaftIndex - 1, lastIndex + 1} {
+			cfg := restoreConfig(filepath.Join(t.TempDir(), "restored"), 0)
+			cfg.ToIndex, cfg.Source = i, src
+			if _, err := Restore(ctx, target, cfg); !errors.Is(err, ErrIndexRange) {
+				t.Errorf("restore to index %d (source %v) = %v, want ErrIndexRange", i, src, err)
+			}
+		}
+	}
+}
