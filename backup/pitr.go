@@ -44,29 +44,51 @@ func versionForRevision(ctx context.Context, t Target, rev int64) (*Manifest, er
 	return best, nil
 }
 
-// replayLimit is where a replay stops: at a revision (Revision, not 0)
-// or after an index (Index).
-type replayLimit struct {
-	Revision int64
-	Index    uint64
-}
-
-// reached reports whether the replay stops before entry e, the store being
-// at revision rev.
-func (l replayLimit) reached(rev int64, e *raftpb.Entry) bool {
-	if l.Revision != 0 {
-		return rev >= l.Revision
+// versionForIndex returns the newest version whose raft index is at most
+// index.
+func versionForIndex(ctx context.Context, t Target, index uint64) (*Manifest, error) {
+	list, err := List(ctx, t)
+	if err != nil {
+		return nil, err
 	}
-	return e.GetIndex() > l.Index
+	var best *Manifest
+	for _, m := range list {
+		if m.RaftIndex <= index && (best == nil || m.Version > best.Version) {
+			best = m
+		}
+	}
+	if best == nil {
+		oldest := "none"
+		if len(list) > 0 {
+			oldest = fmt.Sprint(list[0].RaftIndex)
+		}
+		return nil, fmt.Errorf("%w: index %d is before the oldest version's (index %s)", ErrIndexRange, index, oldest)
+	}
+	return best, nil
 }
 
-// replayTo applies the archived entries after version m to the staged
-// engine in engineDir, one at a time as a member applies them (an
-// applier with a lessor and the auth store, no node), until lim: a
-// revision (each entry adds at most one revision, so the replay stops
-// exactly there) or an index (docs/backup.md, "Point-in-time restore").
-// It returns the index of the last entry applied.
-func replayTo(ctx context.Context, t Target, engineDir string, m *Manifest, lim replayLimit, logger *zap.Logger) (uint64, error) {
+// replayGoal is where a replay stops: at revision rev, or, if rev is 0,
+// at raft index index.
+type replayGoal struct {
+	rev   int64
+	index uint64
+}
+
+func (g replayGoal) String() string {
+	if g.rev != 0 {
+		return fmt.Sprintf("revision %d", g.rev)
+	}
+	return fmt.Sprintf("index %d", g.index)
+}
+
+// replayTo applies the committed entries after version m, read from src
+// up to index last (the end of the run src holds: heldRun), to the staged
+// engine in engineDir, one at a time as a member applies them (an applier
+// with a lessor and the auth store, no node), until the goal: the store at
+// revision goal.rev (each entry adds at most one revision, so the replay
+// stops exactly there: docs/backup.md, "Point-in-time restore"), or entry
+// goal.index applied. It returns the index of the last entry applied.
+func replayTo(ctx context.Context, src EntrySource, engineDir string, m *Manifest, goal replayGoal, last uint64, held []LogRange, logger *zap.Logger) (uint64, error) {
 	eng, err := pebbleengine.Open(engineDir, pebbleengine.Options{Logger: logger.Named("engine")})
 	if err != nil {
 		return 0, fmt.Errorf("open the downloaded engine: %w", err)
@@ -95,6 +117,12 @@ func replayTo(ctx context.Context, t Target, engineDir string, m *Manifest, lim 
 	if app.AppliedIndex() != m.RaftIndex {
 		return 0, fmt.Errorf("%w: the files hold applied index %d, the manifest says %d", ErrCorrupt, app.AppliedIndex(), m.RaftIndex)
 	}
+	reached := func(applied uint64) bool {
+		if goal.rev != 0 {
+			return store.Rev() >= goal.rev
+		}
+		return applied >= goal.index
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	in := make(chan node.Committed)
 	runErr := make(chan error, 1)
@@ -104,9 +132,12 @@ func replayTo(ctx context.Context, t Target, engineDir string, m *Manifest, lim 
 		return <-runErr
 	}
 	applied := m.RaftIndex
-	_, err = forEachArchived(ctx, t, m.RaftIndex+1, func(e *raftpb.Entry) (bool, error) {
-		if lim.reached(store.Rev(), e) {
+	err = src.Entries(ctx, uint64(m.ClusterID), m.RaftIndex+1, last, func(e *raftpb.Entry) (bool, error) {
+		if reached(applied) {
 			return true, nil
+		}
+		if e.GetIndex() != applied+1 {
+			return false, fmt.Errorf("%w: entry %d follows entry %d", ErrCorrupt, e.GetIndex(), applied)
 		}
 		select {
 		case in <- node.Committed{Entries: []*raftpb.Entry{e}}:
@@ -123,14 +154,25 @@ func replayTo(ctx context.Context, t Target, engineDir string, m *Manifest, lim 
 		err = fmt.Errorf("apply: %w", rerr)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("replay the archived log after version %d: %w", m.Version, err)
+		return 0, fmt.Errorf("replay %s after version %d: %w", src, m.Version, err)
 	}
-	if got := store.Rev(); lim.Revision != 0 && got != lim.Revision {
-		return 0, fmt.Errorf("%w: the archived log after version %d (revision %d) ends at index %d, revision %d, before revision %d",
-			ErrRevisionRange, m.Version, m.Revision, applied, got, lim.Revision)
+	if !reached(applied) {
+		// The run src holds ended first: across a gap (entries held after
+		// it) or at the end of what src holds.
+		sentinel := ErrRevisionRange
+		if goal.rev == 0 {
+			sentinel = ErrIndexRange
+		}
+		for _, r := range held {
+			if r.First > last+1 {
+				sentinel = ErrNotHeld
+			}
+		}
+		return 0, fmt.Errorf("%w: the replay after version %d (revision %d) ends at index %d, revision %d, before %s: %s holds committed entries %s of cluster %x",
+			sentinel, m.Version, m.Revision, applied, store.Rev(), goal, src, describeHeld(held), uint64(m.ClusterID))
 	}
-	if lim.Revision == 0 && applied != lim.Index {
-		return 0, fmt.Errorf("%w: the archived log after version %d ends at index %d, before index %d", ErrLogGap, m.Version, applied, lim.Index)
+	if goal.rev != 0 && store.Rev() != goal.rev {
+		return 0, fmt.Errorf("%w: entry %d took the store from before revision %d to %d", ErrCorrupt, applied, goal.rev, store.Rev())
 	}
 	if err := eng.Flush(); err != nil {
 		return 0, fmt.Errorf("flush the replayed engine: %w", err)

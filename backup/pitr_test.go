@@ -258,8 +258,8 @@ func TestPointInTime(t *testing.T) {
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := restore(v1.Revision + 1); !errors.Is(err, ErrLogGap) {
-		t.Errorf("restore over a missing log object = %v, want ErrLogGap", err)
+	if _, _, err := restore(v1.Revision + 1); !errors.Is(err, ErrNotHeld) || !strings.Contains(err.Error(), fmt.Sprintf("holds committed entries %d-%d", logs[1].First, logs[1].Last)) {
+		t.Errorf("restore over a missing log object = %v, want ErrNotHeld naming the entries held", err)
 	}
 	if rep, err := VerifyLog(ctx, target); err != nil || rep.Objects != 1 || rep.Entries != int(logs[1].Last-logs[1].First+1) {
 		t.Errorf("VerifyLog with the damaged object gone = %+v, %v", rep, err)

@@ -38,6 +38,14 @@ type RestoreConfig struct {
 	// last index a sample says was applied by then (docs/backup.md,
 	// "Point-in-time restore"). It excludes Version and ToRevision.
 	ToTime time.Time
+	// ToIndex, if not 0, restores the state after raft entry ToIndex
+	// instead: the newest version at or before it, then the committed
+	// entries after it up to ToIndex. It excludes Version and ToRevision.
+	ToIndex uint64
+	// Source is where a restore to a revision or an index reads the
+	// committed entries after the version. nil: the log archived in the
+	// target (ArchiveSource).
+	Source EntrySource
 	// DataDir is the new data directory; it must not exist.
 	DataDir string
 	// Name, InitialCluster and InitialClusterToken give the new member
@@ -57,13 +65,15 @@ type RestoreResult struct {
 	maintenance.RestoreResult
 	// Manifest is the version restored.
 	Manifest *Manifest
-	// ReplayedTo is the index of the last archived entry replayed after
-	// the version (point-in-time restore), 0 if none was.
+	// ReplayedTo is the index of the last entry replayed after the
+	// version (point-in-time restore), 0 if none was.
 	ReplayedTo uint64
 	// StateTime, after a restore to a time, is when the restored state
 	// is known to have been the live one: the time of the last sample at
 	// or before ToTime, or the version's creation.
 	StateTime time.Time
+	// Source names where the replayed entries came from.
+	Source string
 }
 
 // Restore builds a new data directory from a version in t (FORMAT.md,
@@ -93,28 +103,56 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	if _, ok := cfg.InitialCluster[cfg.Name]; !ok {
 		return RestoreResult{}, fmt.Errorf("restore: --initial-cluster has no member named %q (--name)", cfg.Name)
 	}
+	asked := 0
+	for _, given := range []bool{cfg.Version != 0, cfg.ToRevision != 0, cfg.ToIndex != 0, !cfg.ToTime.IsZero()} {
+		if given {
+			asked++
+		}
+	}
+	if asked > 1 {
+		return RestoreResult{}, errors.New("restore: give one of a version, a revision, an index or a time")
+	}
+	if cfg.Source == nil {
+		cfg.Source = ArchiveSource{Target: t}
+	}
 	var m *Manifest
 	var err error
 	var plan timePlan
 	switch {
 	case !cfg.ToTime.IsZero():
-		if cfg.Version != 0 || cfg.ToRevision != 0 {
-			return RestoreResult{}, errors.New("restore: give a version, a revision or a time, not two")
+		if _, archive := cfg.Source.(ArchiveSource); !archive {
+			return RestoreResult{}, fmt.Errorf("restore: a time is found in the archive's time samples, not in %s", cfg.Source)
 		}
 		if plan, err = planToTime(ctx, t, cfg.ToTime); err != nil {
 			return RestoreResult{}, fmt.Errorf("restore to %s: %w", cfg.ToTime.Format(timeFormat), err)
 		}
 		m = plan.version
 	case cfg.ToRevision != 0:
-		if cfg.Version != 0 {
-			return RestoreResult{}, errors.New("restore: give a version or a revision, not both")
-		}
 		m, err = versionForRevision(ctx, t, cfg.ToRevision)
+	case cfg.ToIndex != 0:
+		m, err = versionForIndex(ctx, t, cfg.ToIndex)
 	default:
 		m, err = ReadManifest(ctx, t, cfg.Version)
 	}
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore: %w", err)
+	}
+	goal := replayGoal{rev: cfg.ToRevision, index: cfg.ToIndex}
+	if !cfg.ToTime.IsZero() {
+		goal.index = plan.index // the last index a sample shows applied by then
+	}
+	replay := goal.rev > m.Revision || goal.index > m.RaftIndex
+	// What the source holds after the version is checked before any file
+	// is downloaded.
+	var runLast uint64
+	var held []LogRange
+	if replay {
+		if runLast, held, err = heldRun(ctx, cfg.Source, uint64(m.ClusterID), m.RaftIndex+1, goal.index, m); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore to %s: %w", goal, err)
+		}
+		if goal.index != 0 {
+			runLast = goal.index
+		}
 	}
 	staging := filepath.Clean(cfg.DataDir) + ".download"
 	if err := os.RemoveAll(staging); err != nil {
@@ -134,15 +172,9 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 		progress.Done(1, 0)
 	}
 	applied, replayed := m.RaftIndex, uint64(0)
-	if cfg.ToRevision > m.Revision {
-		if replayed, err = replayTo(ctx, t, engineDir, m, replayLimit{Revision: cfg.ToRevision}, cfg.Logger); err != nil {
-			return RestoreResult{}, fmt.Errorf("restore to revision %d: %w", cfg.ToRevision, err)
-		}
-		applied = replayed
-	}
-	if plan.index > m.RaftIndex {
-		if replayed, err = replayTo(ctx, t, engineDir, m, replayLimit{Index: plan.index}, cfg.Logger); err != nil {
-			return RestoreResult{}, fmt.Errorf("restore to %s: %w", cfg.ToTime.Format(timeFormat), err)
+	if replay {
+		if replayed, err = replayTo(ctx, cfg.Source, engineDir, m, goal, runLast, held, cfg.Logger); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore to %s: %w", goal, err)
 		}
 		applied = replayed
 	}
@@ -162,7 +194,7 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
 	}
-	return RestoreResult{RestoreResult: res, Manifest: m, ReplayedTo: replayed, StateTime: plan.at}, nil
+	return RestoreResult{RestoreResult: res, Manifest: m, ReplayedTo: replayed, StateTime: plan.at, Source: cfg.Source.String()}, nil
 }
 
 // engineSource gives maintenance.Restore every key of the downloaded

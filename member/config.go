@@ -67,7 +67,12 @@ type Config struct {
 	// LoggerTruncate (--logger-truncate) sends the loggers this voter's
 	// Truncate request at its engine's durable index as it advances
 	// (membership.LoggerWatch).
-	LoggerTruncate    bool
+	LoggerTruncate bool
+	// CatchUpLogger (--catch-up-logger), a strata logger's client URL: a
+	// member joining the cluster with an empty log first fills it with the
+	// committed entries the logger holds (logger.CatchUp), so that the
+	// leader sends it only what follows, not a snapshot.
+	CatchUpLogger     string
 	HeartbeatInterval time.Duration
 	ElectionTimeout   time.Duration
 	// Engine names the storage engine (engines.Names; "" means Pebble),

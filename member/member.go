@@ -35,6 +35,7 @@ import (
 	"github.com/strata-kv/strata/engine/engines"
 	"github.com/strata-kv/strata/lease"
 	"github.com/strata-kv/strata/logcompact"
+	"github.com/strata-kv/strata/logger"
 	"github.com/strata-kv/strata/maintenance"
 	"github.com/strata-kv/strata/membership"
 	"github.com/strata-kv/strata/mvcc"
@@ -176,6 +177,13 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
 	logOpen := time.Since(openStart)
+	if cfg.CatchUpLogger != "" && joined {
+		res, err := logger.CatchUp(context.Background(), cfg.CatchUpLogger, m.clusterID, m.log)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Logger.Info("caught up from the logger", zap.String("logger", cfg.CatchUpLogger), zap.Uint64("entries", res.Entries), zap.Uint64("last-index", res.Last))
+	}
 	m.store.Start()
 	// Recovery replays compacted batches before raft starts, with an
 	// applier that has nothing attached: no lessor (replay writes lease

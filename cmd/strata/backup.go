@@ -279,6 +279,12 @@ func restoreFromTarget(tf *targetFlags, version uint64, cfg backup.RestoreConfig
 	if cfg.ToRevision != 0 {
 		fields["to_revision"] = cfg.ToRevision
 	}
+	if cfg.ToIndex != 0 {
+		fields["to_index"] = cfg.ToIndex
+	}
+	if res.ReplayedTo != 0 {
+		fields["source"] = res.Source
+	}
 	if !cfg.ToTime.IsZero() {
 		fields["to_time"], fields["state_time"] = cfg.ToTime.UTC(), res.StateTime
 	}
@@ -289,15 +295,19 @@ func restoreFromTarget(tf *targetFlags, version uint64, cfg backup.RestoreConfig
 	if !cfg.ToTime.IsZero() {
 		to := fmt.Sprintf("version %d of %s at raft index %d, revision %d", m.Version, t, m.RaftIndex, m.Revision)
 		if res.ReplayedTo != 0 {
-			to += fmt.Sprintf(", then its archived log to index %d", res.ReplayedTo)
+			to += fmt.Sprintf(", then %s to index %d", res.Source, res.ReplayedTo)
 		}
 		fmt.Fprintf(stdout, "restored the state at %s, as of %s, the last time sample at or before it (%s; %d records) into %s: member %x of cluster %x\n",
 			cfg.ToTime.UTC().Format(time.RFC3339Nano), res.StateTime.Format(time.RFC3339Nano), to, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
 		return 0
 	}
 	if res.ReplayedTo != 0 {
-		fmt.Fprintf(stdout, "restored revision %d (version %d of %s at raft index %d, revision %d, then its archived log to index %d; %d records) into %s: member %x of cluster %x\n",
-			cfg.ToRevision, m.Version, t, m.RaftIndex, m.Revision, res.ReplayedTo, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
+		what := fmt.Sprintf("revision %d", cfg.ToRevision)
+		if cfg.ToIndex != 0 {
+			what = fmt.Sprintf("index %d", cfg.ToIndex)
+		}
+		fmt.Fprintf(stdout, "restored %s (version %d of %s at raft index %d, revision %d, then %s to index %d; %d records) into %s: member %x of cluster %x\n",
+			what, m.Version, t, m.RaftIndex, m.Revision, res.Source, res.ReplayedTo, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
 		return 0
 	}
 	fmt.Fprintf(stdout, "restored version %d of %s (raft index %d, revision %d, %d records) into %s: member %x of cluster %x\n",

@@ -51,7 +51,9 @@ func TestBackupCommandLine(t *testing.T) {
 }
 
 // TestRestoreFromFlags: --from and a backup file exclude each other,
-// --version and --to-revision need --from and exclude each other.
+// --version, --to-revision and --to-index need --from and exclude each
+// other; --logger needs a revision or an index, --logger-cluster needs
+// --logger and a hexadecimal ID.
 func TestRestoreFromFlags(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "new")
 	for _, args := range [][]string{
@@ -66,6 +68,13 @@ func TestRestoreFromFlags(t *testing.T) {
 		{"--from=file:///x", "--to-time=2026-11-25T10:00:00Z", "--to-revision=5", "--data-dir=" + dir},
 		{"--from=file:///x", "--to-time=2026-11-25T10:00:00Z", "--version=2", "--data-dir=" + dir},
 		{"--json", "--data-dir=" + dir, "backup.db"},
+		{"--from=file:///x", "--to-revision=5", "--to-index=9", "--data-dir=" + dir},
+		{"--from=file:///x", "--version=2", "--to-index=9", "--data-dir=" + dir},
+		{"--to-index=9", "--data-dir=" + dir, "backup.db"},
+		{"--from=file:///x", "--logger=http://127.0.0.1:2479", "--data-dir=" + dir},
+		{"--from=file:///x", "--to-index=9", "--logger-cluster=c1", "--data-dir=" + dir},
+		{"--from=file:///x", "--to-index=9", "--logger=http://127.0.0.1:2479", "--logger-cluster=xyz", "--data-dir=" + dir},
+		{"--from=file:///x", "--to-time=2026-11-25T10:00:00Z", "--to-index=9", "--data-dir=" + dir},
 	} {
 		if code := runRestore(args); code != 2 {
 			t.Errorf("strata restore %v: exit %d, want 2", args, code)

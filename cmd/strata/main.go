@@ -108,6 +108,7 @@ type flags struct {
 	watchProgressNotifyInterval                 time.Duration
 	corrupt                                     corruptFlags
 	loggerRetention, loggerTruncate             bool
+	catchUpLogger                               string
 	logCompaction                               logCompactionFlags
 	security                                    securityFlags
 	metrics                                     metricsFlags
@@ -155,6 +156,7 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.DurationVar(&f.watchProgressNotifyInterval, "experimental-watch-progress-notify-interval", 10*time.Minute, "Deprecated name of --watch-progress-notify-interval.")
 	fs.BoolVar(&f.loggerRetention, "logger-retention", false, "strata: keep the raft log until every strata logger in the cluster holds it (the leader by what each acknowledged, a follower by what each logger's Status says), so that a logger behind catches up from the log and records no gap; a logger down holds the log from being truncated until it returns or is removed.")
 	fs.BoolVar(&f.loggerTruncate, "logger-truncate", false, "strata: ask every strata logger in the cluster, at its published client URL, to truncate its log up to this member's engine durable index as that advances (a logger trims only at the index more than half of the voters asked for; see strata logger truncate).")
+	fs.StringVar(&f.catchUpLogger, "catch-up-logger", "", "strata: a strata logger's client URL: a member joining a running cluster (--initial-cluster-state=existing) with an empty data directory first copies the committed log the logger holds (from index 1) into its own, so that the leader sends it only the entries after it instead of a snapshot; refused if the logger does not hold the log from index 1. Nothing is done once the member's log holds entries.")
 	fs.BoolVar(&f.engineWAL, "engine-wal", false, "strata: turn the engine's own WAL on, synced per apply batch (the double-logging baseline).")
 	fs.StringVar(&f.engine, "engine", engines.Default, "strata: the storage engine, "+strings.Join(engines.Names(), " or ")+"; chosen when the data directory is created and recorded there (a restart with another is refused; strata restore --engine moves data to another). docs/engines.md.")
 	fs.StringVar(&f.configFile, "config-file", "", "Path to the server configuration file (etcd's YAML). Note that if a configuration file is provided, other command line flags and environment variables will be ignored.")
@@ -490,6 +492,7 @@ func (f *flags) memberConfig() (member.Config, error) {
 		WarningApplyDuration:        f.warnApplyDuration,
 		LoggerRetention:             f.loggerRetention,
 		LoggerTruncate:              f.loggerTruncate,
+		CatchUpLogger:               f.catchUpLogger,
 		Client: server.ClientOptions{
 			ListenHTTPURLs: splitURLs(f.listenClientHTTPURLs),
 			NoGateway:      !f.enableGRPCGateway,

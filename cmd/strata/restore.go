@@ -10,6 +10,7 @@ import (
 
 	"github.com/strata-kv/strata/backup"
 	"github.com/strata-kv/strata/engine/engines"
+	lg "github.com/strata-kv/strata/logger"
 	"github.com/strata-kv/strata/maintenance"
 	"github.com/strata-kv/strata/member"
 )
@@ -21,7 +22,8 @@ import (
 //
 //	strata restore --data-dir NEW --name NAME --initial-cluster NAME=URL,...
 //	    [--initial-advertise-peer-urls URL] [--initial-cluster-token TOKEN] FILE
-//	strata restore --from URL [--version N | --to-revision R | --to-time T] --data-dir NEW ... (same flags, no FILE)
+//	strata restore --from URL [--version N | --to-revision R | --to-index I | --to-time T]
+//	    [--logger URL [--logger-cluster ID]] [--json] --data-dir NEW ... (same flags, no FILE)
 //
 // Start the member on NEW with the same --name, --initial-cluster and
 // --initial-cluster-token: it bootstraps the new cluster's raft log over
@@ -38,9 +40,12 @@ func runRestore(args []string) int {
 	tf.registerS3(fs)
 	version := fs.Uint64("version", 0, "With --from: the version to restore (0: the latest).")
 	engineName := fs.String("engine", engines.Default, "The storage engine of the new data directory ("+strings.Join(engines.Names(), " or ")+"): a snapshot of a member on one engine restores onto another. Not with --from, whose engine files are Pebble's.")
-	toRevision := fs.Int64("to-revision", 0, "With --from: restore the state at this revision: the newest version at or before it, then the archived raft log up to it (docs/backup.md, \"Point-in-time restore\").")
+	toRevision := fs.Int64("to-revision", 0, "With --from: restore the state at this revision: the newest version at or before it, then the archived raft log (or --logger's) up to it (docs/backup.md, \"Point-in-time restore\").")
+	toIndex := fs.Uint64("to-index", 0, "With --from: restore the state after this raft index: the newest version at or before it, then the archived raft log (or --logger's) up to it.")
+	loggerURL := fs.String("logger", "", "With --to-revision or --to-index: read the committed entries after the version from this strata logger's API (its client URL) instead of the log archived in the target (docs/logger.md).")
+	loggerCluster := fs.String("logger-cluster", "", "With --logger: the cluster ID (hex) whose log to read; the version's cluster must be it. Default: the version's cluster.")
 	asJSON := fs.Bool("json", false, "With --from: print JSON lines on stdout for scripts: progress events, then the result (or an error) object.")
-	toTimeFlag := fs.String("to-time", "", "With --from: restore the last state at or before this wall-clock time (RFC 3339, e.g. 2026-11-25T10:00:00Z): the newest version created by then, then the archived raft log up to the last entry a time sample shows applied by then (granularity one second; docs/backup.md, \"Point-in-time restore\").")
+	toTimeFlag := fs.String("to-time", "", "With --from: restore the last state at or before this wall-clock time (RFC 3339, e.g. 2026-11-25T10:00:00Z): the newest version created by then, then the archived raft log up to the last entry a time sample shows applied by then (granularity one second; docs/backup.md, \"Point-in-time restore\"). Not with --logger: the times are the archive's.")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -65,11 +70,17 @@ func runRestore(args []string) int {
 	case tf.url != "" && *engineName != engines.Default:
 		fmt.Fprintln(os.Stderr, "strata restore: --from restores Pebble's engine files; --engine is for a snapshot file")
 		return 2
-	case tf.url == "" && (*version != 0 || *toRevision != 0 || *toTimeFlag != "" || *asJSON):
-		fmt.Fprintln(os.Stderr, "strata restore: --version, --to-revision, --to-time and --json need --from")
+	case tf.url == "" && (*version != 0 || *toRevision != 0 || *toIndex != 0 || *toTimeFlag != "" || *asJSON):
+		fmt.Fprintln(os.Stderr, "strata restore: --version, --to-revision, --to-index, --to-time and --json need --from")
 		return 2
-	case *version != 0 && *toRevision != 0, *version != 0 && *toTimeFlag != "", *toRevision != 0 && *toTimeFlag != "":
-		fmt.Fprintln(os.Stderr, "strata restore: give one of --version, --to-revision and --to-time")
+	case countGiven(*version != 0, *toRevision != 0, *toIndex != 0, *toTimeFlag != "") > 1:
+		fmt.Fprintln(os.Stderr, "strata restore: give one of --version, --to-revision, --to-index and --to-time")
+		return 2
+	case *loggerURL != "" && *toRevision == 0 && *toIndex == 0:
+		fmt.Fprintln(os.Stderr, "strata restore: --logger is the source of the entries replayed by --to-revision or --to-index; give one")
+		return 2
+	case *loggerCluster != "" && *loggerURL == "":
+		fmt.Fprintln(os.Stderr, "strata restore: --logger-cluster needs --logger")
 		return 2
 	case *toRevision < 0:
 		fmt.Fprintln(os.Stderr, "strata restore: --to-revision must be positive")
@@ -91,14 +102,25 @@ func runRestore(args []string) int {
 		return 2
 	}
 	if tf.url != "" {
-		return restoreFromTarget(&tf, *version, backup.RestoreConfig{
+		cfg := backup.RestoreConfig{
 			DataDir:             *dataDir,
 			Name:                *name,
 			InitialCluster:      members,
 			InitialClusterToken: *token,
 			ToRevision:          *toRevision,
+			ToIndex:             *toIndex,
 			ToTime:              toTime,
-		}, *asJSON, os.Stdout, os.Stderr)
+		}
+		if *loggerURL != "" {
+			src, err := loggerSource(*loggerURL, *loggerCluster)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "strata restore: %v\n", err)
+				return 2
+			}
+			defer src.Client.Close()
+			cfg.Source = src
+		}
+		return restoreFromTarget(&tf, *version, cfg, *asJSON, os.Stdout, os.Stderr)
 	}
 	res, err := maintenance.Restore(maintenance.RestoreConfig{
 		Backup:              fs.Arg(0),
@@ -115,6 +137,23 @@ func runRestore(args []string) int {
 	fmt.Printf("restored %d records (applied index %d of the backed-up member) into %s: member %x of cluster %x\n",
 		res.Records, res.AppliedIndex, *dataDir, res.MemberID, res.ClusterID)
 	return 0
+}
+
+// loggerSource is --logger and --logger-cluster: a client of the logger's
+// API as the source of a point-in-time restore.
+func loggerSource(url, cluster string) (backup.LoggerSource, error) {
+	var id uint64
+	if cluster != "" {
+		var err error
+		if id, err = parseHexID("logger-cluster", cluster); err != nil {
+			return backup.LoggerSource{}, err
+		}
+	}
+	c, err := lg.Dial(url)
+	if err != nil {
+		return backup.LoggerSource{}, err
+	}
+	return backup.LoggerSource{Client: c, Endpoint: url, ClusterID: id}, nil
 }
 
 // parseInitialCluster reads name=peerURL,... into a map.
@@ -168,4 +207,15 @@ func (c *corruptFlags) register(fs *flag.FlagSet) {
 func (c *corruptFlags) apply(cfg *member.Config) {
 	cfg.InitialCorruptCheck = c.initial || c.gates.Enabled("InitialCorruptCheck")
 	cfg.CorruptCheckTime = c.checkTime
+}
+
+// countGiven counts the options given, of options that exclude each other.
+func countGiven(given ...bool) int {
+	n := 0
+	for _, g := range given {
+		if g {
+			n++
+		}
+	}
+	return n
 }
