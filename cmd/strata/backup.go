@@ -295,7 +295,7 @@ func restoreFromTarget(tf *targetFlags, version uint64, cfg backup.RestoreConfig
 	if !cfg.ToTime.IsZero() {
 		to := fmt.Sprintf("version %d of %s at raft index %d, revision %d", m.Version, t, m.RaftIndex, m.Revision)
 		if res.ReplayedTo != 0 {
-			to += fmt.Sprintf(", then %s to index %d", res.Source, res.ReplayedTo)
+			to += fmt.Sprintf(", then its archived log to index %d", res.ReplayedTo) // a time is found in the archive only
 		}
 		fmt.Fprintf(stdout, "restored the state at %s, as of %s, the last time sample at or before it (%s; %d records) into %s: member %x of cluster %x\n",
 			cfg.ToTime.UTC().Format(time.RFC3339Nano), res.StateTime.Format(time.RFC3339Nano), to, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
