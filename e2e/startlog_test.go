@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-kv/strata/internal/testutil"
 )
@@ -25,14 +26,30 @@ func TestStartupLogLikeEtcd(t *testing.T) {
 	for _, f := range flavors {
 		t.Run(string(f), func(t *testing.T) {
 			p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, f), Flags: []string{"--log-level=info"}})
+			// A member may answer its first request a moment before its
+			// log line says it is ready (etcd logs it after it starts
+			// serving): read the output again, bounded, until every line
+			// is there.
 			var lines []map[string]any
-			for _, line := range strings.Split(p.CurrentOutput(), "\n") {
-				var entry map[string]any
-				if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] != nil {
-					lines = append(lines, entry)
+			next := 0
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				lines, next = lines[:0], 0
+				for _, line := range strings.Split(p.CurrentOutput(), "\n") {
+					var entry map[string]any
+					if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] != nil {
+						lines = append(lines, entry)
+					}
+				}
+				for _, entry := range lines {
+					if next < len(want) && entry["msg"] == want[next].msg {
+						next++
+					}
+				}
+				if next == len(want) || time.Now().After(deadline) {
+					break
 				}
 			}
-			next := 0
+			next = 0
 			for _, entry := range lines {
 				if next == len(want) {
 					break
