@@ -60,27 +60,20 @@ type Config struct {
 	SnapshotCount     uint64
 	// CatchUpEntries are kept in the log below the compaction point.
 	CatchUpEntries uint64
-	// LoggerRetention (--logger-retention) keeps the raft log until the
-	// cluster's strata loggers hold it (node.Config.LogRetention,
-	// membership.LoggerWatch; docs/logger.md, "Log retention").
-	LoggerRetention bool
-	// LoggerTruncate (--logger-truncate) sends the loggers this voter's
-	// Truncate request at its engine's durable index as it advances
-	// (membership.LoggerWatch).
-	LoggerTruncate bool
-	// CatchUpLogger (--catch-up-logger), a strata logger's client URL: a
-	// member joining the cluster with an empty log first fills it with the
-	// committed entries the logger holds (logger.CatchUp), so that the
-	// leader sends it only what follows, not a snapshot.
-	CatchUpLogger     string
-	HeartbeatInterval time.Duration
-	ElectionTimeout   time.Duration
-	// Engine names the storage engine (engines.Names; "" means Pebble),
-	// chosen at bootstrap and recorded in the data directory: a restart with
-	// another is refused.
-	Engine string
-	// EngineWAL turns the engine's own WAL on, synced per apply batch: the
-	// double-logging baseline of seed 002.
+	// The strata logger flags (docs/logger.md): LoggerRetention
+	// (--logger-retention) keeps the raft log until the loggers hold it
+	// (node.Config.LogRetention); LoggerTruncate (--logger-truncate) asks
+	// them to truncate at the engine's durable index; CatchUpLogger
+	// (--catch-up-logger) fills a joining member's empty log from that
+	// logger (logger.CatchUp), so the leader sends it no snapshot.
+	LoggerRetention, LoggerTruncate bool
+	CatchUpLogger                   string
+	HeartbeatInterval               time.Duration
+	ElectionTimeout                 time.Duration
+	// Engine names the storage engine (engines.Names; "": Pebble), recorded
+	// in the data directory at bootstrap; EngineWAL turns its own WAL on,
+	// synced per apply batch (seed 002's double-logging baseline).
+	Engine    string
 	EngineWAL bool
 	// WatchProgressNotifyInterval is etcd's --watch-progress-notify-interval
 	// (0: 10 minutes).

@@ -63,19 +63,13 @@ type Member struct {
 	node    *node.Node
 	applier *apply.Applier
 	lessor  *lease.Lessor
-	// transport carries raft messages to peers, those the node hands
-	// over on node.Outgoing among them.
+	// transport carries the node's messages (node.Outgoing) to peers;
+	// tracker keeps its peers equal to the member list.
 	transport *transport.Transport
-	// tracker keeps the transport's peers equal to the member list and
-	// says when this member was removed.
-	tracker *membership.Tracker
-	// compactor is nil unless auto-compaction is on.
-	compactor *mvcc.AutoCompactor
-	// api serves etcd's gRPC services and the HTTP side on the client
-	// and metrics URLs.
-	api *server.API
-	// The peer side: raft transport and discovery on the peer URLs.
-	peers *transport.PeerServer
+	tracker   *membership.Tracker
+	compactor *mvcc.AutoCompactor // nil unless auto-compaction is on
+	api       *server.API         // the client and metrics URLs
+	peers     *transport.PeerServer
 
 	memberID  uint64
 	clusterID uint64
@@ -90,21 +84,15 @@ type Member struct {
 	errMu    sync.Mutex
 	err      error
 
-	// watchHub serves the Watch service from the store's revision index.
-	watchHub *watch.Hub
-	// backups takes versions of the engine: continuously (leader only)
-	// and on request (backup.CreateMethod).
-	backups *backup.Service
-	// maintainer serves backups, Hash, Defragment, alarms and the
-	// corruption check.
+	watchHub   *watch.Hub
+	backups    *backup.Service
 	maintainer *maintenance.Maintainer
 	// membership serves the Cluster API and MoveLeader; remote asks the
 	// peers for the member list.
 	membership *membership.Service
 	remote     *membership.Peers
-	// authStore holds users, roles and tokens.
-	authStore *auth.Store
-	metrics   *server.Metrics
+	authStore  *auth.Store
+	metrics    *server.Metrics
 }
 
 // Start opens the data directory, recovers, and serves clients.
@@ -374,19 +362,9 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.peers.Serve()
 	m.run(func() { m.membership.PublishAttributes(ctx, cfg.Name, cfg.AdvertiseClientURLs) })
 	m.run(func() { m.tracker.Run(ctx) })
-	if cfg.LoggerRetention || cfg.LoggerTruncate {
-		wc := membership.LoggerWatchConfig{ClusterID: m.clusterID, MemberID: m.memberID, Members: m.applier,
-			Logger: cfg.Logger.Named("loggers")}
-		if cfg.LoggerRetention {
-			// A follower learns how far each logger holds the log from
-			// the logger itself (node's retention rule 2).
-			wc.Node = m.node
-		}
-		if cfg.LoggerTruncate {
-			wc.Durable = m.engine.DurableIndex
-		}
-		watch := membership.NewLoggerWatch(wc)
-		m.run(func() { watch.Run(ctx) })
+	if w := membership.NewMemberLoggerWatch(membership.LoggerWatchConfig{ClusterID: m.clusterID, MemberID: m.memberID,
+		Members: m.applier, Logger: cfg.Logger.Named("loggers")}, cfg.LoggerRetention, m.node, cfg.LoggerTruncate, m.engine.DurableIndex); w != nil {
+		m.run(func() { w.Run(ctx) })
 	}
 	m.run(func() {
 		select {

@@ -95,6 +95,25 @@ func NewLoggerWatch(cfg LoggerWatchConfig) *LoggerWatch {
 	return w
 }
 
+// NewMemberLoggerWatch returns the watch a member's --logger-retention
+// (retention: tell node how far each logger holds the log) and
+// --logger-truncate (truncate: ask the loggers to truncate at durable's
+// index) ask for, or nil when neither is on.
+func NewMemberLoggerWatch(cfg LoggerWatchConfig, retention bool, node HeldReceiver, truncate bool, durable func() uint64) *LoggerWatch {
+	if retention {
+		// A follower learns how far each logger holds the log from the
+		// logger itself (node's retention rule 2).
+		cfg.Node = node
+	}
+	if truncate {
+		cfg.Durable = durable
+	}
+	if cfg.Node == nil && cfg.Durable == nil {
+		return nil
+	}
+	return NewLoggerWatch(cfg)
+}
+
 // Run asks the loggers every Interval until ctx ends.
 func (w *LoggerWatch) Run(ctx context.Context) {
 	defer func() {

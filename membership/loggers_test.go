@@ -128,3 +128,33 @@ func TestLoggerWatchTruncate(t *testing.T) {
 		}
 	}
 }
+
+// TestNewMemberLoggerWatch: a member's flags decide what the watch does:
+// nothing (no watch) without either, the node told with --logger-retention,
+// truncation asked with --logger-truncate.
+func TestNewMemberLoggerWatch(t *testing.T) {
+	node := &heldRecorder{}
+	durable := func() uint64 { return 7 }
+	for _, tt := range []struct {
+		retention, truncate bool
+		watch, tellsNode    bool
+		truncates           bool
+	}{
+		{},
+		{retention: true, watch: true, tellsNode: true},
+		{truncate: true, watch: true, truncates: true},
+		{retention: true, truncate: true, watch: true, tellsNode: true, truncates: true},
+	} {
+		w := NewMemberLoggerWatch(LoggerWatchConfig{ClusterID: 1, MemberID: 2}, tt.retention, node, tt.truncate, durable)
+		if (w != nil) != tt.watch {
+			t.Errorf("retention %v, truncate %v: watch %v, want %v", tt.retention, tt.truncate, w != nil, tt.watch)
+			continue
+		}
+		if w == nil {
+			continue
+		}
+		if (w.cfg.Node != nil) != tt.tellsNode || (w.cfg.Durable != nil) != tt.truncates {
+			t.Errorf("retention %v, truncate %v: node %v, durable %v", tt.retention, tt.truncate, w.cfg.Node != nil, w.cfg.Durable != nil)
+		}
+	}
+}
