@@ -61,14 +61,13 @@ import (
 // shared by every engine (a wire format: do not change it).
 var AppliedIndexKey = engine.AppliedIndexKey
 
-// The LSM's shape, chosen by measurement (docs/bench/performance.md,
-// "Pebble's options"): loading 10^6 keys with Pebble's defaults (4 MiB
-// memtables, an L0 compaction at 4 sublevels, one compaction at a time)
-// rewrote 1.0 GB in compactions and took the server 65-92 s of CPU; with the
-// options below, 0.11 GB and 29-46 s in the same periods. The price is the
-// tail a kill -9 leaves to replay: up to a memtable's worth of applied
-// entries (about 2.9 s for 60,000 puts after the load), against under
-// 4 MiB's before.
+// The LSM's shape, chosen by measurement (docs/bench/performance.md):
+// loading 10^6 keys with Pebble's defaults (4 MiB memtables, an L0
+// compaction at 4 sublevels, one compaction at a time) rewrote 1.0 GB in
+// compactions and took the server 65-92 s of CPU; with the options below,
+// 0.11 GB and 29-46 s in the same periods. The price is the tail a kill -9
+// leaves to replay: up to a memtable's worth of applied entries (2.9 s for
+// 60,000 puts after the load), where a 4 MiB memtable left a few thousand.
 const (
 	// DefaultCacheSize is the block cache size used when Options.CacheSize
 	// is 0. Pebble reserves the memtables' memory from it, so it holds
