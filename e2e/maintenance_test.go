@@ -332,7 +332,7 @@ func TestCorruptionCheck(t *testing.T) {
 	}
 	victim := c.Members[2]
 	victim.Stop()
-	flipHistoryValue(t, filepath.Join(victim.DataDir(), "engine"), []byte("value-ok"))
+	flipStoredValue(t, filepath.Join(victim.DataDir(), "engine"), []byte("value-ok"))
 	c.RestartMembers(2)
 
 	waitTrue(t, 20*time.Second, func() bool {
@@ -344,9 +344,10 @@ func TestCorruptionCheck(t *testing.T) {
 	}
 }
 
-// flipHistoryValue changes the last byte of the first history entry whose
-// value ends with want, in a stopped member's engine.
-func flipHistoryValue(t *testing.T, dir string, want []byte) {
+// flipStoredValue changes the last byte of the first stored version (a
+// current record or a history entry, mvcc's "mc" and "mh") whose value ends
+// with want, in a stopped member's engine.
+func flipStoredValue(t *testing.T, dir string, want []byte) {
 	t.Helper()
 	e, err := pebbleengine.Open(dir, pebbleengine.Options{})
 	if err != nil {
@@ -357,7 +358,7 @@ func flipHistoryValue(t *testing.T, dir string, want []byte) {
 			t.Fatal(err)
 		}
 	}()
-	it := e.NewIter([]byte("mh"), []byte("mi"))
+	it := e.NewIter([]byte("mc"), []byte("mi"))
 	var key, val []byte
 	for ok := it.First(); ok; ok = it.Next() {
 		if bytes.HasSuffix(it.Value(), want) {
@@ -369,7 +370,7 @@ func flipHistoryValue(t *testing.T, dir string, want []byte) {
 		t.Fatal(err)
 	}
 	if key == nil {
-		t.Fatalf("no history entry ending with %q in %s", want, dir)
+		t.Fatalf("no stored version ending with %q in %s", want, dir)
 	}
 	val[len(val)-1] ^= 0x01
 	b := e.NewBatch()

@@ -187,11 +187,18 @@ func (s *Store) notifyCompacted(job compactJob) {
 // compactKey removes key's versions that revision compaction at target
 // supersedes: every version below its newest version at or below target,
 // and that newest one too if it is a deletion older than target.
+//
+// A moved current record at or below target is that newest version, and
+// it is not in history: every history entry at or below target goes.
 func compactKey(b engine.Batch, key []byte, target int64) error {
+	cur, err := (view{r: b}).current(key)
+	if err != nil {
+		return err
+	}
 	it := b.NewIter(historySeek(key, target), historyKeyEnd(key))
 	type version struct{ main, sub int64 }
 	var drop []version
-	first := true
+	first := cur == nil || !cur.moved || cur.kv.ModRevision > target
 	for ok := it.First(); ok; ok = it.Next() {
 		_, main, sub, err := parseHistoryKey(it.Key())
 		if err != nil {

@@ -25,8 +25,8 @@
 // Eight key spaces, all under the prefix "m" (engine/pebble reserves keys
 // starting 0x00 0x00 for itself; other packages must keep off "m"):
 //
-//	mc<key>                              current version of every live key -> KeyValue
-//	mh<esc(key)>\x00\x01<^main><^sub>    every version still kept           -> KeyValue
+//	mc<key>                              current version of every live key -> current record
+//	mh<esc(key)>\x00\x01<^main><^sub>    every other version still kept     -> KeyValue
 //	mr<main><sub>                        revision index                     -> flag, key
 //	ml<lease><key>                       keys attached to a lease           -> (empty)
 //	mg<lease>                            lease records (lease.go)           -> ttl, remaining ttl
@@ -52,12 +52,44 @@
 // key (mod_revision 0), as etcd stores its tombstones; the revision index
 // flags it with 1 (a put is 0).
 //
+// # Where each version lives
+//
+// Each version is stored once. A Put writes the new version to mc only, as
+// a moved record:
+//
+//	0x00 <sub as uvarint> <KeyValue>
+//
+// and when a later Put or a deletion replaces it, the same KeyValue bytes
+// move to mh<esc(key)>\x00\x01<^main><^sub> (the sub-revision is in the
+// record because the history key needs it). A marshalled KeyValue never
+// starts with 0x00, so an mc record without the marker is a copied record:
+// its version is in mh as well. Data directories written before moved
+// records existed hold only copied records, and a replay of compacted log
+// batches (SetKeyState) writes copied records, because writing them again
+// must rewrite the same bytes. The invariants, kept by write.go,
+// logcompact.go and compact.go:
+//
+//  1. Every version of a key is in mh, except a current version held in a
+//     moved record, which is in mc only.
+//  2. A moved record moves to mh in the same engine batch that replaces or
+//     deletes it.
+//  3. Revision compaction treats a moved record as the key's newest
+//     version; a copied record's version is found in mh like any other.
+//
+// So a read of a version (Range at an old revision, Events, HashKV, log
+// compaction's Changes) looks at mc first and at mh after. Storing each
+// value once halves what a bulk load writes to the engine, and what the
+// engine's flushes, compactions and backups carry for data that is not
+// being overwritten (docs/bench/performance.md).
+//
 // What each operation reads:
 //   - Range at the current revision: a scan of mc (values inline).
-//   - Range at an older revision R: per key in mh, one SeekGE to R and one
-//     SeekGE to the next key.
-//   - Watch from revision R (Store.Events): a scan of mr from R, then one Get
-//     in mh per put event (the index holds key pointers, not values).
+//   - Range at an older revision R: mc and mh side by side in key order;
+//     per key, its current version if at or below R, else one SeekGE in mh
+//     to R, and one SeekGE to the next key.
+//   - Watch from revision R (Store.Events): a scan of mr from R, then per
+//     put event one Get in mc and, if the version has moved on, one in mh
+//     (the index holds key pointers, not values).
 //   - Open: two Gets (mm"state", mm"compact"); nothing scales with the number
 //     of keys, unlike etcd's rebuild of its in-memory index.
 //
@@ -65,16 +97,18 @@
 //
 // Starting from an empty store (revision 1):
 //
-//	rev 2  Put foo=a           mc"foo" = {foo a create 2 mod 2 ver 1}
-//	                           mh"foo"@2.0 = same; mr 2.0 = put foo
-//	rev 3  Txn: Put foo=b,     mc"foo" = {foo b create 2 mod 3 ver 2}; mh"foo"@3.0; mr 3.0
-//	            Put bar=x      mc"bar" = {bar x create 3 mod 3 ver 1}; mh"bar"@3.1; mr 3.1
-//	rev 4  Delete foo          mc"foo" removed; mh"foo"@4.0 = tombstone; mr 4.0 = tomb foo
-//	rev 5  Put foo=c           mc"foo" = {foo c create 5 mod 5 ver 1} (a new life)
+//	rev 2  Put foo=a           mc"foo" = moved {foo a create 2 mod 2 ver 1} (sub 0); mr 2.0 = put foo
+//	rev 3  Txn: Put foo=b,     mh"foo"@2.0 = {foo a ...} (moved out of mc);
+//	            Put bar=x      mc"foo" = moved {foo b create 2 mod 3 ver 2}; mr 3.0
+//	                           mc"bar" = moved {bar x create 3 mod 3 ver 1} (sub 1); mr 3.1
+//	rev 4  Delete foo          mh"foo"@3.0 = {foo b ...} (moved out); mc"foo" removed;
+//	                           mh"foo"@4.0 = tombstone; mr 4.0 = tomb foo
+//	rev 5  Put foo=c           mc"foo" = moved {foo c create 5 mod 5 ver 1} (a new life)
 //
-// History of foo, as stored (newest first): 5.0 c, 4.0 tombstone, 3.0 b, 2.0 a.
-// Range foo at rev 3 seeks to ^3 and finds 3.0 (b); at rev 4 finds the
-// tombstone (no key); at rev 1 finds nothing.
+// Versions of foo, newest first: 5.0 c (in mc), then in mh 4.0 tombstone,
+// 3.0 b, 2.0 a. Range foo at rev 3: mc's version (5) is newer, so seek mh to
+// ^3 and find 3.0 (b); at rev 4 the tombstone (no key); at rev 1 nothing.
+// bar at rev 4: its current version (3) answers, and bar has no history.
 //
 // Compact(4) makes reads below revision 4 fail with ErrCompacted at once
 // and records a job; the background compactor then visits mr entries up to
@@ -85,7 +119,7 @@
 //	foo: newest <= 4 is the tombstone 4.0 -> keep it (a deletion at the compact
 //	     revision stays for watchers from revision 4; the next compaction drops
 //	     it), drop 3.0 and 2.0 (and mr 3.0, 2.0); keep 5.0
-//	bar: newest <= 4 is 3.1 (live)        -> keep 3.1
+//	bar: newest <= 4 is 3.1, its moved current record -> keep it; nothing in mh
 //
 // # Revision compaction
 //

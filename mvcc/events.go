@@ -63,9 +63,9 @@ func (s *Store) Events(from, to int64, limit int, prevKV bool) (events []*mvccpb
 			ev.Type = mvccpb.Event_DELETE
 			ev.Kv = &mvccpb.KeyValue{Key: key, ModRevision: main}
 		} else {
-			b, gerr := snap.Get(historyKey(key, main, sub))
-			if gerr != nil {
-				return nil, 0, fmt.Errorf("events: history of %q at %d.%d: %w", key, main, sub, gerr)
+			b, rerr := readVersionBytes(snap, key, main, sub)
+			if rerr != nil {
+				return nil, 0, fmt.Errorf("events: %w", rerr)
 			}
 			if ev.Kv, err = decodeKV(b); err != nil {
 				return nil, 0, err

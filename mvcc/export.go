@@ -77,19 +77,44 @@ func readVersion(r engine.Reader, revK, revV []byte) (KeyChange, error) {
 	if tomb {
 		return c, nil
 	}
-	raw, err := r.Get(historyKey(key, main, sub))
-	if errors.Is(err, engine.ErrNotFound) {
-		// The row and the entry are removed in one batch: a view never
-		// holds one without the other.
-		return KeyChange{}, fmt.Errorf("%w: revision %d.%d of %q has no history entry", errCorrupt, main, sub, key)
-	}
+	raw, err := readVersionBytes(r, key, main, sub)
 	if err != nil {
-		return KeyChange{}, fmt.Errorf("read revision %d.%d of %q: %w", main, sub, key, err)
+		return KeyChange{}, err
 	}
 	if c.KV, err = decodeKV(raw); err != nil {
 		return KeyChange{}, err
 	}
 	return c, nil
+}
+
+// readVersionBytes returns the encoded KeyValue of key's put at main.sub,
+// which a revision-index row names: its moved current record if that is the
+// version (a version written by a Put stays there until it is replaced),
+// else its history entry (doc.go, "Where each version lives").
+func readVersionBytes(r engine.Reader, key []byte, main, sub int64) ([]byte, error) {
+	b, err := r.Get(currentKey(key))
+	switch {
+	case err == nil:
+		c, err := decodeCurrent(b)
+		if err != nil {
+			return nil, err
+		}
+		if c.kv.ModRevision == main && (!c.moved || c.sub == sub) {
+			return c.enc, nil
+		}
+	case !errors.Is(err, engine.ErrNotFound):
+		return nil, fmt.Errorf("read revision %d.%d of %q: %w", main, sub, key, err)
+	}
+	raw, err := r.Get(historyKey(key, main, sub))
+	if errors.Is(err, engine.ErrNotFound) {
+		// The row and the version are removed in one batch: a view never
+		// holds one without the other.
+		return nil, fmt.Errorf("%w: revision %d.%d of %q has no version", errCorrupt, main, sub, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read revision %d.%d of %q: %w", main, sub, key, err)
+	}
+	return raw, nil
 }
 
 // ReadLeases returns every lease record r holds, in the order of the IDs'

@@ -40,6 +40,9 @@ func (s *Store) Replace(install func() error) error {
 			return fmt.Errorf("reload mvcc compaction job: %w", err)
 		}
 	}
+	if err := s.readLayout(); err != nil {
+		return fmt.Errorf("reload mvcc state: %w", err)
+	}
 	s.rev.Store(st.rev)
 	s.compactRev.Store(st.compactRev)
 	s.mu.Lock()

@@ -5,11 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 // Engine key spaces (a wire format: see doc.go before changing any byte).
 const (
-	prefixCurrent = "mc" // mc<key>                       -> KeyValue (live keys only)
+	prefixCurrent = "mc" // mc<key>                       -> current record (live keys only): encodeCurrent
 	prefixHistory = "mh" // mh<esc(key)>\x00\x01<^main><^sub> -> KeyValue (tombstone: mod_revision 0)
 	prefixRev     = "mr" // mr<main><sub>                  -> flag byte + key
 	prefixLease   = "ml" // ml<lease><key>                 -> empty
@@ -20,6 +23,17 @@ const (
 var (
 	metaState   = []byte(prefixMeta + "state")   // rev(8) compactRev(8)
 	metaCompact = []byte(prefixMeta + "compact") // target(8) doneMain(8) doneSub(8)
+	metaLayout  = []byte(prefixMeta + "layout")  // layout(8): the newest layout written
+)
+
+// Store layouts, recorded in mm"layout" by the first commit of a release
+// that writes them. A store that records a layout above layoutCurrent was
+// written by a newer release and is refused at Open. Releases before
+// layoutMoved record nothing and write copied records only, which this
+// release reads; they cannot read moved records.
+const (
+	layoutMoved   = 2 // moved current records (doc.go, "Where each version lives")
+	layoutCurrent = layoutMoved
 )
 
 // Flag bytes of a revision-index value.
@@ -41,6 +55,52 @@ func prefixEnd(p string) []byte {
 
 func currentKey(key []byte) []byte {
 	return append([]byte(prefixCurrent), key...)
+}
+
+// currentMoved starts a current record whose version is not in history
+// (doc.go, "Where each version lives"). A marshalled KeyValue never starts
+// with it: protobuf has no field 0, and a live key's KeyValue starts with
+// its non-empty key (tag 0x0a).
+const currentMoved = 0x00
+
+// current is a key's current version as its mc record holds it.
+type current struct {
+	kv *mvccpb.KeyValue
+	// enc is kv's encoding, the bytes its history entry holds.
+	enc []byte
+	// sub is the sub-revision of kv's mod revision (moved records only).
+	sub int64
+	// moved: the version is in mc only and moves to mh (at kv.ModRevision,
+	// sub) when it stops being current. A copied record's version is in
+	// mh as well.
+	moved bool
+}
+
+// encodeMoved is the mc record of a version written by a Put at
+// sub-revision sub: currentMoved, sub as a uvarint, the KeyValue.
+func encodeMoved(sub int64, enc []byte) []byte {
+	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(enc))
+	b = append(b, currentMoved)
+	b = binary.AppendUvarint(b, uint64(sub))
+	return append(b, enc...)
+}
+
+// decodeCurrent decodes an mc record, moved or copied. enc aliases b.
+func decodeCurrent(b []byte) (*current, error) {
+	c := &current{enc: b}
+	if len(b) > 0 && b[0] == currentMoved {
+		sub, n := binary.Uvarint(b[1:])
+		if n <= 0 || sub > math.MaxInt64 {
+			return nil, fmt.Errorf("%w: current record: bad sub-revision", errCorrupt)
+		}
+		c.sub, c.moved, c.enc = int64(sub), true, b[1+n:]
+	}
+	kv, err := decodeKV(c.enc)
+	if err != nil {
+		return nil, err
+	}
+	c.kv = kv
+	return c, nil
 }
 
 // escape appends key to dst so that byte order of escaped keys matches the

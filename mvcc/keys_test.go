@@ -115,8 +115,25 @@ func TestCheckKeyIsExact(t *testing.T) {
 			if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease != 7 {
 				t.Fatalf("range of the longest key: %v, %v", resp, err)
 			}
+			// The longest key's history entry is written when its version
+			// is replaced, and its tombstone when it is deleted.
+			w = s.Write(leases)
+			if _, err := w.Put(&pb.PutRequest{Key: longest, Value: []byte("w"), Lease: 7}); err != nil {
+				t.Fatalf("overwrite of the longest admitted key: %v", err)
+			}
+			if _, err := w.DeleteRange(&pb.DeleteRangeRequest{Key: longest}); err != nil {
+				t.Fatalf("delete of the longest admitted key: %v", err)
+			}
+			if err := w.Commit(2); err != nil {
+				t.Fatal(err)
+			}
+			// One more byte and the engine refuses the key somewhere in its
+			// life: at the latest when its first version moves to history.
 			w = s.Write(leases)
 			_, err = w.Put(&pb.PutRequest{Key: tooLong, Value: []byte("v"), Lease: 7})
+			if err == nil {
+				_, err = w.Put(&pb.PutRequest{Key: tooLong, Value: []byte("w"), Lease: 7})
+			}
 			w.Abort()
 			if err == nil {
 				t.Fatalf("the engine took a key of %d bytes that CheckKey refuses", len(tooLong))

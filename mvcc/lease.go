@@ -82,11 +82,11 @@ func (w *WriteBatch) RevokeLease(id int64) (rev int64, deleted int, err error) {
 	}
 	v := w.view()
 	for _, k := range keys {
-		kv, err := v.get(k)
+		cur, err := v.current(k)
 		if err != nil {
 			return 0, 0, w.fail(fmt.Errorf("revoke lease %x: %w", id, err))
 		}
-		if kv == nil || kv.Lease != id {
+		if cur == nil || cur.kv.Lease != id {
 			// An index entry without its key cannot be written by put or
 			// del; drop it rather than delete a key of another lease.
 			if err := w.b.Delete(leaseKey(id, k)); err != nil {
@@ -94,7 +94,7 @@ func (w *WriteBatch) RevokeLease(id int64) (rev int64, deleted int, err error) {
 			}
 			continue
 		}
-		if err := w.del(kv); err != nil {
+		if err := w.del(cur); err != nil {
 			return 0, 0, w.fail(fmt.Errorf("revoke lease %x: %w", id, err))
 		}
 		deleted++

@@ -230,15 +230,11 @@ func (w *WriteBatch) SetKeyState(c KeyChange) error {
 	if err := w.usable(); err != nil {
 		return err
 	}
-	cur, err := w.view().get(c.Key)
+	cur, err := w.view().current(c.Key)
 	if err != nil {
 		return w.fail(err)
 	}
-	var prevLease int64
-	if cur != nil {
-		prevLease = cur.Lease
-	}
-	p, err := prepareKeyState(c, prevLease)
+	p, err := prepareKeyState(c, cur)
 	if err != nil {
 		return w.fail(err)
 	}
@@ -250,13 +246,23 @@ func (w *WriteBatch) SetKeyState(c KeyChange) error {
 // the costly part of a replay (a read of the key's current version and an
 // encoding) and needs no write batch, so PrepareKeyStates does it for many
 // keys at once, in parallel.
+//
+// A replayed version is written as a copied current record (and to
+// history), so that replaying it again rewrites the same bytes; a moved
+// record it replaces moves to history first (doc.go, "Where each version
+// lives").
 type PreparedKeyState struct {
 	change    KeyChange
 	enc       []byte
 	prevLease int64
+	// move is the key's moved current record that this version replaces,
+	// or nil.
+	move *current
 }
 
-func prepareKeyState(c KeyChange, prevLease int64) (PreparedKeyState, error) {
+// prepareKeyState prepares c over cur, the key's current record before it
+// (nil: none, or a version prepared before c).
+func prepareKeyState(c KeyChange, cur *current) (PreparedKeyState, error) {
 	kv := c.KV
 	if kv == nil {
 		kv = &mvccpb.KeyValue{Key: c.Key}
@@ -265,7 +271,14 @@ func prepareKeyState(c KeyChange, prevLease int64) (PreparedKeyState, error) {
 	if err != nil {
 		return PreparedKeyState{}, fmt.Errorf("encode key %q: %w", c.Key, err)
 	}
-	return PreparedKeyState{change: c, enc: enc, prevLease: prevLease}, nil
+	p := PreparedKeyState{change: c, enc: enc}
+	if cur != nil {
+		p.prevLease = cur.kv.Lease
+		if cur.moved {
+			p.move = cur
+		}
+	}
+	return p, nil
 }
 
 // minParallelPrepare is the number of changes below which PrepareKeyStates
@@ -301,20 +314,21 @@ func (s *Store) PrepareKeyStates(changes []KeyChange, workers int) ([]PreparedKe
 					continue
 				}
 				prev, seen := lease[string(c.Key)]
+				var cur *current
 				if !seen {
-					cur, err := (view{r: s.e}).get(c.Key)
-					if err != nil {
+					var err error
+					if cur, err = (view{r: s.e}).current(c.Key); err != nil {
 						errs[worker] = err
 						return
 					}
-					if cur != nil {
-						prev = cur.Lease
-					}
 				}
-				p, err := prepareKeyState(c, prev)
+				p, err := prepareKeyState(c, cur)
 				if err != nil {
 					errs[worker] = err
 					return
+				}
+				if seen {
+					p.prevLease = prev
 				}
 				out[i] = p
 				lease[string(c.Key)] = p.change.lease()
@@ -418,9 +432,12 @@ func (p *PreparedKeyState) write(b keyStateWriter) error {
 	c := p.change
 	lease := c.lease()
 	var err error
-	if c.KV != nil {
+	if p.move != nil {
+		err = b.Set(historyKey(c.Key, p.move.kv.ModRevision, p.move.sub), p.move.enc)
+	}
+	if err == nil && c.KV != nil {
 		err = b.Set(currentKey(c.Key), p.enc)
-	} else {
+	} else if err == nil {
 		err = b.Delete(currentKey(c.Key))
 	}
 	if err == nil {

@@ -32,6 +32,15 @@ func decodeKV(b []byte) (*mvccpb.KeyValue, error) {
 
 // get returns the current version of key, or nil if it does not exist.
 func (v view) get(key []byte) (*mvccpb.KeyValue, error) {
+	c, err := v.current(key)
+	if c == nil || err != nil {
+		return nil, err
+	}
+	return c.kv, nil
+}
+
+// current returns key's current record, or nil if the key does not exist.
+func (v view) current(key []byte) (*current, error) {
 	b, err := v.r.Get(currentKey(key))
 	if errors.Is(err, engine.ErrNotFound) {
 		return nil, nil
@@ -39,7 +48,40 @@ func (v view) get(key []byte) (*mvccpb.KeyValue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read key %q: %w", key, err)
 	}
-	return decodeKV(b)
+	return decodeCurrent(b)
+}
+
+// currentRange returns the current records of the live keys in [key, end)
+// (end nil: the single key; empty: every key >= key), in key order.
+func (v view) currentRange(key, end []byte) ([]*current, error) {
+	if end == nil {
+		c, err := v.current(key)
+		if c == nil || err != nil {
+			return nil, err
+		}
+		return []*current{c}, nil
+	}
+	if len(end) > 0 && bytes.Compare(end, key) <= 0 {
+		return nil, nil
+	}
+	upper := prefixEnd(prefixCurrent)
+	if len(end) > 0 {
+		upper = currentKey(end)
+	}
+	it := v.r.NewIter(currentKey(key), upper)
+	var out []*current
+	for ok := it.First(); ok; ok = it.Next() {
+		c, err := decodeCurrent(append([]byte(nil), it.Value()...))
+		if err != nil {
+			_ = it.Close()
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("range [%q, %q): %w", key, end, err)
+	}
+	return out, nil
 }
 
 // gteRange turns etcd's "\x00" range end (every key >= key) into an empty,
@@ -91,11 +133,19 @@ func (v view) getAt(key []byte, rev int64) (*mvccpb.KeyValue, error) {
 	return v.getAtHistory(key, rev)
 }
 
-// getAtHistory returns key's version at rev from its history, or nil.
+// getAtHistory returns key's version at rev, an older revision than the
+// view's, or nil. The current version answers if it is old enough: every
+// other version is in history (doc.go, "Where each version lives").
 func (v view) getAtHistory(key []byte, rev int64) (*mvccpb.KeyValue, error) {
+	cur, err := v.current(key)
+	if err != nil {
+		return nil, err
+	}
+	if cur != nil && cur.kv.ModRevision <= rev {
+		return cur.kv, nil
+	}
 	it := v.r.NewIter(historySeek(key, rev), historyKeyEnd(key))
 	var kv *mvccpb.KeyValue
-	var err error
 	if it.First() {
 		kv, err = decodeKV(it.Value())
 		if err == nil && kv.ModRevision == 0 {
@@ -157,7 +207,13 @@ func (v view) visitCurrent(key, end []byte, fn func(decode func() (*mvccpb.KeyVa
 		upper = currentKey(end)
 	}
 	it := v.r.NewIter(currentKey(key), upper)
-	decode := func() (*mvccpb.KeyValue, error) { return decodeKV(it.Value()) }
+	decode := func() (*mvccpb.KeyValue, error) {
+		c, err := decodeCurrent(it.Value())
+		if err != nil {
+			return nil, err
+		}
+		return c.kv, nil
+	}
 	for ok := it.First(); ok; ok = it.Next() {
 		if err := fn(decode); err != nil {
 			_ = it.Close()
@@ -172,36 +228,72 @@ func (v view) visitCurrent(key, end []byte, fn func(decode func() (*mvccpb.KeyVa
 
 // visitHistory is visitCurrent at revision rev: for each key in [key, end)
 // live at rev, its version at rev (already decoded: telling a live
-// version from a deletion needs it).
-func (v view) visitHistory(key, end []byte, rev int64, fn func(decode func() (*mvccpb.KeyValue, error)) error) error {
-	upper := prefixEnd(prefixHistory)
+// version from a deletion needs it). A key's versions are in history and,
+// for a live key, in its current record, so it walks the two key spaces
+// side by side, in key order: a current version at or below rev answers,
+// otherwise the newest history entry at or below rev does.
+func (v view) visitHistory(key, end []byte, rev int64, fn func(decode func() (*mvccpb.KeyValue, error)) error) (err error) {
+	hUpper, cUpper := prefixEnd(prefixHistory), prefixEnd(prefixCurrent)
 	if len(end) > 0 {
-		upper = historyPrefix(end)
+		hUpper, cUpper = historyPrefix(end), currentKey(end)
 	}
-	it := v.r.NewIter(historyPrefix(key), upper)
-	var err error
-	for ok := it.First(); ok; {
-		var k []byte
-		if k, _, _, err = parseHistoryKey(it.Key()); err != nil {
-			break
+	hist := v.r.NewIter(historyPrefix(key), hUpper)
+	cur := v.r.NewIter(currentKey(key), cUpper)
+	defer func() {
+		herr, cerr := hist.Close(), cur.Close()
+		if cerr := errors.Join(herr, cerr); err == nil && cerr != nil {
+			err = fmt.Errorf("range [%q, %q) at %d: %w", key, end, rev, cerr)
 		}
-		if it.SeekGE(historySeek(k, rev)) && bytes.HasPrefix(it.Key(), historyPrefix(k)) {
-			var kv *mvccpb.KeyValue
-			if kv, err = decodeKV(it.Value()); err != nil {
-				break
-			}
-			if kv.ModRevision != 0 {
-				if err = fn(func() (*mvccpb.KeyValue, error) { return kv, nil }); err != nil {
-					break
-				}
+	}()
+	hok, cok := hist.First(), cur.First()
+	for hok || cok {
+		var hk, ck []byte
+		if hok {
+			if hk, _, _, err = parseHistoryKey(hist.Key()); err != nil {
+				return err
 			}
 		}
-		ok = it.SeekGE(historyKeyEnd(k))
+		if cok {
+			ck = cur.Key()[len(prefixCurrent):]
+		}
+		inHist, inCur := hok, cok
+		if hok && cok {
+			c := bytes.Compare(hk, ck)
+			inHist, inCur = c <= 0, c >= 0
+		}
+		k := hk
+		if !inHist {
+			k = append([]byte(nil), ck...)
+		}
+		var kv *mvccpb.KeyValue
+		if inCur {
+			c, err := decodeCurrent(cur.Value())
+			if err != nil {
+				return err
+			}
+			if c.kv.ModRevision <= rev {
+				kv = c.kv
+			}
+			cok = cur.Next()
+		}
+		if kv == nil && inHist && hist.SeekGE(historySeek(k, rev)) && bytes.HasPrefix(hist.Key(), historyPrefix(k)) {
+			if kv, err = decodeKV(hist.Value()); err != nil {
+				return err
+			}
+			if kv.ModRevision == 0 {
+				kv = nil // deleted at rev
+			}
+		}
+		if kv != nil {
+			if err := fn(func() (*mvccpb.KeyValue, error) { return kv, nil }); err != nil {
+				return err
+			}
+		}
+		if inHist {
+			hok = hist.SeekGE(historyKeyEnd(k))
+		}
 	}
-	if cerr := it.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("range [%q, %q) at %d: %w", key, end, rev, cerr)
-	}
-	return err
+	return nil
 }
 
 // checkRange is etcd's pre-check of a Range inside a Txn: a bad revision

@@ -491,17 +491,7 @@ func TestCompactionKeepsDeletionAtCompactRevision(t *testing.T) {
 	s := rangeFixture(t) // c deleted at 7
 	s.Start()
 	defer s.Close()
-	history := func(key string) int {
-		it := s.e.NewIter(historyPrefix([]byte(key)), historyKeyEnd([]byte(key)))
-		n := 0
-		for ok := it.First(); ok; ok = it.Next() {
-			n++
-		}
-		if err := it.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	history := func(key string) int { return countVersions(t, s.e, []byte(key)) }
 	compact := func(rev int64) {
 		var done <-chan struct{}
 		apply(t, s, func(w *WriteBatch) {

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -81,6 +82,9 @@ type Store struct {
 	stop    chan struct{} // closed by Close; made by Start
 	stopped chan struct{} // closed when the goroutine exits
 	started bool          // Start and Close are called from one goroutine
+	// layoutRecorded: the engine records layoutCurrent (mm"layout"); until
+	// it does, the next commit records it.
+	layoutRecorded atomic.Bool
 }
 
 type compactWaiter struct {
@@ -112,6 +116,9 @@ func Open(e engine.Engine, opts Options) (*Store, error) {
 	}
 	s.rev.Store(st.rev)
 	s.compactRev.Store(st.compactRev)
+	if err := s.readLayout(); err != nil {
+		return nil, fmt.Errorf("open mvcc store: %w", err)
+	}
 	b, err = e.Get(metaCompact)
 	switch {
 	case errors.Is(err, engine.ErrNotFound):
@@ -123,6 +130,27 @@ func Open(e engine.Engine, opts Options) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// readLayout refuses a store written in a layout newer than this release's
+// and notes whether the current one is recorded.
+func (s *Store) readLayout() error {
+	b, err := s.e.Get(metaLayout)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		s.layoutRecorded.Store(false)
+		return nil
+	case err != nil:
+		return fmt.Errorf("read store layout: %w", err)
+	case len(b) != 8:
+		return fmt.Errorf("%w: store layout of %d bytes", errCorrupt, len(b))
+	}
+	layout := binary.BigEndian.Uint64(b)
+	if layout > layoutCurrent {
+		return fmt.Errorf("store layout %d was written by a newer strata release; this release reads layouts up to %d", layout, layoutCurrent)
+	}
+	s.layoutRecorded.Store(layout == layoutCurrent)
+	return nil
 }
 
 // CheckKey returns ErrKeyTooLarge when a Put of key would write an engine
@@ -266,9 +294,9 @@ func (s *Store) HashKV(rev int64) (hash uint32, hashRev int64, compactRev int64,
 				continue
 			}
 		}
-		val, gerr := snap.Get(historyKey(key, main, sub))
+		val, gerr := readVersionBytes(snap, key, main, sub)
 		if gerr != nil {
-			return 0, 0, 0, fmt.Errorf("hash kv: history of %q at %d.%d: %w", key, main, sub, gerr)
+			return 0, 0, 0, fmt.Errorf("hash kv: %w", gerr)
 		}
 		b := etcdRevBytes(rk[:0], main, sub, tomb)
 		h.Write(b)
@@ -294,11 +322,18 @@ func appendUint64(b []byte, v uint64) []byte {
 }
 
 // latestAt returns the (main, sub) of key's newest version at or below rev,
-// or {0, 0} if none.
+// or {0, 0} if none: its moved current record if old enough, else its
+// newest history entry at or below rev.
 func latestAt(r engine.Reader, key []byte, rev int64) ([2]int64, error) {
+	cur, err := (view{r: r}).current(key)
+	if err != nil {
+		return [2]int64{}, err
+	}
+	if cur != nil && cur.moved && cur.kv.ModRevision <= rev {
+		return [2]int64{cur.kv.ModRevision, cur.sub}, nil
+	}
 	it := r.NewIter(historySeek(key, rev), historyKeyEnd(key))
 	var out [2]int64
-	var err error
 	if it.First() {
 		var main, sub int64
 		if _, main, sub, err = parseHistoryKey(it.Key()); err == nil {

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -83,37 +84,39 @@ func (w *WriteBatch) leaseExists(id int64) bool {
 	return id == 0 || (w.leases != nil && w.leases.Exists(id))
 }
 
-// put writes key at the current request's revision.
+// put writes key at the current request's revision. The new version goes
+// to mc only, as a moved record; the version it replaces moves to mh if
+// it was not there yet (doc.go, "Where each version lives").
 func (w *WriteBatch) put(key, value []byte, lease int64) error {
 	main := w.st.rev + 1
-	prev, err := w.view().get(key)
+	prev, err := w.view().current(key)
 	if err != nil {
 		return err
 	}
 	kv := &mvccpb.KeyValue{Key: key, Value: value, CreateRevision: main, ModRevision: main, Version: 1, Lease: lease}
 	if prev != nil {
-		kv.CreateRevision = prev.CreateRevision
-		kv.Version = prev.Version + 1
+		kv.CreateRevision = prev.kv.CreateRevision
+		kv.Version = prev.kv.Version + 1
 	}
 	enc, err := proto.Marshal(kv)
 	if err != nil {
 		return fmt.Errorf("encode key %q: %w", key, err)
 	}
-	if err := w.b.Set(currentKey(key), enc); err != nil {
+	if err := w.moveToHistory(prev); err != nil {
 		return fmt.Errorf("put %q: %w", key, err)
 	}
-	if err := w.b.Set(historyKey(key, main, w.sub), enc); err != nil {
+	if err := w.b.Set(currentKey(key), encodeMoved(w.sub, enc)); err != nil {
 		return fmt.Errorf("put %q: %w", key, err)
 	}
 	if err := w.b.Set(revKey(main, w.sub), revValue(false, key)); err != nil {
 		return fmt.Errorf("put %q: %w", key, err)
 	}
-	if prev != nil && prev.Lease != 0 && prev.Lease != lease {
-		if err := w.b.Delete(leaseKey(prev.Lease, key)); err != nil {
+	if prev != nil && prev.kv.Lease != 0 && prev.kv.Lease != lease {
+		if err := w.b.Delete(leaseKey(prev.kv.Lease, key)); err != nil {
 			return fmt.Errorf("put %q: %w", key, err)
 		}
 	}
-	if lease != 0 && (prev == nil || prev.Lease != lease) {
+	if lease != 0 && (prev == nil || prev.kv.Lease != lease) {
 		if err := w.b.Set(leaseKey(lease, key), nil); err != nil {
 			return fmt.Errorf("put %q: %w", key, err)
 		}
@@ -122,13 +125,26 @@ func (w *WriteBatch) put(key, value []byte, lease int64) error {
 	return nil
 }
 
-// del writes a tombstone for prev, the key's live version.
-func (w *WriteBatch) del(prev *mvccpb.KeyValue) error {
+// moveToHistory writes a moved current record's version to mh, as it
+// stops being current; a copied record's version is there already.
+func (w *WriteBatch) moveToHistory(prev *current) error {
+	if prev == nil || !prev.moved {
+		return nil
+	}
+	return w.b.Set(historyKey(prev.kv.Key, prev.kv.ModRevision, prev.sub), prev.enc)
+}
+
+// del writes a tombstone for prev, the key's current version, which moves
+// to history.
+func (w *WriteBatch) del(prev *current) error {
 	main := w.st.rev + 1
-	key := prev.Key
+	key := prev.kv.Key
 	enc, err := proto.Marshal(&mvccpb.KeyValue{Key: key})
 	if err != nil {
 		return fmt.Errorf("encode tombstone %q: %w", key, err)
+	}
+	if err := w.moveToHistory(prev); err != nil {
+		return fmt.Errorf("delete %q: %w", key, err)
 	}
 	if err := w.b.Delete(currentKey(key)); err != nil {
 		return fmt.Errorf("delete %q: %w", key, err)
@@ -139,8 +155,8 @@ func (w *WriteBatch) del(prev *mvccpb.KeyValue) error {
 	if err := w.b.Set(revKey(main, w.sub), revValue(true, key)); err != nil {
 		return fmt.Errorf("delete %q: %w", key, err)
 	}
-	if prev.Lease != 0 {
-		if err := w.b.Delete(leaseKey(prev.Lease, key)); err != nil {
+	if prev.kv.Lease != 0 {
+		if err := w.b.Delete(leaseKey(prev.kv.Lease, key)); err != nil {
 			return fmt.Errorf("delete %q: %w", key, err)
 		}
 	}
@@ -210,15 +226,16 @@ func (w *WriteBatch) Put(r *pb.PutRequest) (*pb.PutResponse, error) {
 
 // doDeleteRange executes a DeleteRange in the current request.
 func (w *WriteBatch) doDeleteRange(r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	v := w.view()
-	kvs, _, err := v.rangeKeys(r.Key, gteRange(r.RangeEnd), 0, 0, false)
+	curs, err := w.view().currentRange(r.Key, gteRange(r.RangeEnd))
 	if err != nil {
 		return nil, w.fail(err)
 	}
-	for _, kv := range kvs {
-		if err := w.del(kv); err != nil {
+	kvs := make([]*mvccpb.KeyValue, len(curs))
+	for i, c := range curs {
+		if err := w.del(c); err != nil {
 			return nil, w.fail(err)
 		}
+		kvs[i] = c.kv
 	}
 	resp := &pb.DeleteRangeResponse{Header: &pb.ResponseHeader{Revision: w.st.rev}, Deleted: int64(len(kvs))}
 	if w.sub > 0 {
@@ -571,12 +588,21 @@ func (w *WriteBatch) commit(appliedIndex uint64, tails []engine.WriteOnlyBatch) 
 			return fmt.Errorf("mvcc: commit at index %d: %w", appliedIndex, err)
 		}
 	}
+	recordLayout := !s.layoutRecorded.Load()
+	if recordLayout {
+		if err := w.b.Set(metaLayout, binary.BigEndian.AppendUint64(nil, layoutCurrent)); err != nil {
+			return fmt.Errorf("mvcc: commit at index %d: %w", appliedIndex, err)
+		}
+	}
 	handedOver = true
 	if err := w.b.CommitWith(appliedIndex, tails); err != nil {
 		return fmt.Errorf("mvcc: commit at index %d: %w", appliedIndex, err)
 	}
 	s.rev.Store(w.st.rev)
 	s.compactRev.Store(w.st.compactRev)
+	if recordLayout {
+		s.layoutRecorded.Store(true)
+	}
 	if w.jobCh {
 		s.mu.Lock()
 		s.mu.job = w.job
