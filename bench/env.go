@@ -185,6 +185,23 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
+// loadAvg1 returns the 1-minute load average of /proc/loadavg, or 0.
+func loadAvg1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
 // diskInfo names the file system and block device under path, and whether
 // the device is rotational, as far as /proc and /sys tell.
 func diskInfo(path string) string {

@@ -69,6 +69,9 @@ type options struct {
 	quiet   bool
 	seed    uint64
 	members int
+	// rounds > 1 interleaves the servers: put, range, ycsb and sweep run
+	// every server once per round, in alternating order (suite.go).
+	rounds int
 
 	etcdBin, strataBin string
 	// strataBaseBin is the binary of the strata-base server: strata built
@@ -113,6 +116,7 @@ func defaultOptions() options {
 		seed:          1,
 		fsyncCount:    "metrics",
 		members:       1,
+		rounds:        1,
 		putConfigs:    []connClients{{1, 1}, {10, 10}, {100, 100}, {100, 1000}},
 		putTotal:      10000,
 		keySize:       8,
@@ -175,6 +179,7 @@ subcommands:
   all      every step in -steps
   smoke    every step on tiny sizes (seconds)
   report   re-render results.md and plots from -in results.json
+  grow     writes as the data grows: each server in turn written to -grow-bytes, sampled every -grow-interval (grow.go)
   logcompact  seed 000's log compaction experiment on strata (logcompact.go)
   logger   seed 003's Figure 2 on strata: a cluster of three with 0, 1, 2 loggers (logger.go)
   backup   seed 004's Figures 4.18-4.19 on strata: incremental backups against full snapshots (backup.go)
@@ -198,6 +203,8 @@ func run(args []string) error {
 		return runLoggerBench(ctx, sub, args)
 	case "backup":
 		return runBackupBench(ctx, sub, args)
+	case "grow":
+		return runGrow(ctx, sub, args)
 	case "put", "range", "ycsb", "sweep", "restart", "defrag", "all", "smoke":
 	default:
 		return fmt.Errorf("unknown subcommand %q\n%s", sub, usage)
@@ -280,6 +287,7 @@ func registerFlags(fs *flag.FlagSet, o *options) {
 	fs.BoolVar(&o.quiet, "quiet", o.quiet, "no progress line, warnings only")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "random seed of the key choices")
 	fs.IntVar(&o.members, "members", o.members, "members per cluster, all on this machine (Kill and restart act on member 0)")
+	fs.IntVar(&o.rounds, "rounds", o.rounds, "put, range, ycsb, sweep: measure every server this many times, in alternating order (round 1 in -servers order, round 2 reversed, ...), each on a fresh cluster; results.md shows medians and spreads")
 	fs.StringVar(&o.etcdBin, "etcd-bin", o.etcdBin, "use this etcd binary instead of building tools/cmd/etcd")
 	fs.StringVar(&o.strataBin, "strata-bin", o.strataBin, "use this strata binary instead of building cmd/strata")
 	fs.StringVar(&o.strataBaseBin, "strata-base-bin", o.strataBaseBin, "the strata-base server's binary: strata built from another commit (e.g. git worktree add /tmp/base HEAD~1 && go build -C /tmp/base -o /tmp/strata-base ./cmd/strata)")

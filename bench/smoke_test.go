@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -217,6 +218,86 @@ func TestSmokeEngines(t *testing.T) {
 			if !got[s.Name][w] {
 				t.Errorf("server %s: no result for %s (got %v)", s.Name, w, got[s.Name])
 			}
+		}
+	}
+}
+
+// TestSmokeGrow runs the data-growth run (grow.go) on a tiny target: etcd
+// and, when cmd/strata builds, strata, one after the other, each written
+// until its data directory reaches 8 MiB (a fresh member's already does, so
+// each stops at the first one-second check). It asserts that both wrote keys
+// without errors, that the samples are plausible and that the JSON,
+// Markdown and plots were written and re-render.
+func TestSmokeGrow(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the go command is needed to build etcd:", err)
+	}
+	o := defaultGrowOptions()
+	o.bytes = 8 << 20
+	o.interval = time.Second
+	o.clients, o.conns = 10, 2
+	o.out = t.TempDir()
+	o.workDir = t.TempDir()
+	o.quiet = true
+	if bin := os.Getenv("STRATA_BENCH_ETCD"); bin != "" {
+		o.etcdBin = bin
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	rep, err := runGrowBench(ctx, o, "go test -run TestSmokeGrow", zap.NewNop())
+	if err != nil {
+		t.Fatalf("grow smoke run: %v", err)
+	}
+	t.Logf("grow smoke run took %v", time.Since(start))
+	// A strata that does not build is dropped with a note (resolveServers).
+	if len(rep.Runs) != len(rep.Servers) || len(rep.Runs) == 0 || rep.Runs[0].Server != "etcd" {
+		t.Fatalf("runs %+v, want one per server measured %+v, etcd first", rep.Runs, rep.Servers)
+	}
+	var names []string
+	for _, s := range rep.Servers {
+		names = append(names, s.Name)
+	}
+	t.Logf("servers grown: %v; notes: %v", names, rep.Notes)
+	for _, r := range rep.Runs {
+		if r.Keys == 0 || r.Errors != 0 || r.Stop != "size" || len(r.Samples) == 0 {
+			t.Errorf("%s: %d keys, %d errors (%s), stop %q, %d samples", r.Server, r.Keys, r.Errors, r.FirstError, r.Stop, len(r.Samples))
+		}
+		if r.DataDirBytes < o.bytes || r.InitialDataDirBytes <= 0 {
+			t.Errorf("%s: data dir %d bytes at the end (target %d), %d at the start", r.Server, r.DataDirBytes, o.bytes, r.InitialDataDirBytes)
+		}
+		if !slices.Contains(r.Command, "--quota-backend-bytes=8589934592") {
+			t.Errorf("%s: command %q lacks the raised quota", r.Server, r.Command)
+		}
+		for _, s := range r.Samples {
+			if s.Keys > r.Keys || s.RSSBytes <= 0 || s.CPUSeconds < 0 || (s.Ops > 0 && (s.P50 <= 0 || s.P99 < s.P50)) {
+				t.Errorf("%s: implausible sample %+v", r.Server, s)
+			}
+		}
+	}
+	back, err := report.ReadGrowJSON(filepath.Join(o.out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := report.RenderGrow(back, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range files {
+		got = append(got, filepath.Base(f))
+	}
+	want := []string{"results.md", "grow-tput-size.png", "grow-tput-time.png", "grow-p99-size.png", "grow-p99-time.png"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("re-rendered %v, want %v", got, want)
+	}
+	md, err := os.ReadFile(filepath.Join(o.out, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"## Summary", "--quota-backend-bytes=8589934592", "| etcd | size |"} {
+		if !strings.Contains(string(md), s) {
+			t.Errorf("results.md lacks %q", s)
 		}
 	}
 }

@@ -63,6 +63,9 @@ func runSuite(ctx context.Context, o options, command string, log *zap.Logger) (
 			return nil, fmt.Errorf("unknown step %q (want %s)", st, strings.Join(steps, ","))
 		}
 	}
+	if o.rounds < 1 {
+		return nil, fmt.Errorf("-rounds %d: want at least 1", o.rounds)
+	}
 	started := time.Now().UTC()
 	workDir, err := runDirs(&o.repo, &o.binDir, &o.out, o.workDir, strings.Join(o.steps, "-"), "strata-bench-", started)
 	if err != nil {
@@ -277,6 +280,9 @@ func (s *suite) measure(ctx context.Context, c *cluster.Cluster, w load.Workload
 	cfg.Seed = s.o.seed
 	cfg.Progress = s.progress
 	cfg.Label = fmt.Sprintf("%s %s %d/%d", c.Spec().Name, w.Name(), cfg.Conns, cfg.Clients)
+	if res.Round > 0 {
+		cfg.Label += fmt.Sprintf(" r%d", res.Round)
+	}
 	if err := c.ResetPeakRSS(); err != nil {
 		s.log.Warn("peak RSS covers the whole process life", zap.Error(err))
 	}
@@ -284,6 +290,7 @@ func (s *suite) measure(ctx context.Context, c *cluster.Cluster, w load.Workload
 	if err != nil {
 		return err
 	}
+	load1 := loadAvg1()
 	waitProfile := s.startProfile(ctx, c, w, cfg)
 	lr, runErr := load.Run(ctx, w, cfg)
 	after, err := c.Sample()
@@ -296,6 +303,7 @@ func (s *suite) measure(ctx context.Context, c *cluster.Cluster, w load.Workload
 		return errors.Join(runErr, err)
 	}
 	res.Server = c.Spec().Name
+	res.Load1 = load1
 	res.Workload = w.Name()
 	res.Phase = "run"
 	res.Conns, res.Clients, res.Total = cfg.Conns, cfg.Clients, cfg.Total
@@ -334,46 +342,95 @@ func (s *suite) add(r report.Result) {
 
 // stepPut runs etcd's benchmark put at each configuration, on a fresh
 // cluster each time so the data directory size is the configuration's own.
+//
+// With -rounds N each configuration is measured N times per server, the
+// servers alternating (roundOrder), each time on a fresh cluster.
 func (s *suite) stepPut(ctx context.Context) {
 	for _, cc := range s.o.putConfigs {
-		for _, spec := range s.specs {
-			w := load.PutWorkload{KeySize: s.o.keySize, ValueSize: s.o.valSize, KeySpace: s.o.keySpace}
-			if w.KeySpace == 0 {
-				w.KeySpace = s.o.putTotal
+		for round := range s.o.rounds {
+			for _, spec := range s.roundOrder(round) {
+				w := load.PutWorkload{KeySize: s.o.keySize, ValueSize: s.o.valSize, KeySpace: s.o.keySpace}
+				if w.KeySpace == 0 {
+					w.KeySpace = s.o.putTotal
+				}
+				s.withCluster(ctx, spec, fmt.Sprintf("put-%d-%d%s", cc.conns, cc.clients, s.roundLabel(round)), func(c *cluster.Cluster) error {
+					return s.measure(ctx, c, w, load.Config{Conns: cc.conns, Clients: cc.clients, Total: s.o.putTotal}, report.Result{Round: s.roundNumber(round)})
+				})
 			}
-			s.withCluster(ctx, spec, fmt.Sprintf("put-%d-%d", cc.conns, cc.clients), func(c *cluster.Cluster) error {
-				return s.measure(ctx, c, w, load.Config{Conns: cc.conns, Clients: cc.clients, Total: s.o.putTotal}, report.Result{})
-			})
 		}
 	}
 }
 
+// roundOrder returns the servers in round's order (round counted from 0):
+// as given in even rounds, reversed in odd ones, so that over an even
+// number of rounds every server goes first as often as last.
+func (s *suite) roundOrder(round int) []cluster.Spec {
+	if round%2 == 0 {
+		return s.specs
+	}
+	r := slices.Clone(s.specs)
+	slices.Reverse(r)
+	return r
+}
+
+// roundNumber is Result.Round of round (counted from 0): 0 in a run of one
+// round, so such a run's results and report stay as they were.
+func (s *suite) roundNumber(round int) int {
+	if s.o.rounds <= 1 {
+		return 0
+	}
+	return round + 1
+}
+
+// roundLabel tags a cluster directory with its round in an interleaved run.
+func (s *suite) roundLabel(round int) string {
+	if s.o.rounds <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("-r%d", round+1)
+}
+
 // stepRange runs etcd's benchmark range on one preloaded key, for each
+// consistency and configuration, on one cluster per server.
+//
+// With -rounds N the step runs N times, the servers alternating
+// (roundOrder), each round on a fresh cluster per server that runs every
 // consistency and configuration.
 func (s *suite) stepRange(ctx context.Context) {
-	for _, spec := range s.specs {
-		s.withCluster(ctx, spec, "range", func(c *cluster.Cluster) error {
-			if err := load.PreloadRange(ctx, c.Endpoints(), s.o.valSize); err != nil {
-				return err
-			}
-			var errs []error
-			for _, cons := range s.o.consistency {
-				if cons != "l" && cons != "s" {
-					return fmt.Errorf("consistency %q: want l or s", cons)
-				}
-				w := load.RangeWorkload{Serializable: cons == "s"}
-				for _, cc := range s.o.rangeConfigs {
-					cfg := load.Config{Conns: cc.conns, Clients: cc.clients, Total: s.o.rangeTotal, Serializable: w.Serializable}
-					errs = append(errs, s.measure(ctx, c, w, cfg, report.Result{}))
-				}
-			}
-			return errors.Join(errs...)
-		})
+	for round := range s.o.rounds {
+		for _, spec := range s.roundOrder(round) {
+			s.rangeCluster(ctx, spec, round)
+		}
 	}
+}
+
+// rangeCluster is one server's share of the range step in one round.
+func (s *suite) rangeCluster(ctx context.Context, spec cluster.Spec, round int) {
+	s.withCluster(ctx, spec, "range"+s.roundLabel(round), func(c *cluster.Cluster) error {
+		if err := load.PreloadRange(ctx, c.Endpoints(), s.o.valSize); err != nil {
+			return err
+		}
+		var errs []error
+		for _, cons := range s.o.consistency {
+			if cons != "l" && cons != "s" {
+				return fmt.Errorf("consistency %q: want l or s", cons)
+			}
+			w := load.RangeWorkload{Serializable: cons == "s"}
+			for _, cc := range s.o.rangeConfigs {
+				cfg := load.Config{Conns: cc.conns, Clients: cc.clients, Total: s.o.rangeTotal, Serializable: w.Serializable}
+				errs = append(errs, s.measure(ctx, c, w, cfg, report.Result{Round: s.roundNumber(round)}))
+			}
+		}
+		return errors.Join(errs...)
+	})
 }
 
 // stepYCSB loads each record count once per server and runs every chosen
 // workload and distribution on it in order, as YCSB does (D's inserts stay).
+//
+// With -rounds N each round loads every record count afresh, once per
+// server, the servers alternating (roundOrder): every round measures the
+// same sequence of workloads on the same freshly loaded key space.
 func (s *suite) stepYCSB(ctx context.Context) {
 	var ws []load.YCSB
 	for _, letter := range s.o.ycsbWorkloads {
@@ -397,21 +454,29 @@ func (s *suite) stepYCSB(ctx context.Context) {
 		}
 	}
 	for _, n := range s.o.ycsbRecords {
-		for _, spec := range s.specs {
-			s.withCluster(ctx, spec, fmt.Sprintf("ycsb-%d", n), func(c *cluster.Cluster) error {
-				if err := load.Load(ctx, c.Endpoints(), n, s.o.ycsbValSize, s.progress, fmt.Sprintf("%s load %d", spec.Name, n)); err != nil {
-					return err
-				}
-				var errs []error
-				for _, w := range ws {
-					w.RecordCount = n
-					cfg := load.Config{Conns: s.o.ycsbConfig.conns, Clients: s.o.ycsbConfig.clients, Total: s.o.ycsbOps, Records: n}
-					errs = append(errs, s.measure(ctx, c, w, cfg, report.Result{Records: n}))
-				}
-				return errors.Join(errs...)
-			})
+		for round := range s.o.rounds {
+			for _, spec := range s.roundOrder(round) {
+				s.ycsbCluster(ctx, spec, n, ws, round)
+			}
 		}
 	}
+}
+
+// ycsbCluster is one server's share of the YCSB step for n records in one
+// round: a fresh cluster, the load, every workload in order.
+func (s *suite) ycsbCluster(ctx context.Context, spec cluster.Spec, n int64, ws []load.YCSB, round int) {
+	s.withCluster(ctx, spec, fmt.Sprintf("ycsb-%d%s", n, s.roundLabel(round)), func(c *cluster.Cluster) error {
+		if err := load.Load(ctx, c.Endpoints(), n, s.o.ycsbValSize, s.progress, fmt.Sprintf("%s load %d%s", spec.Name, n, s.roundLabel(round))); err != nil {
+			return err
+		}
+		var errs []error
+		for _, w := range ws {
+			w.RecordCount = n
+			cfg := load.Config{Conns: s.o.ycsbConfig.conns, Clients: s.o.ycsbConfig.clients, Total: s.o.ycsbOps, Records: n}
+			errs = append(errs, s.measure(ctx, c, w, cfg, report.Result{Records: n, Round: s.roundNumber(round)}))
+		}
+		return errors.Join(errs...)
+	})
 }
 
 // sweepWorkload is put under its own name, so its points form their own
@@ -422,18 +487,28 @@ type sweepWorkload struct{ load.PutWorkload }
 func (sweepWorkload) Name() string { return "sweep-put" }
 
 // stepSweep runs put at increasing client counts on one cluster per server.
+//
+// With -rounds N the sweep runs N times, the servers alternating
+// (roundOrder), each round on a fresh cluster per server.
 func (s *suite) stepSweep(ctx context.Context) {
-	for _, spec := range s.specs {
-		s.withCluster(ctx, spec, "sweep", func(c *cluster.Cluster) error {
-			var errs []error
-			for _, n := range s.o.sweepClients {
-				w := sweepWorkload{load.PutWorkload{KeySize: s.o.keySize, ValueSize: s.o.valSize, KeySpace: s.o.sweepTotal}}
-				cfg := load.Config{Conns: min(n, 100), Clients: n, Total: s.o.sweepTotal}
-				errs = append(errs, s.measure(ctx, c, w, cfg, report.Result{}))
-			}
-			return errors.Join(errs...)
-		})
+	for round := range s.o.rounds {
+		for _, spec := range s.roundOrder(round) {
+			s.sweepCluster(ctx, spec, round)
+		}
 	}
+}
+
+// sweepCluster is one server's sweep in one round.
+func (s *suite) sweepCluster(ctx context.Context, spec cluster.Spec, round int) {
+	s.withCluster(ctx, spec, "sweep"+s.roundLabel(round), func(c *cluster.Cluster) error {
+		var errs []error
+		for _, n := range s.o.sweepClients {
+			w := sweepWorkload{load.PutWorkload{KeySize: s.o.keySize, ValueSize: s.o.valSize, KeySpace: s.o.sweepTotal}}
+			cfg := load.Config{Conns: min(n, 100), Clients: n, Total: s.o.sweepTotal}
+			errs = append(errs, s.measure(ctx, c, w, cfg, report.Result{Round: s.roundNumber(round)}))
+		}
+		return errors.Join(errs...)
+	})
 }
 
 // stepRestart loads N keys, kills the server with SIGKILL, restarts it and

@@ -81,7 +81,15 @@ type Spec struct {
 	// it, tracing only its sync system calls, and those are counted instead
 	// of FsyncMetrics. See strace.go for the cost.
 	Strace string
+	// QuotaBackendBytes is --quota-backend-bytes for every server; 0 means
+	// DefaultQuotaBackendBytes.
+	QuotaBackendBytes int64
 }
+
+// DefaultQuotaBackendBytes is the quota every server gets unless
+// Spec.QuotaBackendBytes says otherwise: 8 GiB, so the 10^6-key YCSB load
+// fits (etcd's own default is 2 GiB; 8 GiB is its suggested maximum).
+const DefaultQuotaBackendBytes = 8 << 30
 
 // MaxMembers bounds Spec.Members: every member runs on this machine.
 const MaxMembers = 7
@@ -206,7 +214,11 @@ func (c *Cluster) args(m *member) []string {
 	}
 	// Quiet logs; the same larger quota on both, so the 10^6-key YCSB load
 	// fits. Neither changes durability.
-	a = append(a, "--log-level=warn", "--quota-backend-bytes=8589934592")
+	quota := c.spec.QuotaBackendBytes
+	if quota <= 0 {
+		quota = DefaultQuotaBackendBytes
+	}
+	a = append(a, "--log-level=warn", "--quota-backend-bytes="+strconv.FormatInt(quota, 10))
 	if c.spec.Kind == KindStrata {
 		a = append(a, "--log-dir="+m.logDir)
 	}

@@ -160,6 +160,37 @@ func (c *Cluster) Sample() (Sample, error) {
 	return s, nil
 }
 
+// ProcStats is a light reading of a server's processes, summed over
+// members: no file-system sync and no /metrics scrape, so it can be taken
+// every few seconds while a load runs without disturbing it.
+type ProcStats struct {
+	// CPUSeconds is user plus system CPU time since the processes started.
+	CPUSeconds float64
+	// RSSBytes is the resident set now (VmRSS).
+	RSSBytes int64
+}
+
+// ProcStats reads CPU time and resident set of every running member.
+func (c *Cluster) ProcStats() (ProcStats, error) {
+	var ps ProcStats
+	for _, m := range c.members {
+		if m.cmd == nil || m.exited() {
+			continue
+		}
+		cpu, err := readCPU(m.proc.Pid)
+		if err != nil {
+			return ProcStats{}, fmt.Errorf("%s member %s (did it crash? see %s): %w", c.spec.Name, m.name, m.logPath, err)
+		}
+		rss, err := readStatusKB(m.proc.Pid, "VmRSS")
+		if err != nil {
+			return ProcStats{}, err
+		}
+		ps.CPUSeconds += cpu
+		ps.RSSBytes += rss
+	}
+	return ps, nil
+}
+
 // readCPU returns utime+stime of pid in seconds.
 func readCPU(pid int) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))

@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -109,6 +110,12 @@ func Markdown(rep *Report) string {
 
 	if gs := groups(rep.Results, "run"); len(gs) > 0 {
 		b.WriteString("\n## Workloads\n\n")
+		if slices.ContainsFunc(gs, hasRounds) {
+			b.WriteString("Interleaved rounds (-rounds): a server's row is the median over its rounds, with (min–max) over the " +
+				"rounds for ops/s, p50 and p99; the ratio row divides the medians, and for ops/s, p50 and p99 gives " +
+				"(min–max) of the per-round ratios (round k's server over round k's etcd); errors are summed over the rounds. " +
+				"Each round is listed under Rounds.\n\n")
+		}
 		b.WriteString("| workload | conns/clients | records | server | errors |")
 		sep := "|---|---|---|---|---|"
 		for _, c := range runColumns {
@@ -117,8 +124,13 @@ func Markdown(rep *Report) string {
 		}
 		b.WriteString("\n" + sep + "\n")
 		for _, g := range gs {
-			writeGroup(&b, g)
+			if hasRounds(g) {
+				writeRoundsGroup(&b, g)
+			} else {
+				writeGroup(&b, g)
+			}
 		}
+		writeRoundsDetail(&b, rep.Results)
 	}
 	if gs := groups(rep.Results, "restart"); len(gs) > 0 {
 		b.WriteString("\n## Restart after kill -9\n\n")

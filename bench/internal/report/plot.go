@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -23,7 +24,8 @@ const (
 //     workload configuration, one line per server;
 //   - tput-lat-<workload>.png: throughput against p50 and p99 latency over
 //     the client counts measured for one workload (the saturation sweep, the
-//     put configurations), one line per server and percentile.
+//     put configurations), one line per server and percentile; with
+//     interleaved rounds, each point is the median over the rounds.
 func Plot(rep *Report, dir string) ([]string, error) {
 	var files []string
 	for _, g := range groups(rep.Results, "run") {
@@ -75,8 +77,17 @@ func plotCDF(g group, dir string) (string, error) {
 	p.X.Tick.Marker = tailTicks{}
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = ticks125{}
+	rs := g.results
+	if hasRounds(g) {
+		// Per server, its rounds in order, the baseline first.
+		names, per := byServer(rs)
+		rs = nil
+		for _, n := range names {
+			rs = append(rs, per[n]...)
+		}
+	}
 	var lines []any
-	for _, r := range g.results {
+	for _, r := range rs {
 		var xys plotter.XYs
 		n := float64(r.Ops - r.Errors)
 		for _, c := range r.CDF {
@@ -96,7 +107,11 @@ func plotCDF(g group, dir string) (string, error) {
 		if len(xys) == 0 {
 			continue
 		}
-		lines = append(lines, r.Server, xys)
+		name := r.Server
+		if r.Round > 0 {
+			name += fmt.Sprintf(" r%d", r.Round)
+		}
+		lines = append(lines, name, xys)
 	}
 	if len(lines) == 0 {
 		return "", nil
@@ -138,7 +153,7 @@ func plotThroughputLatency(results []Result, dir string) ([]string, error) {
 		servers := byFamily[f]
 		multi := false
 		for _, rs := range servers {
-			if len(rs) > 1 {
+			if len(medianRounds(rs)) > 1 {
 				multi = true
 			}
 		}
@@ -161,7 +176,7 @@ func plotThroughputLatency(results []Result, dir string) ([]string, error) {
 		sort.Strings(names)
 		var lines []any
 		for _, s := range names {
-			rs := servers[s]
+			rs := medianRounds(servers[s])
 			sort.Slice(rs, func(i, j int) bool { return rs[i].Clients < rs[j].Clients })
 			var p50, p99 plotter.XYs
 			for _, r := range rs {
@@ -194,4 +209,43 @@ func plotThroughputLatency(results []Result, dir string) ([]string, error) {
 		files = append(files, name)
 	}
 	return files, nil
+}
+
+// medianRounds collapses one server's results of an interleaved run into one
+// per conns/clients setting: throughput, p50 and p99 are the medians over
+// the rounds. Results of a run without rounds are returned as they are.
+func medianRounds(rs []Result) []Result {
+	if !slices.ContainsFunc(rs, func(r Result) bool { return r.Round > 0 }) {
+		return rs
+	}
+	type cc struct{ conns, clients int }
+	var order []cc
+	by := map[cc][]Result{}
+	for _, r := range rs {
+		k := cc{r.Conns, r.Clients}
+		if by[k] == nil {
+			order = append(order, k)
+		}
+		by[k] = append(by[k], r)
+	}
+	out := make([]Result, 0, len(order))
+	for _, k := range order {
+		m := by[k][0]
+		m.Round = 0
+		m.Throughput = medianOf(by[k], func(r Result) float64 { return r.Throughput })
+		m.Latency.P50 = medianOf(by[k], func(r Result) float64 { return r.Latency.P50 })
+		m.Latency.P99 = medianOf(by[k], func(r Result) float64 { return r.Latency.P99 })
+		out = append(out, m)
+	}
+	return out
+}
+
+// medianOf is the median of f over rs (rs not empty).
+func medianOf(rs []Result, f func(Result) float64) float64 {
+	vs := make([]float64, len(rs))
+	for i, r := range rs {
+		vs[i] = f(r)
+	}
+	s, _ := spreadOf(vs)
+	return s.Median
 }

@@ -118,6 +118,13 @@ type Result struct {
 	// DefragSeconds is how long the Defragment calls took to return
 	// (defrag phase).
 	DefragSeconds float64 `json:"defrag_seconds,omitempty"`
+	// Round is the measurement's round in an interleaved run (-rounds N,
+	// N > 1), counted from 1; 0 in a run of one round. Results that differ
+	// only in Round share a Key: the table shows their median and spread.
+	Round int `json:"round,omitempty"`
+	// Load1 is the machine's 1-minute load average when the measurement
+	// started (/proc/loadavg); 0 when unknown.
+	Load1 float64 `json:"load1,omitempty"`
 }
 
 // Key groups results that are comparable across servers.
