@@ -140,25 +140,18 @@ func (m *Maintainer) WriteBackup(ctx context.Context, w io.Writer) (int64, error
 	})
 }
 
-// The MVCC key spaces Hash covers (mvcc/keys.go is their definition):
-// current values, history, the revision index and lease attachments. Lease
-// records (mg: TTLs) are not key-value data and are left out, as are the
-// store's own bookkeeping (mm: revisions and compaction progress) and the
-// applier's metadata (mu: membership, conf state, alarms), so
-// members that agree on the data agree on the hash.
-var hashSpaces = [][2]string{{"mc", "md"}, {"mh", "mi"}, {"ml", "mm"}, {"mr", "ms"}}
-
 // mvccStateKey is where the MVCC store keeps its current and compact
 // revisions (mvcc/keys.go: metaState, two big-endian int64s).
 var mvccStateKey = []byte("mmstate")
 
 // Hash implements etcd's Hash over strata's engine: a CRC-32C (etcd's
-// polynomial) of every key and value of the MVCC key spaces in one
-// consistent engine view, and the revision that view holds. Like etcd's, it
-// depends on how far physical compaction has gone, so only members at the
-// same revision and compaction state agree; unlike etcd's, it hashes
-// strata's engine layout, so its value is not comparable with etcd's.
-// HashKV is the check to compare members with.
+// polynomial) of every key and value of the MVCC key-value spaces in one
+// consistent engine view (mvcc.WriteKeySpaces, which writes them in one
+// layout whichever way the versions were stored), and the revision that
+// view holds. Like etcd's, it depends on how far physical compaction has
+// gone, so only members at the same revision and compaction state agree;
+// unlike etcd's, it hashes strata's engine layout, so its value is not
+// comparable with etcd's. HashKV is the check to compare members with.
 func (m *Maintainer) Hash() (hash uint32, rev int64, err error) {
 	snap := m.cfg.Engine.NewSnapshot()
 	defer snap.Close()
@@ -169,15 +162,8 @@ func (m *Maintainer) Hash() (hash uint32, rev int64, err error) {
 		return 0, 0, fmt.Errorf("hash: read revision: %w", err)
 	}
 	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	for _, sp := range hashSpaces {
-		it := snap.NewIter([]byte(sp[0]), []byte(sp[1]))
-		for ok := it.First(); ok; ok = it.Next() {
-			h.Write(it.Key())
-			h.Write(it.Value())
-		}
-		if err := it.Close(); err != nil {
-			return 0, 0, fmt.Errorf("hash %s: %w", sp[0], err)
-		}
+	if err := mvcc.WriteKeySpaces(snap, h); err != nil {
+		return 0, 0, fmt.Errorf("hash: %w", err)
 	}
 	return h.Sum32(), rev, nil
 }

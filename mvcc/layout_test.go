@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -18,7 +19,8 @@ import (
 // compacted log batches writes) answers exactly as the store whose Puts
 // wrote moved records, before and after both go on with the same writes
 // and compact: ranges at every revision, events with previous versions,
-// HashKV at every revision, and the number of versions kept.
+// HashKV at every revision, the key spaces Maintenance's Hash covers, and
+// the number of versions kept.
 func TestCopiedAndMovedRecordsAgree(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -139,6 +141,16 @@ func sameAnswers(t *testing.T, when string, a, b *Store, from int64) {
 		if erra != nil || errb != nil || ha != hb {
 			t.Fatalf("%s: HashKV(%d) = %x (%v), %x (%v)", when, rev, ha, erra, hb, errb)
 		}
+	}
+	var ka, kb bytes.Buffer
+	if err := WriteKeySpaces(a.e, &ka); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteKeySpaces(b.e, &kb); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ka.Bytes(), kb.Bytes()) {
+		t.Fatalf("%s: WriteKeySpaces differ: %d and %d bytes", when, ka.Len(), kb.Len())
 	}
 	ea, _, erra := a.Events(from, 0, 0, true)
 	eb, _, errb := b.Events(from, 0, 0, true)
