@@ -240,9 +240,9 @@ func (v view) visitHistory(key, end []byte, rev int64, fn func(decode func() (*m
 	hist := v.r.NewIter(historyPrefix(key), hUpper)
 	cur := v.r.NewIter(currentKey(key), cUpper)
 	defer func() {
-		herr, cerr := hist.Close(), cur.Close()
-		if cerr := errors.Join(herr, cerr); err == nil && cerr != nil {
-			err = fmt.Errorf("range [%q, %q) at %d: %w", key, end, rev, cerr)
+		closeErr := errors.Join(hist.Close(), cur.Close())
+		if err == nil && closeErr != nil {
+			err = fmt.Errorf("range [%q, %q) at %d: %w", key, end, rev, closeErr)
 		}
 	}()
 	hok, cok := hist.First(), cur.First()
