@@ -52,7 +52,7 @@ import (
 )
 
 // steps are the measurement steps, in the order a full run takes them.
-var steps = []string{"put", "range", "ycsb", "sweep", "restart", "defrag"}
+var steps = []string{"put", "range", "list", "ycsb", "sweep", "restart", "defrag"}
 
 // connClients is one conns/clients setting, written "10/100".
 type connClients struct{ conns, clients int }
@@ -89,6 +89,11 @@ type options struct {
 
 	rangeConfigs []connClients
 	rangeTotal   int64
+	listKeys     []int64
+	listConfigs  []connClients
+	listTotal    int64
+	listValSize  int
+	listModes    []string
 	consistency  []string
 
 	ycsbWorkloads []string
@@ -123,6 +128,11 @@ func defaultOptions() options {
 		valSize:       256,
 		rangeConfigs:  []connClients{{1, 1}, {10, 10}, {100, 100}, {100, 1000}},
 		rangeTotal:    10000,
+		listKeys:      []int64{10000, 100000},
+		listConfigs:   []connClients{{1, 1}, {10, 10}},
+		listTotal:     100,
+		listValSize:   1024,
+		listModes:     []string{"range", "stream"},
 		consistency:   []string{"l", "s"},
 		ycsbWorkloads: []string{"A", "B", "C", "D", "AW", "AWL"},
 		ycsbRecords:   []int64{10000, 1000000},
@@ -146,6 +156,9 @@ func smokeOptions() options {
 	o.putTotal = 20
 	o.rangeConfigs = []connClients{{1, 1}, {2, 4}}
 	o.rangeTotal = 20
+	o.listKeys = []int64{300}
+	o.listConfigs = []connClients{{1, 1}, {2, 4}}
+	o.listTotal = 10
 	o.ycsbRecords = []int64{200}
 	o.ycsbDists = []string{"std", "uniform"}
 	o.ycsbOps = 30
@@ -303,6 +316,11 @@ func registerFlags(fs *flag.FlagSet, o *options) {
 
 	fs.Func("range-configs", "conns/clients list for range", ccSetter(&o.rangeConfigs))
 	fs.Int64Var(&o.rangeTotal, "range-total", o.rangeTotal, "requests per range configuration")
+	fs.Func("list-keys", "key counts each list request reads, e.g. 10000,100000 (a Kubernetes LIST of one resource)", int64sSetter(&o.listKeys))
+	fs.Func("list-configs", "conns/clients list for list", ccSetter(&o.listConfigs))
+	fs.Int64Var(&o.listTotal, "list-total", o.listTotal, "requests per list configuration")
+	fs.IntVar(&o.listValSize, "list-val-size", o.listValSize, "value size of the listed keys in bytes")
+	fs.Func("list-modes", "how list reads: range (one Range response), stream (RangeStream, etcd 3.7)", listSetter(&o.listModes))
 	fs.Func("consistency", "range consistencies: l (linearizable), s (serializable)", listSetter(&o.consistency))
 
 	fs.Func("ycsb-workloads", "YCSB workloads: A,B,C,D,AW,AWL", listSetter(&o.ycsbWorkloads))

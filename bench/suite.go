@@ -106,6 +106,8 @@ func runSuite(ctx context.Context, o options, command string, log *zap.Logger) (
 			s.stepPut(ctx)
 		case "range":
 			s.stepRange(ctx)
+		case "list":
+			s.stepList(ctx)
 		case "ycsb":
 			s.stepYCSB(ctx)
 		case "sweep":
@@ -423,6 +425,40 @@ func (s *suite) rangeCluster(ctx context.Context, spec cluster.Spec, round int) 
 		}
 		return errors.Join(errs...)
 	})
+}
+
+// stepList reads every key of a prefix per request (a Kubernetes LIST): for
+// each key count, mode (one Range response, RangeStream) and configuration,
+// a fresh cluster per server is loaded with that many keys and measured, so
+// that the peak RSS of each measurement is that LIST's alone (a server that
+// keeps the heap of an earlier measurement would carry it into the next).
+// With -rounds N the servers alternate per round (roundOrder).
+func (s *suite) stepList(ctx context.Context) {
+	for _, mode := range s.o.listModes {
+		if mode != "range" && mode != "stream" {
+			s.fail(fmt.Errorf("list mode %q: want range or stream", mode))
+			return
+		}
+	}
+	for _, n := range s.o.listKeys {
+		for _, mode := range s.o.listModes {
+			w := load.ListWorkload{Keys: n, Stream: mode == "stream"}
+			for _, cc := range s.o.listConfigs {
+				for round := range s.o.rounds {
+					for _, spec := range s.roundOrder(round) {
+						label := fmt.Sprintf("%s-%d-%d-%d%s", w.Name(), n, cc.conns, cc.clients, s.roundLabel(round))
+						s.withCluster(ctx, spec, label, func(c *cluster.Cluster) error {
+							if err := load.LoadList(ctx, c.Endpoints(), n, s.o.listValSize); err != nil {
+								return err
+							}
+							cfg := load.Config{Conns: cc.conns, Clients: cc.clients, Total: s.o.listTotal, Records: n}
+							return s.measure(ctx, c, w, cfg, report.Result{Records: n, Round: s.roundNumber(round)})
+						})
+					}
+				}
+			}
+		}
+	}
 }
 
 // stepYCSB loads each record count once per server and runs every chosen

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -168,10 +169,68 @@ func do(ctx context.Context, cli *clientv3.Client, op Op, serializable bool) err
 		}
 		_, err := cli.Get(ctx, op.Key, opts...)
 		return err
+	case OpList:
+		resp, err := cli.Get(ctx, op.Key, clientv3.WithPrefix())
+		if err == nil && len(resp.Kvs) == 0 {
+			err = fmt.Errorf("list %q: no keys", op.Key)
+		}
+		return err
+	case OpListStream:
+		return listStream(ctx, cli, op.Key)
 	default:
 		_, err := cli.Put(ctx, op.Key, string(op.Value))
 		return err
 	}
+}
+
+// listStream reads every key under prefix through RangeStream, chunk by
+// chunk, keeping none of them.
+func listStream(ctx context.Context, cli *clientv3.Client, prefix string) error {
+	stream, err := pb.NewKVClient(cli.ActiveConnection()).RangeStream(ctx, &pb.RangeRequest{
+		Key: []byte(prefix), RangeEnd: []byte(clientv3.GetPrefixRangeEnd(prefix)),
+	})
+	if err != nil {
+		return fmt.Errorf("range stream %q: %w", prefix, err)
+	}
+	keys := 0
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("range stream %q: %w", prefix, err)
+		}
+		keys += len(resp.GetRangeResponse().GetKvs())
+	}
+	if keys == 0 {
+		return fmt.Errorf("range stream %q: no keys", prefix)
+	}
+	return nil
+}
+
+// LoadList writes ListKey(0..n-1) with valueSize-byte values, in
+// transactions of loadBatch puts.
+func LoadList(ctx context.Context, endpoints []string, n int64, valueSize int) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("load list keys: connect: %w", err)
+	}
+	defer cli.Close()
+	val := string(value(valueSize, 4))
+	for lo := int64(0); lo < n; lo += loadBatch {
+		ops := make([]clientv3.Op, 0, loadBatch)
+		for i := lo; i < min(lo+loadBatch, n); i++ {
+			ops = append(ops, clientv3.OpPut(ListKey(i), val))
+		}
+		tctx, cancel := context.WithTimeout(ctx, 4*opTimeout)
+		_, err := cli.Txn(tctx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("load list keys [%d, %d): %w", lo, min(lo+loadBatch, n), err)
+		}
+	}
+	return nil
 }
 
 // loadBatch is the number of puts per transaction while preloading; etcd's

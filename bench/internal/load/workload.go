@@ -16,6 +16,8 @@
 //     linearizable or serializable.
 //   - YCSB A, B, C, D, plus AW (100% updates, uniform) and AWL (100% updates,
 //     latest), over a preloaded key space (Load) with 100-byte values.
+//   - List: every key under a prefix per request (LoadList), in one Range
+//     response or through RangeStream: a Kubernetes LIST.
 //
 // Concurrency: generators are shared by all client goroutines of a run and
 // are safe for concurrent use; each goroutine passes its own *rand.Rand.
@@ -39,6 +41,12 @@ const (
 	OpUpdate
 	// OpInsert is a Put to a new key.
 	OpInsert
+	// OpList is a Range of every key under ListPrefix (a Kubernetes LIST),
+	// answered in one response.
+	OpList
+	// OpListStream is OpList through RangeStream (etcd 3.7), answered in
+	// chunks.
+	OpListStream
 )
 
 // Op is one request to issue.
@@ -151,6 +159,46 @@ func (w RangeWorkload) NewGenerator(int64) Generator { return rangeGen{} }
 type rangeGen struct{}
 
 func (rangeGen) Next(*rand.Rand) Op { return Op{Kind: OpRead, Key: RangeKey} }
+
+// ListPrefix is the prefix of the keys LoadList writes and ListWorkload
+// reads.
+const ListPrefix = "strata-bench-list/"
+
+// ListKey is the i-th key LoadList writes.
+func ListKey(i int64) string { return fmt.Sprintf("%s%010d", ListPrefix, i) }
+
+// ListWorkload reads every key under ListPrefix per request, as a
+// Kubernetes LIST of one resource does.
+type ListWorkload struct {
+	// Keys is the number of keys LoadList preloaded.
+	Keys int64
+	// Stream reads with RangeStream instead of one Range response.
+	Stream bool
+}
+
+// Name implements Workload.
+func (w ListWorkload) Name() string {
+	if w.Stream {
+		return "list-stream"
+	}
+	return "list"
+}
+
+// Records implements Workload.
+func (w ListWorkload) Records() int64 { return w.Keys }
+
+// NewGenerator implements Workload.
+func (w ListWorkload) NewGenerator(int64) Generator {
+	kind := OpList
+	if w.Stream {
+		kind = OpListStream
+	}
+	return listGen{kind: kind}
+}
+
+type listGen struct{ kind OpKind }
+
+func (g listGen) Next(*rand.Rand) Op { return Op{Kind: g.kind, Key: ListPrefix} }
 
 // YCSB is one of the YCSB core workloads over a preloaded key space.
 type YCSB struct {
