@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/raft/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/strata-kv/strata/datadir"
+	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/raftlog"
 	"github.com/strata-kv/strata/transport"
 )
@@ -54,6 +56,11 @@ type Config struct {
 	// HealthTimeout is how recently every cluster's learner must have
 	// heard from a leader for /health to answer true. 0: 3 s.
 	HealthTimeout time.Duration
+	// LogCompaction, if Enabled, compacts each cluster's log with
+	// strata's log compaction (compaction.go; --log-compaction,
+	// --log-compaction-batch, --history, --log-segment-size as members
+	// take them). Its SegmentSize is ignored: SegmentSize is the logs'.
+	LogCompaction logcompact.Config
 	// FS is the file system. nil: vfs.Default.
 	FS vfs.FS
 	// Now is the clock of /health and the metrics. nil: time.Now.
@@ -109,6 +116,8 @@ type cluster struct {
 	log *raftlog.Log
 	tr  *transport.Transport
 	ln  *learner
+	// comp compacts the log; nil without Config.LogCompaction.Enabled.
+	comp *compactor
 
 	// trunc serialises Truncate requests and their record.
 	trunc struct {
@@ -199,6 +208,18 @@ func (l *Logger) openCluster(id uint64) error {
 	if err != nil {
 		return fmt.Errorf("logger: open the raft log of cluster %x: %w", id, err)
 	}
+	if first, _ := log.FirstIndex(); first > 1 {
+		// Compacted batches left below a snapshot point they do not reach
+		// (a crash after a snapshot restarted the log and before its
+		// batches were dropped: learner.restartAfter) are no part of the
+		// log any more.
+		if _, cl, n := log.CompactedRange(); n > 0 && cl < first-1 {
+			if err := log.Compact(first-1, nil); err != nil && !errors.Is(err, raft.ErrCompacted) {
+				log.Close()
+				return fmt.Errorf("logger: drop stale compacted batches of cluster %x: %w", id, err)
+			}
+		}
+	}
 	requests, err := readTruncations(l.fs, dir)
 	var gaps []Gap
 	if err == nil {
@@ -242,6 +263,16 @@ func (l *Logger) openCluster(id uint64) error {
 		return fmt.Errorf("logger: cluster %x: %w", id, err)
 	}
 	c := &cluster{rec: rec, dir: dir, log: log, tr: tr, ln: ln}
+	if l.cfg.LogCompaction.Enabled && err == nil {
+		c.comp, err = openCompactor(l.cfg.LogCompaction, dir, id, log, lg.Named("logcompact"))
+		if err != nil {
+			l.mux.Remove(id)
+			tr.Stop()
+			log.Close()
+			return fmt.Errorf("logger: cluster %x: %w", id, err)
+		}
+		c.comp.ln = ln
+	}
 	c.trunc.requests = requests
 	// A truncation recorded before a crash is done when the learner runs.
 	ln.requestTrim(truncationPoint(requests, ln.voters()))
@@ -338,6 +369,13 @@ func (l *Logger) runLearner(c *cluster) {
 			}
 		}
 	}()
+	if c.comp != nil {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			c.comp.run(l.ctx)
+		}()
+	}
 }
 
 // scan opens and starts the clusters Join added, until Close.
@@ -438,6 +476,9 @@ func (l *Logger) closeClusters() error {
 	var err error
 	for id, c := range l.mu.clusters {
 		c.tr.Stop()
+		if c.comp != nil {
+			c.comp.close()
+		}
 		if cerr := c.log.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("close the raft log of cluster %x: %w", id, cerr)
 		}

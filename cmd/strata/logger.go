@@ -107,11 +107,18 @@ func runLoggerServe(args []string, stderr io.Writer) int {
 	listenClient := fs.String("listen-client-urls", "http://127.0.0.1:2479", "List of URLs to listen on for the logger API (strata logger status|recover).")
 	advertiseClient := fs.String("advertise-client-urls", "", "List of the logger's client URLs to publish in each cluster's member list, where they appear with the path /strata-logger (the mark of a logger). Default: --listen-client-urls.")
 	logLevel := fs.String("log-level", "info", "Configures log level. Only supports debug, info, warn, error, panic, or fatal.")
+	var compaction logCompactionFlags
+	compaction.register(fs)
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
 	}
 	if *dataDir == "" {
 		fmt.Fprintln(stderr, "strata logger: --data-dir is required")
+		return 2
+	}
+	lc, err := compaction.config()
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger: %v\n", err)
 		return 2
 	}
 	zl, err := newLogger(*logLevel, "zap", "default", "json", nil)
@@ -121,6 +128,8 @@ func runLoggerServe(args []string, stderr io.Writer) int {
 	}
 	defer func() { _ = zl.Sync() }()
 	l, err := lg.Open(lg.Config{
+		LogCompaction:       lc,
+		SegmentSize:         lc.SegmentSize,
 		DataDir:             *dataDir,
 		ListenPeerURLs:      splitURLs(*listenPeer),
 		AdvertisePeerURLs:   splitURLs(*advertisePeer),
@@ -260,7 +269,7 @@ func runLoggerStatus(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLUSTER\tMEMBER\tFIRST\tLAST\tCOMMIT\tBYTES\tLEADER COMMIT\tLAG\tGAP\tTRUNCATION")
+	fmt.Fprintln(tw, "CLUSTER\tMEMBER\tFIRST\tLAST\tCOMMIT\tBYTES\tLEADER COMMIT\tLAG\tGAP\tTRUNCATION\tCOMPACTED")
 	for _, st := range sts {
 		gap := "none"
 		if n := len(st.Gaps); n > 0 {
@@ -270,8 +279,13 @@ func runLoggerStatus(args []string, stdout, stderr io.Writer) int {
 		if len(st.Truncations) > 0 {
 			trunc = fmt.Sprintf("up to %d (%d of the voters asked)", st.TruncationPoint, len(st.Truncations))
 		}
-		fmt.Fprintf(tw, "%x\t%x\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", st.ClusterID, st.MemberID, st.FirstIndex, st.LastIndex,
-			st.CommitIndex, st.Bytes, st.LeaderCommit, st.Lag, gap, trunc)
+		compacted := st.Compaction
+		if st.CompactedBatches > 0 {
+			compacted = fmt.Sprintf("%d-%d: %d entries in %d batches, %d records, %d bytes (%s)", st.CompactedFirst, st.CompactedLast,
+				st.CompactedEntries, st.CompactedBatches, st.CompactedRecords, st.CompactedBytes, st.Compaction)
+		}
+		fmt.Fprintf(tw, "%x\t%x\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", st.ClusterID, st.MemberID, st.FirstIndex, st.LastIndex,
+			st.CommitIndex, st.Bytes, st.LeaderCommit, st.Lag, gap, trunc, compacted)
 	}
 	_ = tw.Flush()
 	return 0
@@ -293,6 +307,15 @@ type clusterStatusJSON struct {
 	// let go.
 	Truncations     []lg.Truncation `json:"truncations"`
 	TruncationPoint uint64          `json:"truncation_point"`
+	// Log compaction: the entries the compacted batches stand for, how
+	// many batches, their bytes and records; "off", "on" or "stopped: why".
+	Compaction       string `json:"compaction"`
+	CompactedFirst   uint64 `json:"compacted_first,omitempty"`
+	CompactedLast    uint64 `json:"compacted_last,omitempty"`
+	CompactedBatches uint64 `json:"compacted_batches"`
+	CompactedBytes   uint64 `json:"compacted_bytes"`
+	CompactedEntries uint64 `json:"compacted_entries"`
+	CompactedRecords uint64 `json:"compacted_records"`
 }
 
 func statusJSON(st *lg.ClusterStatus) clusterStatusJSON {
@@ -301,6 +324,9 @@ func statusJSON(st *lg.ClusterStatus) clusterStatusJSON {
 		FirstIndex: st.FirstIndex, LastIndex: st.LastIndex, CommitIndex: st.CommitIndex, Bytes: st.Bytes,
 		LeaderCommit: st.LeaderCommit, Lag: st.Lag, Leader: fmt.Sprintf("%x", st.Leader), Gaps: st.Gaps,
 		Truncations: st.Truncations, TruncationPoint: st.TruncationPoint,
+		Compaction: st.Compaction, CompactedFirst: st.CompactedFirst, CompactedLast: st.CompactedLast,
+		CompactedBatches: st.CompactedBatches, CompactedBytes: st.CompactedBytes,
+		CompactedEntries: st.CompactedEntries, CompactedRecords: st.CompactedRecords,
 	}
 }
 
