@@ -2,6 +2,7 @@ package logger
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 
@@ -51,11 +52,16 @@ type CatchUpResult struct {
 //
 // endpoint is the logger's client URL.
 func CatchUp(ctx context.Context, endpoint string, clusterID uint64, log CatchUpLog) (CatchUpResult, error) {
+	return CatchUpTLS(ctx, endpoint, nil, clusterID, log)
+}
+
+// CatchUpTLS is CatchUp dialling an https endpoint with tlsCfg (DialTLS).
+func CatchUpTLS(ctx context.Context, endpoint string, tlsCfg *tls.Config, clusterID uint64, log CatchUpLog) (CatchUpResult, error) {
 	var res CatchUpResult
 	if last, err := log.LastIndex(); err != nil || last != 0 {
 		return res, err
 	}
-	c, err := Dial(endpoint)
+	c, err := DialTLS(endpoint, tlsCfg)
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", ErrCatchUp, err)
 	}

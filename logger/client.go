@@ -2,12 +2,15 @@ package logger
 
 import (
 	"context"
+	"crypto/tls"
+	"net/url"
 	"errors"
 	"fmt"
 	"io"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/strata-kv/strata/logcompact"
@@ -22,14 +25,30 @@ type Client struct {
 }
 
 // Dial returns a client of the logger at endpoint (its client URL, like
-// http://127.0.0.1:2479). It connects lazily, on the first call.
-func Dial(endpoint string) (*Client, error) {
+// http://127.0.0.1:2479). It connects lazily, on the first call. An https
+// endpoint is dialled with TLS, trusting the system's CAs: DialTLS takes
+// a CA and a client certificate.
+func Dial(endpoint string) (*Client, error) { return DialTLS(endpoint, nil) }
+
+// DialTLS is Dial with the TLS configuration for an https endpoint (the CA
+// to trust, the client certificate to present: tlsconfig.Info's
+// ClientConfig, as etcdctl's --cacert, --cert and --key); nil: the
+// system's CAs, no certificate. An http endpoint is dialled in plaintext
+// whatever cfg says.
+func DialTLS(endpoint string, cfg *tls.Config) (*Client, error) {
 	addr, err := transport.HostPort(endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("logger endpoint: %w", err)
 	}
+	creds := insecure.NewCredentials()
+	if u, err := url.Parse(endpoint); err == nil && u.Scheme == "https" {
+		if cfg == nil {
+			cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		creds = credentials.NewTLS(cfg.Clone())
+	}
 	conn, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(codecName), grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
 		return nil, fmt.Errorf("dial logger %s: %w", endpoint, err)

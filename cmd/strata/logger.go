@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -18,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	lg "github.com/strata-kv/strata/logger"
+	"github.com/strata-kv/strata/tlsconfig"
 )
 
 const loggerUsage = `usage:
@@ -109,6 +111,8 @@ func runLoggerServe(args []string, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "Configures log level. Only supports debug, info, warn, error, panic, or fatal.")
 	var compaction logCompactionFlags
 	compaction.register(fs)
+	var security loggerServeTLSFlags
+	security.register(fs)
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -121,6 +125,11 @@ func runLoggerServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "strata logger: %v\n", err)
 		return 2
 	}
+	tlsCfg, err := security.config()
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger: %v\n", err)
+		return 2
+	}
 	zl, err := newLogger(*logLevel, "zap", "default", "json", nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "strata logger: %v\n", err)
@@ -129,6 +138,7 @@ func runLoggerServe(args []string, stderr io.Writer) int {
 	defer func() { _ = zl.Sync() }()
 	l, err := lg.Open(lg.Config{
 		LogCompaction:       lc,
+		TLS:                 tlsCfg,
 		SegmentSize:         lc.SegmentSize,
 		DataDir:             *dataDir,
 		ListenPeerURLs:      splitURLs(*listenPeer),
@@ -172,8 +182,15 @@ func runLoggerJoin(args []string, stdout, stderr io.Writer) int {
 	endpoints := fs.String("endpoints", "", "Client URLs of the cluster's members, tried in turn. Required.")
 	timeout := fs.Duration("dial-timeout", 5*time.Second, "How long to wait for each endpoint's answer.")
 	clusterHex := fs.String("cluster-id", "", "The cluster ID (hex) the operator means to join: endpoints of another cluster are refused. Default: whichever they answer for.")
+	var dial loggerDialTLSFlags
+	dial.register(fs)
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
+	}
+	joinTLS, err := dial.config()
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger join: %v\n", err)
+		return 2
 	}
 	if *dataDir == "" || *endpoints == "" {
 		fmt.Fprintln(stderr, "strata logger join: --data-dir and --endpoints are required")
@@ -189,7 +206,7 @@ func runLoggerJoin(args []string, stdout, stderr io.Writer) int {
 	}
 	rec, err := lg.Join(context.Background(), lg.JoinConfig{
 		DataDir: *dataDir, Name: *name, Endpoints: splitURLs(*endpoints),
-		AdvertisePeerURLs: splitURLs(*advertisePeer), Timeout: *timeout, ClusterID: cid,
+		AdvertisePeerURLs: splitURLs(*advertisePeer), Timeout: *timeout, ClusterID: cid, TLS: joinTLS,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "strata logger join: %v\n", err)
@@ -237,6 +254,8 @@ func runLoggerStatus(args []string, stdout, stderr io.Writer) int {
 	endpoint := fs.String("endpoint", "http://127.0.0.1:2479", "The logger's client URL.")
 	clusterHex := fs.String("cluster", "", "A cluster ID (hex); default every cluster the logger serves.")
 	asJSON := fs.Bool("json", false, "Print JSON instead of a table.")
+	var dial loggerDialTLSFlags
+	dial.register(fs)
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -248,7 +267,7 @@ func runLoggerStatus(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	c, err := lg.Dial(*endpoint)
+	c, err := dial.dialLogger(*endpoint)
 	if err != nil {
 		fmt.Fprintf(stderr, "strata logger status: %v\n", err)
 		return 1
@@ -336,6 +355,8 @@ func runLoggerRecover(args []string, stdout, stderr io.Writer) int {
 	clusterHex := fs.String("cluster", "", "The cluster ID (hex). Required.")
 	first := fs.Uint64("first", 0, "The first index of the closed interval to print. Required.")
 	last := fs.Uint64("last", 0, "The last index of the closed interval to print. Required.")
+	var dial loggerDialTLSFlags
+	dial.register(fs)
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -344,7 +365,7 @@ func runLoggerRecover(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "strata logger recover: %v\n", err)
 		return 2
 	}
-	c, err := lg.Dial(*endpoint)
+	c, err := dial.dialLogger(*endpoint)
 	if err != nil {
 		fmt.Fprintf(stderr, "strata logger recover: %v\n", err)
 		return 1
@@ -374,6 +395,8 @@ func runLoggerTruncate(args []string, stdout, stderr io.Writer) int {
 	clusterHex := fs.String("cluster", "", "The cluster ID (hex). Required.")
 	memberHex := fs.String("member", "", "The member (hex ID, a voter of the cluster) on whose behalf to ask. Required.")
 	index := fs.Uint64("index", 0, "Drop the entries up to and including this index, once more than half of the voters asked. Required.")
+	var dial loggerDialTLSFlags
+	dial.register(fs)
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -386,7 +409,7 @@ func runLoggerTruncate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "strata logger truncate: %v\n", err)
 		return 2
 	}
-	c, err := lg.Dial(*endpoint)
+	c, err := dial.dialLogger(*endpoint)
 	if err != nil {
 		fmt.Fprintf(stderr, "strata logger truncate: %v\n", err)
 		return 1
@@ -401,4 +424,77 @@ func runLoggerTruncate(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "recorded; the truncation point is %d (%d of the voters asked)\n", resp.TruncationPoint, len(resp.Truncations))
 	return 0
+}
+
+// loggerServeTLSFlags are `strata logger`'s TLS flags, etcd's names for
+// the client and peer URLs (tlsconfig).
+type loggerServeTLSFlags struct {
+	certFile, keyFile, trustedCAFile, clientCRLFile           string
+	clientCertAuth                                            bool
+	peerCertFile, peerKeyFile, peerTrustedCAFile, peerCRLFile string
+	peerClientCertFile, peerClientKeyFile, peerCertAllowedCN  string
+	peerClientCertAuth, peerSkipSAN                           bool
+}
+
+func (s *loggerServeTLSFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.certFile, "cert-file", "", "Path to the client server TLS cert file: https --listen-client-urls serve the logger API, /metrics and /health with it.")
+	fs.StringVar(&s.keyFile, "key-file", "", "Path to the client server TLS key file.")
+	fs.StringVar(&s.trustedCAFile, "trusted-ca-file", "", "Path to the client server TLS trusted CA cert file (with --client-cert-auth: the CA of the clients' certificates).")
+	fs.BoolVar(&s.clientCertAuth, "client-cert-auth", false, "Enable client cert authentication: every client of the logger API (strata logger status|recover|truncate, strata restore --logger, the members' --logger-* options) must present a certificate signed by --trusted-ca-file.")
+	fs.StringVar(&s.clientCRLFile, "client-crl-file", "", "Path to the client certificate revocation list file.")
+	fs.StringVar(&s.peerCertFile, "peer-cert-file", "", "Path to the peer server TLS cert file: https --listen-peer-urls serve the members' streams with it, and the logger presents it when it dials members' https peer URLs.")
+	fs.StringVar(&s.peerKeyFile, "peer-key-file", "", "Path to the peer server TLS key file.")
+	fs.StringVar(&s.peerClientCertFile, "peer-client-cert-file", "", "Path to an explicit peer client TLS cert file otherwise peer cert file will be used when client auth is required.")
+	fs.StringVar(&s.peerClientKeyFile, "peer-client-key-file", "", "Path to an explicit peer client TLS key file otherwise peer key file will be used when client auth is required.")
+	fs.StringVar(&s.peerTrustedCAFile, "peer-trusted-ca-file", "", "Path to the peer server TLS trusted CA file (the members' peer certificates' CA).")
+	fs.BoolVar(&s.peerClientCertAuth, "peer-client-cert-auth", false, "Enable peer client cert authentication: members must present a certificate signed by --peer-trusted-ca-file.")
+	fs.StringVar(&s.peerCRLFile, "peer-crl-file", "", "Path to the peer certificate revocation list file.")
+	fs.StringVar(&s.peerCertAllowedCN, "peer-cert-allowed-cn", "", "Comma-separated list of allowed CNs for inter-peer TLS authentication.")
+	fs.BoolVar(&s.peerSkipSAN, "peer-skip-client-san-verification", false, "Skip verification of SAN field in client certificate for peer connections.")
+}
+
+func (s *loggerServeTLSFlags) config() (tlsconfig.Config, error) {
+	cfg := tlsconfig.Config{
+		Client: tlsconfig.Info{CertFile: s.certFile, KeyFile: s.keyFile, TrustedCAFile: s.trustedCAFile,
+			ClientCertAuth: s.clientCertAuth, CRLFile: s.clientCRLFile},
+		Peer: tlsconfig.Info{CertFile: s.peerCertFile, KeyFile: s.peerKeyFile, TrustedCAFile: s.peerTrustedCAFile,
+			ClientCertAuth: s.peerClientCertAuth, CRLFile: s.peerCRLFile, ClientCertFile: s.peerClientCertFile,
+			ClientKeyFile: s.peerClientKeyFile, AllowedCNs: commaList(s.peerCertAllowedCN), SkipClientSANVerify: s.peerSkipSAN},
+	}
+	for _, info := range []tlsconfig.Info{cfg.Client, cfg.Peer} {
+		if err := info.Validate(); err != nil {
+			return tlsconfig.Config{}, err
+		}
+	}
+	return cfg, nil
+}
+
+// loggerDialTLSFlags are etcdctl's --cacert, --cert and --key, for dialling
+// https URLs of a logger (or, for join, of the cluster's members).
+type loggerDialTLSFlags struct{ cacert, cert, key string }
+
+func (d *loggerDialTLSFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.cacert, "cacert", "", "Verify certificates of TLS-enabled secure servers using this CA bundle (https URLs; default the system's CAs).")
+	fs.StringVar(&d.cert, "cert", "", "Identify secure client using this TLS certificate file (for a server with --client-cert-auth).")
+	fs.StringVar(&d.key, "key", "", "Identify secure client using this TLS key file.")
+}
+
+// config is the TLS configuration to dial with; nil if no flag is set.
+func (d *loggerDialTLSFlags) config() (*tls.Config, error) {
+	if d.cacert == "" && d.cert == "" && d.key == "" {
+		return nil, nil
+	}
+	if (d.cert == "") != (d.key == "") {
+		return nil, errors.New("--cert and --key go together")
+	}
+	return tlsconfig.Info{TrustedCAFile: d.cacert, ClientCertFile: d.cert, ClientKeyFile: d.key}.ClientConfig()
+}
+
+// dialLogger dials endpoint with the TLS flags.
+func (d *loggerDialTLSFlags) dialLogger(endpoint string) (*lg.Client, error) {
+	cfg, err := d.config()
+	if err != nil {
+		return nil, err
+	}
+	return lg.DialTLS(endpoint, cfg)
 }
