@@ -3,10 +3,10 @@ package logger
 import (
 	"context"
 	"crypto/tls"
-	"net/url"
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"

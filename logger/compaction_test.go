@@ -172,7 +172,7 @@ func TestLogCompaction(t *testing.T) {
 
 	url := fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePorts(t, 1)[0])
 	cfg := Config{DataDir: dir, ListenPeerURLs: []string{"http://127.0.0.1:0"}, ListenClientURLs: []string{url},
-		SegmentSize: 64 << 10,
+		SegmentSize:   64 << 10,
 		LogCompaction: logcompact.Config{Enabled: true, HistoryLatest: true, BatchEntries: 200, Interval: 10 * time.Millisecond}}
 	start := func() *Logger {
 		l, err := Open(cfg)

@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"slices"
 	"os"
+	"slices"
 	"strings"
 
 	"go.etcd.io/raft/v3"
