@@ -49,6 +49,14 @@ The logger publishes its name and client URLs (with the path /strata-logger, its
 member list; etcdctl member list shows it as a learner, and member promote of it is refused. Its client URLs
 also serve GET /metrics (per cluster, strata_logger_*) and GET /health (etcd's JSON).
 
+With --log-compaction (and --log-compaction-batch N, --history latest, as members take them) the logger
+rewrites each cluster's committed log as compacted batches, one record per key state per batch; Recover
+then streams those batches for the compacted range (strata restore --logger replays them).
+
+https URLs take etcd's TLS flags: --cert-file, --key-file, --trusted-ca-file, --client-cert-auth for the
+client URLs, their --peer-* twins for the peer URLs. The subcommands that dial (join, status, recover,
+truncate) take etcdctl's --cacert, --cert and --key for https endpoints.
+
 IDs are hexadecimal, as etcdctl prints them.`
 
 // runLogger is `strata logger`: run a logger, or one of its subcommands.
