@@ -131,6 +131,13 @@ func (a *Applier) ReplayRun(run logcompact.Run, minTTL int64) error {
 // written as the lessor would write them; with one (tests), the lessor
 // sees grants and checkpoints but not revocations, and must be reloaded.
 func (a *Applier) replayKept(w *mvcc.WriteBatch, e *raftpb.Entry, members *[]*pb.Member, minTTL int64) (bool, error) {
+	if t := e.GetType(); t == raftpb.EntryConfChange || t == raftpb.EntryConfChangeV2 {
+		// Only a logger's batches keep them (logcompact.BuildOptions):
+		// the member list changes as Run changes it; no ConfState is
+		// recorded (a replay outside raft has none to record).
+		_, changed, err := applyConfChange(e, members)
+		return changed, err
+	}
 	var req pb.InternalRaftRequest
 	if err := proto.Unmarshal(e.GetData(), &req); err != nil {
 		return false, fmt.Errorf("decode kept entry %d: %w", e.GetIndex(), err)

@@ -13,6 +13,7 @@ import (
 	"github.com/strata-kv/strata/auth"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 	"github.com/strata-kv/strata/lease"
+	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/mvcc"
 	"github.com/strata-kv/strata/node"
 )
@@ -102,20 +103,9 @@ func replayTo(ctx context.Context, src EntrySource, engineDir string, m *Manifes
 	defer store.Close()
 	// Lease TTLs do not change keys or HashKV; a member with etcd's
 	// default timings is as good as any.
-	lessor := lease.New(lease.Config{MinTTL: lease.MinTTL(100*time.Millisecond, time.Second), Logger: logger.Named("lease")})
-	if err := lessor.Load(store); err != nil {
-		return 0, err
-	}
-	authStore, err := auth.Open(auth.Flags{}, eng, logger.Named("auth"))
-	if err != nil {
-		return 0, err
-	}
-	app, err := apply.New(apply.Config{Store: store, Lessor: lessor, Auth: authStore, Logger: logger.Named("apply")})
-	if err != nil {
-		return 0, err
-	}
-	if app.AppliedIndex() != m.RaftIndex {
-		return 0, fmt.Errorf("%w: the files hold applied index %d, the manifest says %d", ErrCorrupt, app.AppliedIndex(), m.RaftIndex)
+	minTTL := lease.MinTTL(100*time.Millisecond, time.Second)
+	if applied := store.AppliedIndex(); applied != m.RaftIndex {
+		return 0, fmt.Errorf("%w: the files hold applied index %d, the manifest says %d", ErrCorrupt, applied, m.RaftIndex)
 	}
 	reached := func(applied uint64) bool {
 		if goal.rev != 0 {
@@ -123,21 +113,50 @@ func replayTo(ctx context.Context, src EntrySource, engineDir string, m *Manifes
 		}
 		return applied >= goal.index
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	in := make(chan node.Committed)
-	runErr := make(chan error, 1)
-	go func() { runErr <- app.Run(runCtx, in) }()
-	stopRun := func() error {
-		cancel()
-		return <-runErr
+	// The applier that applies entries one at a time, as a member's does,
+	// is set up at the first entry: compacted batches (a logger's log
+	// compaction) come before any entry, and are replayed as a member's
+	// recovery replays them, by an applier with no lessor that writes the
+	// lease records itself; the lessor then loads what they left.
+	var app *apply.Applier
+	var in chan node.Committed
+	var runErr chan error
+	stopRun := func() error { return nil }
+	setup := func() error {
+		lessor := lease.New(lease.Config{MinTTL: minTTL, Logger: logger.Named("lease")})
+		if err := lessor.Load(store); err != nil {
+			return err
+		}
+		authStore, err := auth.Open(auth.Flags{}, eng, logger.Named("auth"))
+		if err != nil {
+			return err
+		}
+		app, err = apply.New(apply.Config{Store: store, Lessor: lessor, Auth: authStore, Logger: logger.Named("apply")})
+		if err != nil {
+			return err
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		in = make(chan node.Committed)
+		runErr = make(chan error, 1)
+		go func() { runErr <- app.Run(runCtx, in) }()
+		stopRun = func() error {
+			cancel()
+			return <-runErr
+		}
+		return nil
 	}
 	applied := m.RaftIndex
-	err = src.Entries(ctx, uint64(m.ClusterID), m.RaftIndex+1, last, func(e *raftpb.Entry) (bool, error) {
+	onEntry := func(e *raftpb.Entry) (bool, error) {
 		if reached(applied) {
 			return true, nil
 		}
 		if e.GetIndex() != applied+1 {
 			return false, fmt.Errorf("%w: entry %d follows entry %d", ErrCorrupt, e.GetIndex(), applied)
+		}
+		if app == nil {
+			if err := setup(); err != nil {
+				return false, err
+			}
 		}
 		select {
 		case in <- node.Committed{Entries: []*raftpb.Entry{e}}:
@@ -149,7 +168,43 @@ func replayTo(ctx context.Context, src EntrySource, engineDir string, m *Manifes
 		}
 		applied = e.GetIndex()
 		return false, nil
-	})
+	}
+	onBatch := func(b *logcompact.Batch) (bool, error) {
+		if reached(applied) {
+			return true, nil
+		}
+		if app != nil || b.FirstIndex > applied+1 || b.LastIndex <= applied {
+			return false, fmt.Errorf("%w: compacted batch %d-%d after entry %d", ErrCorrupt, b.FirstIndex, b.LastIndex, applied)
+		}
+		// A batch stands for its whole range: the states strictly inside
+		// it are not to be had (docs/logger.md, "Log compaction").
+		if goal.rev == 0 && goal.index < b.LastIndex {
+			return false, fmt.Errorf("%w: index %d: %s holds entries %d-%d as one compacted batch (log compaction), and a restore from it reaches index %d or %d, not one between",
+				ErrIndexRange, goal.index, src, b.FirstIndex, b.LastIndex, applied, b.LastIndex)
+		}
+		if goal.rev != 0 && b.Revision > goal.rev {
+			return false, fmt.Errorf("%w: revision %d: %s holds entries %d-%d as one compacted batch (log compaction), and a restore from it reaches revision %d or %d, not one between",
+				ErrRevisionRange, goal.rev, src, b.FirstIndex, b.LastIndex, store.Rev(), b.Revision)
+		}
+		authStore, err := auth.Open(auth.Flags{}, eng, logger.Named("auth"))
+		if err != nil {
+			return false, err
+		}
+		rep, err := apply.New(apply.Config{Store: store, Auth: authStore, Logger: logger.Named("apply")})
+		if err != nil {
+			return false, err
+		}
+		if _, err := logcompact.Replay(rep, []*logcompact.Batch{b}, logcompact.RecoveryNaive, store.CompactRev(), minTTL); err != nil {
+			return false, fmt.Errorf("replay compacted batch %d-%d: %w", b.FirstIndex, b.LastIndex, err)
+		}
+		applied = b.LastIndex
+		return false, nil
+	}
+	if bs, ok := src.(BatchSource); ok {
+		err = bs.EntriesOrBatches(ctx, uint64(m.ClusterID), m.RaftIndex+1, last, onEntry, onBatch)
+	} else {
+		err = src.Entries(ctx, uint64(m.ClusterID), m.RaftIndex+1, last, onEntry)
+	}
 	if rerr := stopRun(); err == nil && rerr != nil {
 		err = fmt.Errorf("apply: %w", rerr)
 	}

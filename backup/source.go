@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/logger"
 )
 
@@ -36,6 +37,18 @@ type EntrySource interface {
 	Entries(ctx context.Context, clusterID, first, last uint64, fn func(*raftpb.Entry) (stop bool, err error)) error
 	// String names the source in messages.
 	String() string
+}
+
+// BatchSource is an EntrySource that may stand for some of the entries
+// with compacted batches (a logger's log compaction, docs/logger.md): each
+// batch stands for its whole range [FirstIndex, LastIndex], and replaying
+// its records on a state at any index inside it gives the state at its
+// last index. Batches come first, consecutive, then entries.
+type BatchSource interface {
+	EntrySource
+	// EntriesOrBatches is Entries, with batch called for each compacted
+	// batch in place of the entries it stands for.
+	EntriesOrBatches(ctx context.Context, clusterID, first, last uint64, entry func(*raftpb.Entry) (stop bool, err error), batch func(*logcompact.Batch) (stop bool, err error)) error
 }
 
 // ArchiveSource is the log archived in a target (logarchive.go) as an
@@ -123,15 +136,34 @@ func (l LoggerSource) Held(ctx context.Context, clusterID uint64) ([]LogRange, e
 var errStopRecover = errors.New("stop")
 
 // Entries streams first..last from the logger's Recover; a range the
-// logger refuses (OutOfRange: a gap, a truncation, past its commit index)
-// wraps ErrNotHeld with the logger's reason.
+// logger refuses (OutOfRange: a gap, a truncation, past its commit index;
+// FailedPrecondition: replaced by log compaction, EntriesOrBatches takes
+// it) wraps ErrNotHeld with the logger's reason.
 func (l LoggerSource) Entries(ctx context.Context, clusterID, first, last uint64, fn func(*raftpb.Entry) (bool, error)) error {
+	return l.EntriesOrBatches(ctx, clusterID, first, last, fn, nil)
+}
+
+// EntriesOrBatches streams first..last from the logger's Recover, taking
+// compacted batches where the logger's log compaction replaced entries if
+// batch is not nil.
+func (l LoggerSource) EntriesOrBatches(ctx context.Context, clusterID, first, last uint64, fn func(*raftpb.Entry) (bool, error), batch func(*logcompact.Batch) (bool, error)) error {
 	if err := l.checkCluster(clusterID); err != nil {
 		return err
 	}
 	var fnErr error
-	err := l.Client.Recover(ctx, clusterID, first, last, func(ents []*raftpb.Entry) error {
-		for _, e := range ents {
+	each := func(it logger.RecoverItem) error {
+		if it.Batch != nil {
+			stop, err := batch(it.Batch)
+			if err != nil {
+				fnErr = err
+				return err
+			}
+			if stop {
+				return errStopRecover
+			}
+			return nil
+		}
+		for _, e := range it.Entries {
 			stop, err := fn(e)
 			if err != nil {
 				fnErr = err
@@ -142,13 +174,21 @@ func (l LoggerSource) Entries(ctx context.Context, clusterID, first, last uint64
 			}
 		}
 		return nil
-	})
+	}
+	var err error
+	if batch != nil {
+		err = l.Client.RecoverBatches(ctx, clusterID, first, last, each)
+	} else {
+		err = l.Client.Recover(ctx, clusterID, first, last, func(ents []*raftpb.Entry) error {
+			return each(logger.RecoverItem{Entries: ents})
+		})
+	}
 	switch {
 	case err == nil, errors.Is(err, errStopRecover):
 		return nil
 	case fnErr != nil:
 		return fnErr
-	case status.Code(err) == codes.OutOfRange:
+	case status.Code(err) == codes.OutOfRange, status.Code(err) == codes.FailedPrecondition:
 		return fmt.Errorf("%w: the logger at %s: %s", ErrNotHeld, l.Endpoint, status.Convert(err).Message())
 	}
 	return fmt.Errorf("recover entries %d-%d of cluster %x from the logger at %s: %w", first, last, clusterID, l.Endpoint, err)

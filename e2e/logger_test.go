@@ -29,6 +29,12 @@ type loggerProc struct {
 
 func startLogger(t *testing.T) *loggerProc {
 	t.Helper()
+	return startLoggerWith(t)
+}
+
+// startLoggerWith is startLogger with more flags for `strata logger`.
+func startLoggerWith(t *testing.T, flags ...string) *loggerProc {
+	t.Helper()
 	ports := testutil.FreePorts(t, 2)
 	lp := &loggerProc{
 		dir:       filepath.Join(t.TempDir(), "logger.data"),
@@ -37,8 +43,8 @@ func startLogger(t *testing.T) *loggerProc {
 	}
 	lp.Process = testutil.NewProcess(t, testutil.Options{
 		Binary: binary(t, strata), Name: "logger", DataDir: lp.dir,
-		Command: []string{"logger", "--data-dir=" + lp.dir, "--listen-peer-urls=" + lp.peerURL,
-			"--advertise-peer-urls=" + lp.peerURL, "--listen-client-urls=" + lp.clientURL},
+		Command: append([]string{"logger", "--data-dir=" + lp.dir, "--listen-peer-urls=" + lp.peerURL,
+			"--advertise-peer-urls=" + lp.peerURL, "--listen-client-urls=" + lp.clientURL}, flags...),
 	})
 	cli, err := logger.Dial(lp.clientURL)
 	if err != nil {

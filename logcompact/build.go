@@ -47,6 +47,26 @@ var ErrNotCompactable = errors.New("logcompact: entries cannot be compacted")
 // holds after recovery: store.CompactRev(), or the store's revision for
 // --history latest.
 func Build(store *mvcc.Store, entries []*raftpb.Entry, horizon int64) (*Batch, error) {
+	return BuildWith(store, entries, horizon, BuildOptions{})
+}
+
+// BuildOptions change what Build does with entries a member's recovery
+// cannot replay.
+type BuildOptions struct {
+	// KeepAll keeps verbatim, as RecordEntry records in their place, the
+	// entries Build refuses otherwise: configuration changes, auth and
+	// alarm requests and unknown kinds. Their effect is then the kept
+	// entry itself, applied in order by whoever replays the batch through
+	// a whole applier (apply.Applier.ReplayRun with an auth store). A
+	// member's own recovery replays before its auth store exists and
+	// cannot compute a ConfState, so members never build such batches: a
+	// strata logger does (docs/logger.md, "Log compaction"), whose batches
+	// are read only by Recover's clients (a point-in-time restore).
+	KeepAll bool
+}
+
+// BuildWith is Build with options.
+func BuildWith(store *mvcc.Store, entries []*raftpb.Entry, horizon int64, opts BuildOptions) (*Batch, error) {
 	if len(entries) == 0 {
 		return nil, fmt.Errorf("%w: no entries", ErrNotCompactable)
 	}
@@ -87,6 +107,10 @@ func Build(store *mvcc.Store, entries []*raftpb.Entry, horizon int64) (*Batch, e
 		if e.GetIndex() != first+uint64(i) {
 			return nil, fmt.Errorf("logcompact: compact entries: entry %d follows %d", e.GetIndex(), first+uint64(i)-1)
 		}
+		if e.GetType() != raftpb.EntryNormal && opts.KeepAll {
+			kept = append(kept, Record{Kind: RecordEntry, Index: e.GetIndex(), Entry: e})
+			continue
+		}
 		if e.GetType() != raftpb.EntryNormal {
 			return nil, fmt.Errorf("%w: entry %d changes the configuration", ErrNotCompactable, e.GetIndex())
 		}
@@ -106,7 +130,7 @@ func Build(store *mvcc.Store, entries []*raftpb.Entry, horizon int64) (*Batch, e
 		case req.Put != nil || req.DeleteRange != nil || req.Txn != nil:
 			continue // its effect is in the key records
 		case req.Compaction == nil && req.LeaseGrant == nil && req.LeaseRevoke == nil &&
-			req.LeaseCheckpoint == nil && req.ClusterMemberAttrSet == nil:
+			req.LeaseCheckpoint == nil && req.ClusterMemberAttrSet == nil && !opts.KeepAll:
 			// Auth, alarms, unknown kinds: their appliers are set up after
 			// recovery replays batches; leave the segment as it is.
 			return nil, fmt.Errorf("%w: entry %d is not a request replay supports", ErrNotCompactable, e.GetIndex())

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-kv/strata/raftlog"
 )
 
 // The logger API's messages, encoded in the protobuf encoding with
@@ -27,6 +29,10 @@ import (
 //	  uint64 bytes = 6;       uint64 leader_commit = 7; uint64 lag = 8;
 //	  uint64 leader = 9;      repeated Gap gaps = 10;
 //	  repeated Truncation truncations = 11; uint64 truncation_point = 12;
+//	  uint64 compacted_first = 13; uint64 compacted_last = 14;
+//	  uint64 compacted_batches = 15; uint64 compacted_bytes = 16;
+//	  uint64 compacted_entries = 17; uint64 compacted_records = 18;
+//	  string compaction = 19;
 //	}
 //	message Truncation { uint64 member_id = 1; uint64 index = 2; }
 //	message Gap {
@@ -34,8 +40,13 @@ import (
 //	  uint64 discarded_first = 3; uint64 discarded_last = 4;
 //	  int64 at_unix_nano = 5;     bool reconciled = 6;
 //	}
-//	message RecoverRequest  { uint64 cluster_id = 1; uint64 first = 2; uint64 last = 3; }
-//	message RecoverResponse { repeated raftpb.Entry entries = 1; }
+//	message RecoverRequest  { uint64 cluster_id = 1; uint64 first = 2; uint64 last = 3;
+//	                          bool accept_batches = 4; }
+//	message RecoverResponse { repeated raftpb.Entry entries = 1; repeated CompactedBatch batches = 2; }
+//	message CompactedBatch {  // raftlog.CompactedBatch; payload: logcompact's (logcompact/FORMAT.md)
+//	  uint64 first_index = 1; uint64 last_index = 2; uint64 last_term = 3;
+//	  uint64 records = 4;     uint32 payload_format = 5; bytes payload = 6;
+//	}
 //	message TruncateRequest  { uint64 cluster_id = 1; uint64 member_id = 2; uint64 index = 3; }
 //	message TruncateResponse { uint64 truncation_point = 1; repeated Truncation truncations = 2; }
 //
@@ -83,6 +94,18 @@ type ClusterStatus struct {
 	// let the log be truncated (0: none yet).
 	Truncations     []Truncation
 	TruncationPoint uint64
+	// Log compaction (docs/logger.md, "Log compaction"). CompactedFirst
+	// and CompactedLast bound the entries the compacted batch files stand
+	// for (CompactedBatches of them, 0: none): FirstIndex is then
+	// CompactedFirst, and plain entries are held from CompactedLast+1.
+	// CompactedBytes is the files' size, CompactedEntries the entries they
+	// stand for, CompactedRecords the records they hold instead.
+	CompactedFirst, CompactedLast      uint64
+	CompactedBatches, CompactedBytes   uint64
+	CompactedEntries, CompactedRecords uint64
+	// Compaction is "off", "on", or "stopped: " and why (compaction.go,
+	// invariant 3).
+	Compaction string
 }
 
 // TruncateRequest is a member's request to drop the entries <= Index.
@@ -96,10 +119,20 @@ type TruncateResponse struct {
 }
 
 // RecoverRequest asks for the entries [First, Last] of a cluster.
-type RecoverRequest struct{ ClusterID, First, Last uint64 }
+// AcceptBatches says the client takes compacted batches for the entries
+// log compaction replaced; without it such a range is refused
+// (FailedPrecondition).
+type RecoverRequest struct {
+	ClusterID, First, Last uint64
+	AcceptBatches          bool
+}
 
-// RecoverResponse is one batch of entries, in index order.
-type RecoverResponse struct{ Entries []*raftpb.Entry }
+// RecoverResponse is one batch of entries, in index order, or compacted
+// batches (each standing for a range of entries, consecutive), never both.
+type RecoverResponse struct {
+	Entries []*raftpb.Entry
+	Batches []*raftlog.CompactedBatch
+}
 
 const (
 	fReqCluster protowire.Number = 1
@@ -129,6 +162,23 @@ const (
 	fRecLast    protowire.Number = 3
 
 	fRecEntries protowire.Number = 1
+	fRecBatches protowire.Number = 2
+	fRecAccept  protowire.Number = 4
+
+	fBatchFirst   protowire.Number = 1
+	fBatchLast    protowire.Number = 2
+	fBatchTerm    protowire.Number = 3
+	fBatchRecords protowire.Number = 4
+	fBatchFormat  protowire.Number = 5
+	fBatchPayload protowire.Number = 6
+
+	fStCompactedFirst   protowire.Number = 13
+	fStCompactedLast    protowire.Number = 14
+	fStCompactedBatches protowire.Number = 15
+	fStCompactedBytes   protowire.Number = 16
+	fStCompactedEntries protowire.Number = 17
+	fStCompactedRecords protowire.Number = 18
+	fStCompaction       protowire.Number = 19
 
 	fStTruncations     protowire.Number = 11
 	fStTruncationPoint protowire.Number = 12
@@ -305,8 +355,14 @@ func (c *ClusterStatus) marshal() []byte {
 		{fStCluster, c.ClusterID}, {fStMember, c.MemberID}, {fStFirst, c.FirstIndex}, {fStLast, c.LastIndex},
 		{fStCommit, c.CommitIndex}, {fStBytes, c.Bytes}, {fStLeaderCommit, c.LeaderCommit}, {fStLag, c.Lag},
 		{fStLeader, c.Leader}, {fStTruncationPoint, c.TruncationPoint},
+		{fStCompactedFirst, c.CompactedFirst}, {fStCompactedLast, c.CompactedLast},
+		{fStCompactedBatches, c.CompactedBatches}, {fStCompactedBytes, c.CompactedBytes},
+		{fStCompactedEntries, c.CompactedEntries}, {fStCompactedRecords, c.CompactedRecords},
 	} {
 		b = appendUint(b, f.n, f.v)
+	}
+	if c.Compaction != "" {
+		b = appendBytes(b, fStCompaction, []byte(c.Compaction))
 	}
 	for _, g := range c.Gaps {
 		var gb []byte
@@ -348,9 +404,25 @@ func (c *ClusterStatus) unmarshal(b []byte) error {
 			c.Leader = v
 		case fStTruncationPoint:
 			c.TruncationPoint = v
+		case fStCompactedFirst:
+			c.CompactedFirst = v
+		case fStCompactedLast:
+			c.CompactedLast = v
+		case fStCompactedBatches:
+			c.CompactedBatches = v
+		case fStCompactedBytes:
+			c.CompactedBytes = v
+		case fStCompactedEntries:
+			c.CompactedEntries = v
+		case fStCompactedRecords:
+			c.CompactedRecords = v
 		}
 		return nil
 	}, func(n protowire.Number, v []byte) error {
+		if n == fStCompaction {
+			c.Compaction = string(v)
+			return nil
+		}
 		if n == fStTruncations {
 			t, err := decodeTruncation(v)
 			c.Truncations = append(c.Truncations, t)
@@ -385,7 +457,11 @@ func (c *ClusterStatus) unmarshal(b []byte) error {
 func (m *RecoverRequest) marshal() ([]byte, error) {
 	b := appendUint(nil, fRecCluster, m.ClusterID)
 	b = appendUint(b, fRecFirst, m.First)
-	return appendUint(b, fRecLast, m.Last), nil
+	b = appendUint(b, fRecLast, m.Last)
+	if m.AcceptBatches {
+		b = appendUint(b, fRecAccept, 1)
+	}
+	return b, nil
 }
 
 func (m *RecoverRequest) unmarshal(b []byte) error {
@@ -397,6 +473,8 @@ func (m *RecoverRequest) unmarshal(b []byte) error {
 			m.First = v
 		case fRecLast:
 			m.Last = v
+		case fRecAccept:
+			m.AcceptBatches = v != 0
 		}
 		return nil
 	}, nil)
@@ -411,11 +489,59 @@ func (m *RecoverResponse) marshal() ([]byte, error) {
 		}
 		b = appendBytes(b, fRecEntries, eb)
 	}
+	for _, cb := range m.Batches {
+		bb := appendUint(nil, fBatchFirst, cb.FirstIndex)
+		bb = appendUint(bb, fBatchLast, cb.LastIndex)
+		bb = appendUint(bb, fBatchTerm, cb.LastTerm)
+		bb = appendUint(bb, fBatchRecords, cb.Records)
+		bb = appendUint(bb, fBatchFormat, uint64(cb.PayloadFormat))
+		bb = appendBytes(bb, fBatchPayload, cb.Payload)
+		b = appendBytes(b, fRecBatches, bb)
+	}
 	return b, nil
+}
+
+func decodeCompactedBatch(v []byte) (*raftlog.CompactedBatch, error) {
+	cb := &raftlog.CompactedBatch{}
+	err := decodeFields(v, func(n protowire.Number, v uint64) error {
+		switch n {
+		case fBatchFirst:
+			cb.FirstIndex = v
+		case fBatchLast:
+			cb.LastIndex = v
+		case fBatchTerm:
+			cb.LastTerm = v
+		case fBatchRecords:
+			cb.Records = v
+		case fBatchFormat:
+			if v > 1<<32-1 {
+				return fmt.Errorf("%w: batch payload format %d", errBadMessage, v)
+			}
+			cb.PayloadFormat = uint32(v)
+		}
+		return nil
+	}, func(n protowire.Number, v []byte) error {
+		if n == fBatchPayload {
+			cb.Payload = append([]byte(nil), v...)
+		}
+		return nil
+	})
+	if err == nil && cb.LastIndex < cb.FirstIndex {
+		err = fmt.Errorf("%w: compacted batch %d-%d", errBadMessage, cb.FirstIndex, cb.LastIndex)
+	}
+	return cb, err
 }
 
 func (m *RecoverResponse) unmarshal(b []byte) error {
 	return decodeFields(b, nil, func(n protowire.Number, v []byte) error {
+		if n == fRecBatches {
+			cb, err := decodeCompactedBatch(v)
+			if err != nil {
+				return err
+			}
+			m.Batches = append(m.Batches, cb)
+			return nil
+		}
 		if n != fRecEntries {
 			return nil
 		}

@@ -2,6 +2,7 @@ package logger
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 
@@ -40,17 +41,27 @@ type CatchUpResult struct {
 //
 // It refuses (ErrCatchUp) a logger that serves no such cluster or holds
 // the log only from after index 1 (it joined late, a gap, a truncation):
-// the member's state machine is empty, so it needs every entry. A log
+// the member's state machine is empty, so it needs every entry; and one
+// whose log compaction replaced entries with compacted batches (a raft
+// log needs the entries; a point-in-time restore takes the batches).
+// Should compaction replace entries while they stream, Recover refuses
+// the rest (FailedPrecondition) and so does CatchUp, leaving a log that
+// is a committed prefix, as after a crash midway. A log
 // that is not empty is left as it is (a restart of a member that caught
 // up already): CatchUp returns a zero result.
 //
 // endpoint is the logger's client URL.
 func CatchUp(ctx context.Context, endpoint string, clusterID uint64, log CatchUpLog) (CatchUpResult, error) {
+	return CatchUpTLS(ctx, endpoint, nil, clusterID, log)
+}
+
+// CatchUpTLS is CatchUp dialling an https endpoint with tlsCfg (DialTLS).
+func CatchUpTLS(ctx context.Context, endpoint string, tlsCfg *tls.Config, clusterID uint64, log CatchUpLog) (CatchUpResult, error) {
 	var res CatchUpResult
 	if last, err := log.LastIndex(); err != nil || last != 0 {
 		return res, err
 	}
-	c, err := Dial(endpoint)
+	c, err := DialTLS(endpoint, tlsCfg)
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", ErrCatchUp, err)
 	}
@@ -70,6 +81,13 @@ func CatchUp(ctx context.Context, endpoint string, clusterID uint64, log CatchUp
 		}
 		return res, fmt.Errorf("%w: the logger at %s holds %s of cluster %x; a member with an empty state needs every entry from 1 (start it without the logger: the leader sends it a snapshot)",
 			ErrCatchUp, endpoint, held, clusterID)
+	}
+	if st.CompactedBatches > 0 {
+		// A member's log needs the entries themselves (raft replays them,
+		// configuration changes included); compacted batches stand for
+		// them only to a state machine (docs/logger.md, "Log compaction").
+		return res, fmt.Errorf("%w: the logger at %s holds entries %d-%d of cluster %x as compacted batches (its log compaction), which a member's raft log cannot take (start it without the logger: the leader sends it a snapshot)",
+			ErrCatchUp, endpoint, st.CompactedFirst, st.CompactedLast, clusterID)
 	}
 	err = c.Recover(ctx, clusterID, 1, st.CommitIndex, func(ents []*raftpb.Entry) error {
 		last := ents[len(ents)-1]

@@ -10,7 +10,7 @@
 //	l, err := logger.Open(logger.Config{DataDir: d, ListenPeerURLs: ..., ListenClientURLs: ...})
 //	err = l.Start(ctx)                              // serves every cluster in d
 //	...
-//	c, _ := logger.Dial("http://127.0.0.1:2479")
+//	c, _ := logger.Dial("http://127.0.0.1:2479")    // DialTLS for https
 //	st, _ := c.Status(ctx, 0)                       // every cluster
 //	err = c.Recover(ctx, cid, first, last, func(ents []*raftpb.Entry) error { ... })
 //
@@ -18,6 +18,8 @@
 //
 //	cluster.go   the data directory: cluster records, gap records
 //	learner.go   one cluster's raft learner: persist, then acknowledge; the gap
+//	compaction.go  log compaction of a cluster's log (--log-compaction): a
+//	             store applying the committed entries, batches built from it
 //	logger.go    Open, Start, Close: the learners, the peer Mux, the API server
 //	join.go      Join: find the learner the operator added, record the cluster
 //	api.go       the API's messages and codec (protowire); service.go the

@@ -3,6 +3,7 @@ package logger
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/strata-kv/strata/transport"
@@ -43,6 +45,9 @@ type JoinConfig struct {
 	ClusterID uint64
 	// Timeout bounds the question to each endpoint. 0: 5 s.
 	Timeout time.Duration
+	// TLS dials https endpoints (the CA, a client certificate: etcdctl's
+	// --cacert, --cert, --key). nil: the system's CAs, no certificate.
+	TLS *tls.Config
 	// FS is the file system. nil: vfs.Default.
 	FS vfs.FS
 }
@@ -66,7 +71,7 @@ func Join(ctx context.Context, cfg JoinConfig) (*ClusterRecord, error) {
 	var resp *pb.MemberListResponse
 	var errs []error
 	for _, ep := range cfg.Endpoints {
-		r, err := memberList(ctx, ep, cfg.Timeout)
+		r, err := memberList(ctx, ep, cfg.Timeout, cfg.TLS)
 		if err == nil {
 			resp = r
 			break
@@ -122,12 +127,19 @@ func recordFor(resp *pb.MemberListResponse, cfg JoinConfig) (*ClusterRecord, err
 	return rec, nil
 }
 
-func memberList(ctx context.Context, endpoint string, timeout time.Duration) (*pb.MemberListResponse, error) {
+func memberList(ctx context.Context, endpoint string, timeout time.Duration, tlsCfg *tls.Config) (*pb.MemberListResponse, error) {
 	addr, err := transport.HostPort(endpoint)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if strings.HasPrefix(endpoint, "https://") {
+		if tlsCfg == nil {
+			tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		creds = credentials.NewTLS(tlsCfg.Clone())
+	}
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,12 @@ type Log interface {
 	Compact(index uint64, cs *raftpb.ConfState) error
 }
 
+// compactedLog is the part of *raftlog.Log that log compaction adds: the
+// range its compacted batch files stand for (n == 0: none).
+type compactedLog interface {
+	CompactedRange() (first, last uint64, n int)
+}
+
 // Sender sends raft messages to peers without blocking (transport.Transport).
 type Sender interface {
 	Send(msgs []*raftpb.Message)
@@ -201,6 +207,8 @@ type learner struct {
 	// will not read again): truncation never passes it, or raft would
 	// find the entries it still has to hand over gone.
 	delivered uint64
+	// trimmedTo is the last truncation done.
+	trimmedTo uint64
 	peers     map[uint64][]string
 	// publishedAttrs are the attributes last seen committed for the
 	// logger (cluster.json's); published says they are cfg.Attributes.
@@ -213,7 +221,10 @@ type learner struct {
 
 	// Published by run.
 	commit atomic.Uint64
-	leader atomic.Uint64
+	// deliveredIndex is delivered, published for the compactor
+	// (compaction.go): it never compacts past it.
+	deliveredIndex atomic.Uint64
+	leader         atomic.Uint64
 	// Counted by run for the metrics (metrics.go): entries and bytes of
 	// entry data appended, truncations done since start.
 	entriesLogged atomic.Uint64
@@ -282,6 +293,7 @@ func newLearner(cfg learnerConfig) (*learner, error) {
 		l.peers = map[uint64][]string{}
 	}
 	l.commit.Store(applied)
+	l.deliveredIndex.Store(applied)
 	l.mu.gaps = cfg.Gaps
 	l.mu.voters = map[uint64]bool{}
 	for _, v := range cfg.Record.Voters {
@@ -401,6 +413,7 @@ func (l *learner) handleReady() error {
 	}
 	if n := len(rd.CommittedEntries); n > 0 {
 		l.delivered = rd.CommittedEntries[n-1].GetIndex()
+		l.deliveredIndex.Store(l.delivered)
 	}
 	if err := l.notePublished(rd.CommittedEntries); err != nil {
 		return err
@@ -431,9 +444,27 @@ func (l *learner) publishCommit(c uint64) {
 func (l *learner) restartAfter(meta *raftpb.SnapshotMetadata) error {
 	first, _ := l.cfg.Log.FirstIndex()
 	last, _ := l.cfg.Log.LastIndex()
+	batches := false
+	if cr, ok := l.cfg.Log.(compactedLog); ok {
+		if cf, cl, n := cr.CompactedRange(); n > 0 {
+			batches = true
+			if cl >= first-1 {
+				first = cf // the compacted batches were held too
+			}
+		}
+	}
 	if err := l.cfg.Log.ApplySnapshot(meta); err != nil {
 		return fmt.Errorf("restart the raft log of cluster %x after the snapshot at %d: %w", l.cfg.Record.ClusterID, meta.GetIndex(), err)
 	}
+	// The compacted batches, all below the snapshot, go too: Compact drops
+	// the batch files at or below its index before it finds the index at
+	// the snapshot point.
+	if batches {
+		if err := l.cfg.Log.Compact(meta.GetIndex(), nil); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return fmt.Errorf("drop the compacted batches of cluster %x below the snapshot at %d: %w", l.cfg.Record.ClusterID, meta.GetIndex(), err)
+		}
+	}
+
 	g := Gap{SnapshotIndex: meta.GetIndex(), SnapshotTerm: meta.GetTerm(), At: l.cfg.Now().UTC()}
 	if last >= first {
 		g.DiscardedFirst, g.DiscardedLast = first, last
@@ -449,6 +480,7 @@ func (l *learner) restartAfter(meta *raftpb.SnapshotMetadata) error {
 	l.mu.Unlock()
 	l.commit.Store(max(l.commit.Load(), meta.GetIndex()))
 	l.delivered = max(l.delivered, meta.GetIndex())
+	l.deliveredIndex.Store(l.delivered)
 	l.lg.Warn("the leader sent a snapshot: the logger holds the log only after it", zap.Stringer("gap", g))
 	return nil
 }
@@ -567,6 +599,12 @@ func reconcileGaps(fs vfs.FS, dir string, log Log, gaps []Gap, truncatedTo uint6
 		return nil, err
 	}
 	point := first - 1
+	if cr, ok := log.(compactedLog); ok {
+		if _, cl, n := cr.CompactedRange(); n > 0 && cl == point {
+			// Log compaction moved the snapshot point: no gap.
+			return gaps, nil
+		}
+	}
 	var recorded uint64
 	if len(gaps) > 0 {
 		recorded = gaps[len(gaps)-1].SnapshotIndex

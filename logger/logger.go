@@ -2,6 +2,7 @@ package logger
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,11 +14,15 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/raft/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/strata-kv/strata/datadir"
+	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/raftlog"
+	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
 )
 
@@ -54,6 +59,18 @@ type Config struct {
 	// HealthTimeout is how recently every cluster's learner must have
 	// heard from a leader for /health to answer true. 0: 3 s.
 	HealthTimeout time.Duration
+	// TLS secures the URLs, in etcd's terms (tlsconfig; the --cert-file,
+	// --key-file, --trusted-ca-file, --client-cert-auth flags and their
+	// --peer-* twins): https client URLs serve the logger API and
+	// /metrics, /health with TLS.Client; https peer URLs serve the
+	// members' streams with TLS.Peer, and the learners dial members'
+	// https peer URLs with it.
+	TLS tlsconfig.Config
+	// LogCompaction, if Enabled, compacts each cluster's log with
+	// strata's log compaction (compaction.go; --log-compaction,
+	// --log-compaction-batch, --history, --log-segment-size as members
+	// take them). Its SegmentSize is ignored: SegmentSize is the logs'.
+	LogCompaction logcompact.Config
 	// FS is the file system. nil: vfs.Default.
 	FS vfs.FS
 	// Now is the clock of /health and the metrics. nil: time.Now.
@@ -82,6 +99,12 @@ type Logger struct {
 	fs         vfs.FS
 	lock       io.Closer
 	mux        *transport.Mux
+	// peerTLS dials the members' peer URLs (nil: plaintext);
+	// peerCreds and clientTLS serve the peer and client URLs (nil:
+	// plaintext). Set by Open.
+	peerTLS   *tls.Config
+	peerCreds []grpc.ServerOption
+	clientTLS *tls.Config
 
 	peerGRPC, clientGRPC *grpc.Server
 	listeners            []net.Listener
@@ -109,6 +132,8 @@ type cluster struct {
 	log *raftlog.Log
 	tr  *transport.Transport
 	ln  *learner
+	// comp compacts the log; nil without Config.LogCompaction.Enabled.
+	comp *compactor
 
 	// trunc serialises Truncate requests and their record.
 	trunc struct {
@@ -153,6 +178,19 @@ func Open(cfg Config) (*Logger, error) {
 		}
 		marked = append(marked, m)
 	}
+	// Every TLS refusal before the data directory is touched.
+	peerCreds, peerTLS, err := cfg.TLS.PeerServing(cfg.ListenPeerURLs, cfg.AdvertisePeerURLs)
+	if err != nil {
+		return nil, fmt.Errorf("logger: %w", err)
+	}
+	var clientTLS *tls.Config
+	if secure, err := tlsconfig.URLsSecure("--listen-client-urls", cfg.ListenClientURLs); err != nil {
+		return nil, fmt.Errorf("logger: %w", err)
+	} else if secure {
+		if clientTLS, err = cfg.TLS.Client.ServerConfig(); err != nil {
+			return nil, fmt.Errorf("logger: --listen-client-urls: %w", err)
+		}
+	}
 	if err := datadir.MkdirAllSynced(cfg.FS, clustersDir(cfg.DataDir)); err != nil {
 		return nil, fmt.Errorf("logger: create data directory %s: %w", cfg.DataDir, err)
 	}
@@ -160,7 +198,8 @@ func Open(cfg Config) (*Logger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s (lock: %v)", ErrLocked, cfg.DataDir, err)
 	}
-	l := &Logger{cfg: cfg, markedURLs: marked, lg: cfg.Logger, fs: cfg.FS, lock: lock, mux: transport.NewMux(), failc: make(chan error, 1)}
+	l := &Logger{cfg: cfg, markedURLs: marked, lg: cfg.Logger, fs: cfg.FS, lock: lock, mux: transport.NewMux(), failc: make(chan error, 1),
+		peerTLS: peerTLS, peerCreds: peerCreds, clientTLS: clientTLS}
 	l.mu.clusters = make(map[uint64]*cluster)
 	ids, err := listClusters(cfg.FS, cfg.DataDir)
 	if err == nil {
@@ -199,6 +238,18 @@ func (l *Logger) openCluster(id uint64) error {
 	if err != nil {
 		return fmt.Errorf("logger: open the raft log of cluster %x: %w", id, err)
 	}
+	if first, _ := log.FirstIndex(); first > 1 {
+		// Compacted batches left below a snapshot point they do not reach
+		// (a crash after a snapshot restarted the log and before its
+		// batches were dropped: learner.restartAfter) are no part of the
+		// log any more.
+		if _, cl, n := log.CompactedRange(); n > 0 && cl < first-1 {
+			if err := log.Compact(first-1, nil); err != nil && !errors.Is(err, raft.ErrCompacted) {
+				log.Close()
+				return fmt.Errorf("logger: drop stale compacted batches of cluster %x: %w", id, err)
+			}
+		}
+	}
 	requests, err := readTruncations(l.fs, dir)
 	var gaps []Gap
 	if err == nil {
@@ -218,6 +269,7 @@ func (l *Logger) openCluster(id uint64) error {
 		ClusterID:   id,
 		Handler:     inbox,
 		Snapshotter: inbox,
+		TLS:         l.peerTLS,
 		Logger:      lg.Named("transport"),
 	})
 	for pid, urls := range rec.Peers {
@@ -242,6 +294,16 @@ func (l *Logger) openCluster(id uint64) error {
 		return fmt.Errorf("logger: cluster %x: %w", id, err)
 	}
 	c := &cluster{rec: rec, dir: dir, log: log, tr: tr, ln: ln}
+	if l.cfg.LogCompaction.Enabled && err == nil {
+		c.comp, err = openCompactor(l.cfg.LogCompaction, dir, id, log, lg.Named("logcompact"))
+		if err != nil {
+			l.mux.Remove(id)
+			tr.Stop()
+			log.Close()
+			return fmt.Errorf("logger: cluster %x: %w", id, err)
+		}
+		c.comp.ln = ln
+	}
 	c.trunc.requests = requests
 	// A truncation recorded before a crash is done when the learner runs.
 	ln.requestTrim(truncationPoint(requests, ln.voters()))
@@ -277,22 +339,40 @@ func (l *Logger) Start(ctx context.Context) error {
 		return fmt.Errorf("logger: %w", err)
 	}
 	l.ctx, l.cancel = context.WithCancel(ctx)
-	l.peerGRPC = grpc.NewServer(grpc.MaxRecvMsgSize(1<<30), grpc.MaxSendMsgSize(1<<30))
+	l.peerGRPC = grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 30), grpc.MaxSendMsgSize(1 << 30)}, l.peerCreds...)...)
 	l.mux.Register(l.peerGRPC)
-	l.clientGRPC = grpc.NewServer()
+	var clientOpts []grpc.ServerOption
+	var httpTLS *tls.Config
+	if l.clientTLS != nil {
+		// As a member's https client URL (server/serve.go): gRPC clients
+		// (ALPN h2) do the TLS handshake with the gRPC server, HTTP/1.x
+		// ones (/metrics, /health) with the HTTP server.
+		clientOpts = append(clientOpts, grpc.Creds(credentials.NewTLS(l.clientTLS)))
+		httpTLS = l.clientTLS.Clone()
+		httpTLS.NextProtos = []string{"http/1.1"}
+	}
+	l.clientGRPC = grpc.NewServer(clientOpts...)
 	registerAPI(l.clientGRPC, l)
 	for _, li := range peerLis {
 		l.serve(l.peerGRPC, li)
 	}
 	l.clientHTTP = &http.Server{Handler: l.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 	for _, li := range clientLis {
-		split := transport.NewSplitListener(li, l.lg.Named("listener"))
+		var split *transport.SplitListener
+		var httpL net.Listener
+		if httpTLS != nil {
+			split = transport.NewTLSSplitListener(li, l.lg.Named("listener"))
+			httpL = tls.NewListener(split.HTTP(), httpTLS)
+		} else {
+			split = transport.NewSplitListener(li, l.lg.Named("listener"))
+			httpL = split.HTTP()
+		}
 		l.splits = append(l.splits, split)
 		l.serve(l.clientGRPC, split.GRPC())
 		l.wg.Add(2)
 		go func() {
 			defer l.wg.Done()
-			_ = l.clientHTTP.Serve(split.HTTP())
+			_ = l.clientHTTP.Serve(httpL)
 		}()
 		go func() {
 			defer l.wg.Done()
@@ -338,6 +418,13 @@ func (l *Logger) runLearner(c *cluster) {
 			}
 		}
 	}()
+	if c.comp != nil {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			c.comp.run(l.ctx)
+		}()
+	}
 }
 
 // scan opens and starts the clusters Join added, until Close.
@@ -438,6 +525,9 @@ func (l *Logger) closeClusters() error {
 	var err error
 	for id, c := range l.mu.clusters {
 		c.tr.Stop()
+		if c.comp != nil {
+			c.comp.close()
+		}
 		if cerr := c.log.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("close the raft log of cluster %x: %w", id, cerr)
 		}

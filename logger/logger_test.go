@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -210,8 +211,12 @@ func TestAPIRoundTrip(t *testing.T) {
 		&StatusRequest{ClusterID: 0xc1},
 		&StatusResponse{Clusters: []*ClusterStatus{{ClusterID: 1, MemberID: 2, FirstIndex: 3, LastIndex: 4, CommitIndex: 5, Bytes: 6,
 			LeaderCommit: 7, Lag: 8, Leader: 9, Gaps: []Gap{{SnapshotIndex: 10, SnapshotTerm: 11, DiscardedFirst: 1, DiscardedLast: 9, At: at}, {SnapshotIndex: 20, Reconciled: true, At: at}}}}},
+		&StatusResponse{Clusters: []*ClusterStatus{{ClusterID: 1, CompactedFirst: 1, CompactedLast: 400, CompactedBatches: 2,
+			CompactedBytes: 5000, CompactedEntries: 400, CompactedRecords: 12, Compaction: "on"}}},
 		&RecoverRequest{ClusterID: 1, First: 2, Last: 3},
+		&RecoverRequest{ClusterID: 1, First: 2, Last: 3, AcceptBatches: true},
 		&RecoverResponse{Entries: entries(5, 7, 3)},
+		&RecoverResponse{Batches: []*raftlog.CompactedBatch{{FirstIndex: 1, LastIndex: 200, LastTerm: 2, Records: 3, PayloadFormat: 3, Payload: []byte("payload")}}},
 	}
 	for _, m := range msgs {
 		b, err := codec{}.Marshal(m)
@@ -233,8 +238,8 @@ func TestAPIRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		b2, _ := got.marshal()
-		if string(b) != string(b2) {
-			t.Fatalf("%T does not round-trip", m)
+		if string(b) != string(b2) || !reflect.DeepEqual(m, got) {
+			t.Fatalf("%T does not round-trip: %+v, got %+v", m, m, got)
 		}
 	}
 }

@@ -83,6 +83,12 @@ var loggerMetrics = []metricDesc{
 		prometheus.CounterValue, func(m *clusterMetrics) float64 { return float64(m.fsyncs) }),
 	newDesc("strata_logger_fsync_seconds_total", "Seconds spent in those fdatasyncs (divided by strata_logger_fsyncs_total: the mean fsync time).",
 		prometheus.CounterValue, func(m *clusterMetrics) float64 { return m.fsyncTime.Seconds() }),
+	newDesc("strata_logger_compacted_entries", "Entries of the cluster's log that log compaction replaced with compacted batches the logger holds (--log-compaction).",
+		prometheus.GaugeValue, func(m *clusterMetrics) float64 { return float64(m.st.CompactedEntries) }),
+	newDesc("strata_logger_compacted_records", "Records the compacted batches hold instead of those entries.",
+		prometheus.GaugeValue, func(m *clusterMetrics) float64 { return float64(m.st.CompactedRecords) }),
+	newDesc("strata_logger_compacted_bytes", "Bytes of the compacted batch files of the cluster's log on the logger's disk.",
+		prometheus.GaugeValue, func(m *clusterMetrics) float64 { return float64(m.st.CompactedBytes) }),
 	newDesc("strata_logger_has_leader", "Whether the logger's learner heard from a leader of the cluster within the health timeout (1) or not (0).",
 		prometheus.GaugeValue, func(m *clusterMetrics) float64 {
 			if m.heard.IsZero() {

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/strata-kv/strata/raftlog"
 )
 
 // The logger API service, written by hand (api.go has its .proto).
@@ -107,6 +109,19 @@ func (c *cluster) status() *ClusterStatus {
 	if st.LeaderCommit > last {
 		st.Lag = st.LeaderCommit - last
 	}
+	st.Compaction = "off"
+	if c.comp != nil {
+		st.Compaction = "on"
+		if why := c.comp.stoppedReason(); why != "" {
+			st.Compaction = "stopped: " + why
+		}
+	}
+	if cf, cl, n := c.log.CompactedRange(); n > 0 {
+		ls := c.log.Stats()
+		st.FirstIndex = cf
+		st.CompactedFirst, st.CompactedLast, st.CompactedBatches = cf, cl, uint64(n)
+		st.CompactedBytes, st.CompactedEntries, st.CompactedRecords = uint64(ls.BatchBytes), ls.BatchCommands, ls.BatchRecords
+	}
 	st.Truncations, st.TruncationPoint = c.truncations()
 	return st
 }
@@ -170,11 +185,14 @@ func hexIDs(ids []uint64) string {
 }
 
 // Recover streams the committed entries [req.First, req.Last] of a
-// cluster, in index order, in batches of up to 1 MiB. It refuses
-// (InvalidArgument) First == 0 or First > Last; (OutOfRange) a range
-// starting below the first entry held (in a gap, or before the logger
-// joined) or ending past the commit index the logger holds; (NotFound) an
-// unknown cluster.
+// cluster, in index order, in batches of up to 1 MiB; where log compaction
+// replaced the entries, the compacted batches standing for them (one per
+// message; the last may stand for entries past req.Last), if the client
+// accepts them (req.AcceptBatches). It refuses (InvalidArgument) First ==
+// 0 or First > Last; (OutOfRange) a range starting below the first index
+// held (in a gap, or before the logger joined) or ending past the commit
+// index the logger holds; (FailedPrecondition) a compacted range, to a
+// client that does not accept batches; (NotFound) an unknown cluster.
 func (l *Logger) Recover(ctx context.Context, req *RecoverRequest, send func(*RecoverResponse) error) error {
 	c := l.cluster(req.ClusterID)
 	if c == nil {
@@ -190,10 +208,31 @@ func (l *Logger) Recover(ctx context.Context, req *RecoverRequest, send func(*Re
 		if err := ctx.Err(); err != nil {
 			return status.FromContextError(err).Err()
 		}
+		if first, _ := c.log.FirstIndex(); lo < first {
+			// Compacted (or truncated, or in a gap, since checked).
+			b, err := c.log.CompactedBatchAt(lo)
+			if err != nil {
+				return status.Errorf(codes.Internal, "read the compacted batch holding %d of cluster %x: %v", lo, req.ClusterID, err)
+			}
+			if b == nil {
+				return c.checkHeld(lo, req.Last)
+			}
+			if !req.AcceptBatches {
+				return status.Errorf(codes.FailedPrecondition,
+					"recover [%d, %d] of cluster %x: log compaction replaced entries %d-%d with compacted batches (one record per key state), and this client takes only entries",
+					req.First, req.Last, req.ClusterID, lo, b.LastIndex)
+			}
+			if err := send(&RecoverResponse{Batches: []*raftlog.CompactedBatch{b}}); err != nil {
+				return err
+			}
+			lo = b.LastIndex + 1
+			continue
+		}
 		ents, err := c.log.Entries(lo, req.Last+1, recoverBatchBytes)
 		if errors.Is(err, raft.ErrCompacted) {
-			// A snapshot restarted the log while the range was streamed.
-			return c.checkHeld(lo, req.Last)
+			// Log compaction moved the snapshot point meanwhile (the loop
+			// reads the batch), or a snapshot restarted the log (refused).
+			continue
 		}
 		if err != nil {
 			return status.Errorf(codes.Internal, "read entries [%d, %d] of cluster %x: %v", lo, req.Last, req.ClusterID, err)
@@ -213,6 +252,9 @@ func (l *Logger) Recover(ctx context.Context, req *RecoverRequest, send func(*Re
 // committed entries [first, last] are not all held.
 func (c *cluster) checkHeld(first, last uint64) error {
 	held, _ := c.log.FirstIndex()
+	if cf, _, n := c.log.CompactedRange(); n > 0 {
+		held = min(held, cf)
+	}
 	commit := c.ln.commit.Load()
 	if first < held {
 		msg := fmt.Sprintf("recover [%d, %d] of cluster %x: the logger holds entries from %d on", first, last, c.rec.ClusterID, held)

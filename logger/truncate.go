@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/raft/v3"
 	"go.uber.org/zap"
 
 	"github.com/strata-kv/strata/datadir"
@@ -133,13 +134,32 @@ func (l *learner) requestTrim(point uint64) {
 // REQUIRES: called from run (the only writer of the log).
 func (l *learner) trim() error {
 	target := min(l.trimTo.Load(), l.commit.Load(), l.delivered)
-	first, err := l.cfg.Log.FirstIndex()
-	if err != nil || target < first {
+	if target <= l.trimmedTo {
 		return nil
 	}
-	if err := l.cfg.Log.Compact(target, nil); err != nil {
+	first, err := l.cfg.Log.FirstIndex()
+	if err != nil {
+		return nil
+	}
+	if target < first {
+		// Compacted batches at or below the target go (log compaction
+		// moved the snapshot point past it); Compact drops them before it
+		// finds the target at or below the snapshot point.
+		cr, ok := l.cfg.Log.(compactedLog)
+		if !ok {
+			return nil
+		}
+		if cf, _, n := cr.CompactedRange(); n == 0 || target < cf {
+			return nil
+		}
+	}
+	if err := l.cfg.Log.Compact(target, nil); errors.Is(err, raft.ErrCompacted) {
+		// The batches at or below target are gone; a batch holding target
+		// stays, with the entries after target it stands for.
+	} else if err != nil {
 		return fmt.Errorf("truncate the raft log of cluster %x up to %d: %w", l.cfg.Record.ClusterID, target, err)
 	}
+	l.trimmedTo = target
 	l.truncations.Add(1)
 	l.lg.Info("truncated the log at the voters' request", zap.Uint64("up-to", target))
 	return nil

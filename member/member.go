@@ -166,7 +166,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	logOpen := time.Since(openStart)
 	if cfg.CatchUpLogger != "" && joined {
-		res, err := logger.CatchUp(context.Background(), cfg.CatchUpLogger, m.clusterID, m.log)
+		res, err := logger.CatchUpTLS(context.Background(), cfg.CatchUpLogger, cfg.TLS.Client.ForwardConfig(cfg.Logger), m.clusterID, m.log)
 		if err != nil {
 			return nil, err
 		}
@@ -363,7 +363,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.run(func() { m.membership.PublishAttributes(ctx, cfg.Name, cfg.AdvertiseClientURLs) })
 	m.run(func() { m.tracker.Run(ctx) })
 	if w := membership.NewMemberLoggerWatch(membership.LoggerWatchConfig{ClusterID: m.clusterID, MemberID: m.memberID,
-		Members: m.applier, Logger: cfg.Logger.Named("loggers")}, cfg.LoggerRetention, m.node, cfg.LoggerTruncate, m.engine.DurableIndex); w != nil {
+		Members: m.applier, TLS: cfg.TLS.Client.ForwardConfig(cfg.Logger), Logger: cfg.Logger.Named("loggers")}, cfg.LoggerRetention, m.node, cfg.LoggerTruncate, m.engine.DurableIndex); w != nil {
 		m.run(func() { w.Run(ctx) })
 	}
 	m.run(func() {

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"maps"
 	"time"
@@ -48,6 +49,9 @@ type LoggerWatchConfig struct {
 	// (logger.Dial), with one connection per endpoint kept between rounds.
 	Status   LoggerStatus
 	Truncate LoggerTruncate
+	// TLS dials loggers' https client URLs (the member's client-side TLS:
+	// tlsconfig.Info.ForwardConfig). nil: the system's CAs.
+	TLS *tls.Config
 	// Logger logs failed requests (at debug: a logger down is expected).
 	Logger *zap.Logger
 }
@@ -202,7 +206,7 @@ func (w *LoggerWatch) client(endpoint string) (*logger.Client, error) {
 	if c, ok := w.clients[endpoint]; ok {
 		return c, nil
 	}
-	c, err := logger.Dial(endpoint)
+	c, err := logger.DialTLS(endpoint, w.cfg.TLS)
 	if err != nil {
 		return nil, err
 	}

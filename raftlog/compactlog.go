@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -362,4 +363,38 @@ func (l *Log) dropBatchFiles(index uint64) error {
 		return fmt.Errorf("raftlog: %w", err)
 	}
 	return nil
+}
+
+// CompactedRange returns the index range the compacted batch files stand
+// for, [first, last], and how many files there are; n is 0 when there is
+// none. The files are consecutive (the newest ends at the snapshot point).
+func (l *Log) CompactedRange() (first, last uint64, n int) {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if len(l.w.batches) == 0 {
+		return 0, 0, 0
+	}
+	return l.w.batches[0].first, l.w.batches[len(l.w.batches)-1].last, len(l.w.batches)
+}
+
+// CompactedBatchAt reads the compacted batch file that stands for index;
+// nil if no file does (index is not compacted, or was truncated).
+func (l *Log) CompactedBatchAt(index uint64) (*CompactedBatch, error) {
+	l.wmu.Lock()
+	var found *batchFileInfo
+	for i := range l.w.batches {
+		if bi := l.w.batches[i]; bi.first <= index && index <= bi.last {
+			found = &bi
+			break
+		}
+	}
+	l.wmu.Unlock()
+	if found == nil {
+		return nil, nil
+	}
+	b, err := ReadCompactedBatch(l.fs, l.fs.PathJoin(found.dir, found.name))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil // truncated meanwhile
+	}
+	return b, err
 }

@@ -27,24 +27,34 @@ func (c *logCompactionFlags) register(fs *flag.FlagSet) {
 }
 
 func (c *logCompactionFlags) apply(cfg *member.Config) error {
+	lc, err := c.config()
+	if err != nil {
+		return err
+	}
+	cfg.LogCompaction = lc
+	return nil
+}
+
+// config checks the flags and returns their logcompact.Config (members and
+// loggers take the same flags).
+func (c *logCompactionFlags) config() (logcompact.Config, error) {
 	if c.history != "" && c.history != "latest" {
-		return fmt.Errorf("--history: %q is not 'latest'", c.history)
+		return logcompact.Config{}, fmt.Errorf("--history: %q is not 'latest'", c.history)
 	}
 	if c.segmentSize < 0 {
-		return fmt.Errorf("--log-segment-size: %d is negative", c.segmentSize)
+		return logcompact.Config{}, fmt.Errorf("--log-segment-size: %d is negative", c.segmentSize)
 	}
 	if c.batch > 0 && !c.enabled {
-		return fmt.Errorf("--log-compaction-batch %d: needs --log-compaction", c.batch)
+		return logcompact.Config{}, fmt.Errorf("--log-compaction-batch %d: needs --log-compaction", c.batch)
 	}
 	if c.strategy != logcompact.RecoveryNaive && c.strategy != logcompact.RecoveryDescending {
-		return fmt.Errorf("--recovery-strategy: %q is neither %q nor %q", c.strategy, logcompact.RecoveryNaive, logcompact.RecoveryDescending)
+		return logcompact.Config{}, fmt.Errorf("--recovery-strategy: %q is neither %q nor %q", c.strategy, logcompact.RecoveryNaive, logcompact.RecoveryDescending)
 	}
-	cfg.LogCompaction = logcompact.Config{
+	return logcompact.Config{
 		Enabled:          c.enabled,
 		HistoryLatest:    c.history == "latest",
 		RecoveryStrategy: c.strategy,
 		SegmentSize:      c.segmentSize,
 		BatchEntries:     c.batch,
-	}
-	return nil
+	}, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -18,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	lg "github.com/strata-kv/strata/logger"
+	"github.com/strata-kv/strata/tlsconfig"
 )
 
 const loggerUsage = `usage:
@@ -46,6 +48,14 @@ A logger keeps the raft logs of strata clusters as a learner that never votes an
 The logger publishes its name and client URLs (with the path /strata-logger, its mark) in each cluster's
 member list; etcdctl member list shows it as a learner, and member promote of it is refused. Its client URLs
 also serve GET /metrics (per cluster, strata_logger_*) and GET /health (etcd's JSON).
+
+With --log-compaction (and --log-compaction-batch N, --history latest, as members take them) the logger
+rewrites each cluster's committed log as compacted batches, one record per key state per batch; Recover
+then streams those batches for the compacted range (strata restore --logger replays them).
+
+https URLs take etcd's TLS flags: --cert-file, --key-file, --trusted-ca-file, --client-cert-auth for the
+client URLs, their --peer-* twins for the peer URLs. The subcommands that dial (join, status, recover,
+truncate) take etcdctl's --cacert, --cert and --key for https endpoints.
 
 IDs are hexadecimal, as etcdctl prints them.`
 
@@ -107,11 +117,25 @@ func runLoggerServe(args []string, stderr io.Writer) int {
 	listenClient := fs.String("listen-client-urls", "http://127.0.0.1:2479", "List of URLs to listen on for the logger API (strata logger status|recover).")
 	advertiseClient := fs.String("advertise-client-urls", "", "List of the logger's client URLs to publish in each cluster's member list, where they appear with the path /strata-logger (the mark of a logger). Default: --listen-client-urls.")
 	logLevel := fs.String("log-level", "info", "Configures log level. Only supports debug, info, warn, error, panic, or fatal.")
+	var compaction logCompactionFlags
+	compaction.register(fs)
+	var security loggerServeTLSFlags
+	security.register(fs)
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
 	}
 	if *dataDir == "" {
 		fmt.Fprintln(stderr, "strata logger: --data-dir is required")
+		return 2
+	}
+	lc, err := compaction.config()
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger: %v\n", err)
+		return 2
+	}
+	tlsCfg, err := security.config()
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger: %v\n", err)
 		return 2
 	}
 	zl, err := newLogger(*logLevel, "zap", "default", "json", nil)
@@ -121,6 +145,9 @@ func runLoggerServe(args []string, stderr io.Writer) int {
 	}
 	defer func() { _ = zl.Sync() }()
 	l, err := lg.Open(lg.Config{
+		LogCompaction:       lc,
+		TLS:                 tlsCfg,
+		SegmentSize:         lc.SegmentSize,
 		DataDir:             *dataDir,
 		ListenPeerURLs:      splitURLs(*listenPeer),
 		AdvertisePeerURLs:   splitURLs(*advertisePeer),
@@ -163,8 +190,15 @@ func runLoggerJoin(args []string, stdout, stderr io.Writer) int {
 	endpoints := fs.String("endpoints", "", "Client URLs of the cluster's members, tried in turn. Required.")
 	timeout := fs.Duration("dial-timeout", 5*time.Second, "How long to wait for each endpoint's answer.")
 	clusterHex := fs.String("cluster-id", "", "The cluster ID (hex) the operator means to join: endpoints of another cluster are refused. Default: whichever they answer for.")
+	var dial loggerDialTLSFlags
+	dial.register(fs)
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
+	}
+	joinTLS, err := dial.config()
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger join: %v\n", err)
+		return 2
 	}
 	if *dataDir == "" || *endpoints == "" {
 		fmt.Fprintln(stderr, "strata logger join: --data-dir and --endpoints are required")
@@ -180,7 +214,7 @@ func runLoggerJoin(args []string, stdout, stderr io.Writer) int {
 	}
 	rec, err := lg.Join(context.Background(), lg.JoinConfig{
 		DataDir: *dataDir, Name: *name, Endpoints: splitURLs(*endpoints),
-		AdvertisePeerURLs: splitURLs(*advertisePeer), Timeout: *timeout, ClusterID: cid,
+		AdvertisePeerURLs: splitURLs(*advertisePeer), Timeout: *timeout, ClusterID: cid, TLS: joinTLS,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "strata logger join: %v\n", err)
@@ -228,6 +262,8 @@ func runLoggerStatus(args []string, stdout, stderr io.Writer) int {
 	endpoint := fs.String("endpoint", "http://127.0.0.1:2479", "The logger's client URL.")
 	clusterHex := fs.String("cluster", "", "A cluster ID (hex); default every cluster the logger serves.")
 	asJSON := fs.Bool("json", false, "Print JSON instead of a table.")
+	var dial loggerDialTLSFlags
+	dial.register(fs)
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -239,7 +275,7 @@ func runLoggerStatus(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	c, err := lg.Dial(*endpoint)
+	c, err := dial.dialLogger(*endpoint)
 	if err != nil {
 		fmt.Fprintf(stderr, "strata logger status: %v\n", err)
 		return 1
@@ -260,7 +296,7 @@ func runLoggerStatus(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLUSTER\tMEMBER\tFIRST\tLAST\tCOMMIT\tBYTES\tLEADER COMMIT\tLAG\tGAP\tTRUNCATION")
+	fmt.Fprintln(tw, "CLUSTER\tMEMBER\tFIRST\tLAST\tCOMMIT\tBYTES\tLEADER COMMIT\tLAG\tGAP\tTRUNCATION\tCOMPACTED")
 	for _, st := range sts {
 		gap := "none"
 		if n := len(st.Gaps); n > 0 {
@@ -270,8 +306,13 @@ func runLoggerStatus(args []string, stdout, stderr io.Writer) int {
 		if len(st.Truncations) > 0 {
 			trunc = fmt.Sprintf("up to %d (%d of the voters asked)", st.TruncationPoint, len(st.Truncations))
 		}
-		fmt.Fprintf(tw, "%x\t%x\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", st.ClusterID, st.MemberID, st.FirstIndex, st.LastIndex,
-			st.CommitIndex, st.Bytes, st.LeaderCommit, st.Lag, gap, trunc)
+		compacted := st.Compaction
+		if st.CompactedBatches > 0 {
+			compacted = fmt.Sprintf("%d-%d: %d entries in %d batches, %d records, %d bytes (%s)", st.CompactedFirst, st.CompactedLast,
+				st.CompactedEntries, st.CompactedBatches, st.CompactedRecords, st.CompactedBytes, st.Compaction)
+		}
+		fmt.Fprintf(tw, "%x\t%x\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", st.ClusterID, st.MemberID, st.FirstIndex, st.LastIndex,
+			st.CommitIndex, st.Bytes, st.LeaderCommit, st.Lag, gap, trunc, compacted)
 	}
 	_ = tw.Flush()
 	return 0
@@ -293,6 +334,15 @@ type clusterStatusJSON struct {
 	// let go.
 	Truncations     []lg.Truncation `json:"truncations"`
 	TruncationPoint uint64          `json:"truncation_point"`
+	// Log compaction: the entries the compacted batches stand for, how
+	// many batches, their bytes and records; "off", "on" or "stopped: why".
+	Compaction       string `json:"compaction"`
+	CompactedFirst   uint64 `json:"compacted_first,omitempty"`
+	CompactedLast    uint64 `json:"compacted_last,omitempty"`
+	CompactedBatches uint64 `json:"compacted_batches"`
+	CompactedBytes   uint64 `json:"compacted_bytes"`
+	CompactedEntries uint64 `json:"compacted_entries"`
+	CompactedRecords uint64 `json:"compacted_records"`
 }
 
 func statusJSON(st *lg.ClusterStatus) clusterStatusJSON {
@@ -301,6 +351,9 @@ func statusJSON(st *lg.ClusterStatus) clusterStatusJSON {
 		FirstIndex: st.FirstIndex, LastIndex: st.LastIndex, CommitIndex: st.CommitIndex, Bytes: st.Bytes,
 		LeaderCommit: st.LeaderCommit, Lag: st.Lag, Leader: fmt.Sprintf("%x", st.Leader), Gaps: st.Gaps,
 		Truncations: st.Truncations, TruncationPoint: st.TruncationPoint,
+		Compaction: st.Compaction, CompactedFirst: st.CompactedFirst, CompactedLast: st.CompactedLast,
+		CompactedBatches: st.CompactedBatches, CompactedBytes: st.CompactedBytes,
+		CompactedEntries: st.CompactedEntries, CompactedRecords: st.CompactedRecords,
 	}
 }
 
@@ -310,6 +363,8 @@ func runLoggerRecover(args []string, stdout, stderr io.Writer) int {
 	clusterHex := fs.String("cluster", "", "The cluster ID (hex). Required.")
 	first := fs.Uint64("first", 0, "The first index of the closed interval to print. Required.")
 	last := fs.Uint64("last", 0, "The last index of the closed interval to print. Required.")
+	var dial loggerDialTLSFlags
+	dial.register(fs)
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -318,7 +373,7 @@ func runLoggerRecover(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "strata logger recover: %v\n", err)
 		return 2
 	}
-	c, err := lg.Dial(*endpoint)
+	c, err := dial.dialLogger(*endpoint)
 	if err != nil {
 		fmt.Fprintf(stderr, "strata logger recover: %v\n", err)
 		return 1
@@ -348,6 +403,8 @@ func runLoggerTruncate(args []string, stdout, stderr io.Writer) int {
 	clusterHex := fs.String("cluster", "", "The cluster ID (hex). Required.")
 	memberHex := fs.String("member", "", "The member (hex ID, a voter of the cluster) on whose behalf to ask. Required.")
 	index := fs.Uint64("index", 0, "Drop the entries up to and including this index, once more than half of the voters asked. Required.")
+	var dial loggerDialTLSFlags
+	dial.register(fs)
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
 	}
@@ -360,7 +417,7 @@ func runLoggerTruncate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "strata logger truncate: %v\n", err)
 		return 2
 	}
-	c, err := lg.Dial(*endpoint)
+	c, err := dial.dialLogger(*endpoint)
 	if err != nil {
 		fmt.Fprintf(stderr, "strata logger truncate: %v\n", err)
 		return 1
@@ -375,4 +432,77 @@ func runLoggerTruncate(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "recorded; the truncation point is %d (%d of the voters asked)\n", resp.TruncationPoint, len(resp.Truncations))
 	return 0
+}
+
+// loggerServeTLSFlags are `strata logger`'s TLS flags, etcd's names for
+// the client and peer URLs (tlsconfig).
+type loggerServeTLSFlags struct {
+	certFile, keyFile, trustedCAFile, clientCRLFile           string
+	clientCertAuth                                            bool
+	peerCertFile, peerKeyFile, peerTrustedCAFile, peerCRLFile string
+	peerClientCertFile, peerClientKeyFile, peerCertAllowedCN  string
+	peerClientCertAuth, peerSkipSAN                           bool
+}
+
+func (s *loggerServeTLSFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.certFile, "cert-file", "", "Path to the client server TLS cert file: https --listen-client-urls serve the logger API, /metrics and /health with it.")
+	fs.StringVar(&s.keyFile, "key-file", "", "Path to the client server TLS key file.")
+	fs.StringVar(&s.trustedCAFile, "trusted-ca-file", "", "Path to the client server TLS trusted CA cert file (with --client-cert-auth: the CA of the clients' certificates).")
+	fs.BoolVar(&s.clientCertAuth, "client-cert-auth", false, "Enable client cert authentication: every client of the logger API (strata logger status|recover|truncate, strata restore --logger, the members' --logger-* options) must present a certificate signed by --trusted-ca-file.")
+	fs.StringVar(&s.clientCRLFile, "client-crl-file", "", "Path to the client certificate revocation list file.")
+	fs.StringVar(&s.peerCertFile, "peer-cert-file", "", "Path to the peer server TLS cert file: https --listen-peer-urls serve the members' streams with it, and the logger presents it when it dials members' https peer URLs.")
+	fs.StringVar(&s.peerKeyFile, "peer-key-file", "", "Path to the peer server TLS key file.")
+	fs.StringVar(&s.peerClientCertFile, "peer-client-cert-file", "", "Path to an explicit peer client TLS cert file otherwise peer cert file will be used when client auth is required.")
+	fs.StringVar(&s.peerClientKeyFile, "peer-client-key-file", "", "Path to an explicit peer client TLS key file otherwise peer key file will be used when client auth is required.")
+	fs.StringVar(&s.peerTrustedCAFile, "peer-trusted-ca-file", "", "Path to the peer server TLS trusted CA file (the members' peer certificates' CA).")
+	fs.BoolVar(&s.peerClientCertAuth, "peer-client-cert-auth", false, "Enable peer client cert authentication: members must present a certificate signed by --peer-trusted-ca-file.")
+	fs.StringVar(&s.peerCRLFile, "peer-crl-file", "", "Path to the peer certificate revocation list file.")
+	fs.StringVar(&s.peerCertAllowedCN, "peer-cert-allowed-cn", "", "Comma-separated list of allowed CNs for inter-peer TLS authentication.")
+	fs.BoolVar(&s.peerSkipSAN, "peer-skip-client-san-verification", false, "Skip verification of SAN field in client certificate for peer connections.")
+}
+
+func (s *loggerServeTLSFlags) config() (tlsconfig.Config, error) {
+	cfg := tlsconfig.Config{
+		Client: tlsconfig.Info{CertFile: s.certFile, KeyFile: s.keyFile, TrustedCAFile: s.trustedCAFile,
+			ClientCertAuth: s.clientCertAuth, CRLFile: s.clientCRLFile},
+		Peer: tlsconfig.Info{CertFile: s.peerCertFile, KeyFile: s.peerKeyFile, TrustedCAFile: s.peerTrustedCAFile,
+			ClientCertAuth: s.peerClientCertAuth, CRLFile: s.peerCRLFile, ClientCertFile: s.peerClientCertFile,
+			ClientKeyFile: s.peerClientKeyFile, AllowedCNs: commaList(s.peerCertAllowedCN), SkipClientSANVerify: s.peerSkipSAN},
+	}
+	for _, info := range []tlsconfig.Info{cfg.Client, cfg.Peer} {
+		if err := info.Validate(); err != nil {
+			return tlsconfig.Config{}, err
+		}
+	}
+	return cfg, nil
+}
+
+// loggerDialTLSFlags are etcdctl's --cacert, --cert and --key, for dialling
+// https URLs of a logger (or, for join, of the cluster's members).
+type loggerDialTLSFlags struct{ cacert, cert, key string }
+
+func (d *loggerDialTLSFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.cacert, "cacert", "", "Verify certificates of TLS-enabled secure servers using this CA bundle (https URLs; default the system's CAs).")
+	fs.StringVar(&d.cert, "cert", "", "Identify secure client using this TLS certificate file (for a server with --client-cert-auth).")
+	fs.StringVar(&d.key, "key", "", "Identify secure client using this TLS key file.")
+}
+
+// config is the TLS configuration to dial with; nil if no flag is set.
+func (d *loggerDialTLSFlags) config() (*tls.Config, error) {
+	if d.cacert == "" && d.cert == "" && d.key == "" {
+		return nil, nil
+	}
+	if (d.cert == "") != (d.key == "") {
+		return nil, errors.New("--cert and --key go together")
+	}
+	return tlsconfig.Info{TrustedCAFile: d.cacert, ClientCertFile: d.cert, ClientKeyFile: d.key}.ClientConfig()
+}
+
+// dialLogger dials endpoint with the TLS flags.
+func (d *loggerDialTLSFlags) dialLogger(endpoint string) (*lg.Client, error) {
+	cfg, err := d.config()
+	if err != nil {
+		return nil, err
+	}
+	return lg.DialTLS(endpoint, cfg)
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/strata-kv/strata/backup"
 	"github.com/strata-kv/strata/engine/engines"
-	lg "github.com/strata-kv/strata/logger"
 	"github.com/strata-kv/strata/maintenance"
 	"github.com/strata-kv/strata/member"
 )
@@ -43,6 +42,8 @@ func runRestore(args []string) int {
 	toRevision := fs.Int64("to-revision", 0, "With --from: restore the state at this revision: the newest version at or before it, then the archived raft log (or --logger's) up to it (docs/backup.md, \"Point-in-time restore\").")
 	toIndex := fs.Uint64("to-index", 0, "With --from: restore the state after this raft index: the newest version at or before it, then the archived raft log (or --logger's) up to it.")
 	loggerURL := fs.String("logger", "", "With --to-revision or --to-index: read the committed entries after the version from this strata logger's API (its client URL) instead of the log archived in the target (docs/logger.md).")
+	var loggerDial loggerDialTLSFlags
+	loggerDial.register(fs)
 	loggerCluster := fs.String("logger-cluster", "", "With --logger: the cluster ID (hex) whose log to read; the version's cluster must be it. Default: the version's cluster.")
 	asJSON := fs.Bool("json", false, "With --from: print JSON lines on stdout for scripts: progress events, then the result (or an error) object.")
 	toTimeFlag := fs.String("to-time", "", "With --from: restore the last state at or before this wall-clock time (RFC 3339, e.g. 2026-11-25T10:00:00Z): the newest version created by then, then the archived raft log up to the last entry a time sample shows applied by then (granularity one second; docs/backup.md, \"Point-in-time restore\"). Not with --logger: the times are the archive's.")
@@ -112,7 +113,7 @@ func runRestore(args []string) int {
 			ToTime:              toTime,
 		}
 		if *loggerURL != "" {
-			src, err := loggerSource(*loggerURL, *loggerCluster)
+			src, err := loggerSource(*loggerURL, *loggerCluster, &loggerDial)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "strata restore: %v\n", err)
 				return 2
@@ -141,7 +142,7 @@ func runRestore(args []string) int {
 
 // loggerSource is --logger and --logger-cluster: a client of the logger's
 // API as the source of a point-in-time restore.
-func loggerSource(url, cluster string) (backup.LoggerSource, error) {
+func loggerSource(url, cluster string, dial *loggerDialTLSFlags) (backup.LoggerSource, error) {
 	var id uint64
 	if cluster != "" {
 		var err error
@@ -149,7 +150,7 @@ func loggerSource(url, cluster string) (backup.LoggerSource, error) {
 			return backup.LoggerSource{}, err
 		}
 	}
-	c, err := lg.Dial(url)
+	c, err := dial.dialLogger(url)
 	if err != nil {
 		return backup.LoggerSource{}, err
 	}
