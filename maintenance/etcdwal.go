@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/auth"
@@ -78,7 +79,7 @@ func restoreEtcdDataDir(cfg RestoreConfig, eng engine.Transferable) (applied, re
 	}
 	commit := wal.HardState.GetCommit()
 	replay = &WALReplay{Files: len(wal.Files), ConsistentIndex: ci, Commit: commit, LastIndex: wal.LastIndex, Torn: wal.Torn,
-		OneMember: soleVoter(confState, wal)}
+		OneMember: soleVoter(confState, ci, wal)}
 	entries := wal.Entries
 	if !replay.OneMember {
 		for len(entries) > 0 && entries[len(entries)-1].GetIndex() > commit {
@@ -204,19 +205,53 @@ func exportSource(eng engine.Transferable, applied uint64) RestoreSource {
 }
 
 // soleVoter reports whether the member that wrote wal was its cluster's
-// only voter from the database's conf state cs on: then every entry in
-// its log is committed (a one-member cluster's leader commits what it has
-// persisted, and etcd commits its whole log when it restarts). A
-// membership change in the WAL after the database, or no conf state,
-// answers no: the entries past the commit index are then left out.
-func soleVoter(cs *raftpb.ConfState, wal *etcddb.WAL) bool {
-	if cs == nil || len(cs.GetVoters()) != 1 || cs.GetVoters()[0] != wal.NodeID || len(cs.GetVotersOutgoing()) != 0 {
+// only voter at the end of its log: then every entry in its log is
+// committed (a one-member cluster's leader commits what it has persisted,
+// and etcd commits its whole log when it restarts). The voters are the
+// database's conf state cs (at index after), changed by the membership
+// entries after it; with no conf state in the database (etcd had not yet
+// committed one), those of the whole WAL from index 1. A joint
+// configuration, or a conf state that cannot be known, answers no: the
+// entries past the commit index are then left out.
+func soleVoter(cs *raftpb.ConfState, after uint64, wal *etcddb.WAL) bool {
+	voters := map[uint64]bool{}
+	switch {
+	case cs != nil:
+		if len(cs.GetVotersOutgoing()) != 0 {
+			return false
+		}
+		for _, v := range cs.GetVoters() {
+			voters[v] = true
+		}
+	case after != 0 || wal.FirstIndex != 1:
 		return false
 	}
 	for _, e := range wal.Entries {
-		if t := e.GetType(); t == raftpb.EntryConfChange || t == raftpb.EntryConfChangeV2 {
-			return false
+		var changes []*raftpb.ConfChangeSingle
+		switch e.GetType() {
+		case raftpb.EntryConfChange:
+			var cc raftpb.ConfChange
+			if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
+				return false
+			}
+			changes = cc.AsV2().GetChanges()
+		case raftpb.EntryConfChangeV2:
+			var cc raftpb.ConfChangeV2
+			if err := proto.Unmarshal(e.GetData(), &cc); err != nil || len(cc.GetChanges()) > 1 {
+				return false
+			}
+			changes = cc.GetChanges()
+		default:
+			continue
+		}
+		for _, ch := range changes {
+			switch ch.GetType() {
+			case raftpb.ConfChangeAddNode:
+				voters[ch.GetNodeId()] = true
+			case raftpb.ConfChangeAddLearnerNode, raftpb.ConfChangeRemoveNode:
+				delete(voters, ch.GetNodeId())
+			}
 		}
 	}
-	return true
+	return len(voters) == 1 && voters[wal.NodeID]
 }
