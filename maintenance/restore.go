@@ -62,6 +62,36 @@ type RestoreResult struct {
 	// new cluster's log starts afresh regardless.
 	AppliedIndex uint64
 	Records      uint64
+	// WAL, for a restore from an etcd data directory, says what its WAL
+	// added to its database; nil otherwise.
+	WAL *WALReplay
+}
+
+// WALReplay is what a restore from an etcd data directory read from its
+// WAL (member/wal) and applied on top of its database (member/snap/db).
+type WALReplay struct {
+	// Files is the number of WAL files read.
+	Files int
+	// ConsistentIndex is the database's: the last entry it held.
+	ConsistentIndex uint64
+	// Commit is the WAL's commit index (its last HardState's).
+	Commit uint64
+	// LastIndex is the WAL's last entry.
+	LastIndex uint64
+	// Entries is the number of entries applied: ConsistentIndex+1 to
+	// Commit, or to LastIndex when OneMember (0 if the database held
+	// every one).
+	Entries uint64
+	// OneMember is set when the member was its cluster's only voter:
+	// entries past Commit are committed too (etcd acknowledges an entry
+	// before it writes the state record that says so, and commits its
+	// whole log when it restarts), so they are applied. Otherwise they may
+	// be a deposed leader's and are left out: PastCommit counts them.
+	OneMember  bool
+	PastCommit uint64
+	// Torn is set when the WAL ended in a partially written record,
+	// never acknowledged, which was left out as etcd leaves it out.
+	Torn bool
 }
 
 // Restore builds a new data directory from a backup: the engine holds the
@@ -117,7 +147,16 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 	}
 	source := cfg.Source
 	etcdFormat := false
+	etcdDir := false
 	if source == nil {
+		if st, err := os.Stat(cfg.Backup); err == nil && st.IsDir() {
+			etcdDir, etcdFormat = true, true
+			if err := checkEtcdDataDir(cfg.Backup); err != nil {
+				return RestoreResult{}, err
+			}
+		}
+	}
+	if source == nil && !etcdDir {
 		strataFormat, err := isStrataBackup(cfg.Backup)
 		if err != nil {
 			return RestoreResult{}, err
@@ -136,9 +175,13 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 	}
 	defer eng.Close()
 	var applied, records uint64
-	if etcdFormat {
-		applied, records, err = restoreEtcd(cfg, eng)
-	} else {
+	var wal *WALReplay
+	switch {
+	case etcdDir:
+		applied, records, wal, err = restoreEtcdDataDir(cfg, eng)
+	case etcdFormat:
+		applied, records, err = restoreEtcd(cfg, cfg.Backup, eng, nil)
+	default:
 		applied, records, err = restoreRecords(cfg, eng, source)
 	}
 	if err != nil {
@@ -155,7 +198,7 @@ func restoreInto(cfg RestoreConfig) (RestoreResult, error) {
 	if err := datadir.WriteID(fs, cfg.DataDir, id); err != nil {
 		return RestoreResult{}, err
 	}
-	return RestoreResult{MemberID: id.MemberID, ClusterID: id.ClusterID, AppliedIndex: applied, Records: records}, nil
+	return RestoreResult{MemberID: id.MemberID, ClusterID: id.ClusterID, AppliedIndex: applied, Records: records, WAL: wal}, nil
 }
 
 // restoreRecords installs the records source gives into eng, through one
@@ -206,8 +249,10 @@ const importBatchVersions = 10000
 // at its revision, the revision and compact revision, the lease records and
 // the auth state. Like a strata backup's restore, it leaves out the old
 // cluster's membership, conf state and alarms, and commits at applied
-// index 0, so that the new cluster's log applies from its start.
-func restoreEtcd(cfg RestoreConfig, eng engine.Transferable) (applied, records uint64, err error) {
+// index commitAt: 0, so that the new cluster's log applies from its start,
+// or, into a staging engine, the database's consistent index, from which
+// its WAL is replayed (restoreEtcdDataDir).
+func restoreEtcd(cfg RestoreConfig, path string, eng engine.Transferable, commitAt func(c *etcddb.Contents) uint64) (applied, records uint64, err error) {
 	store, err := mvcc.Open(eng, mvcc.Options{Logger: cfg.Logger.Named("mvcc")})
 	if err != nil {
 		return 0, 0, fmt.Errorf("open mvcc store: %w", err)
@@ -220,7 +265,7 @@ func restoreEtcd(cfg RestoreConfig, eng engine.Transferable) (applied, records u
 		}
 	}()
 	inBatch := 0
-	contents, err := etcddb.Read(cfg.Backup, func(c mvcc.KeyChange) error {
+	contents, err := etcddb.Read(path, func(c mvcc.KeyChange) error {
 		if err := w.SetKeyState(c); err != nil {
 			return fmt.Errorf("write revision %d.%d of %q: %w", c.Main, c.Sub, c.Key, err)
 		}
@@ -250,7 +295,11 @@ func restoreEtcd(cfg RestoreConfig, eng engine.Transferable) (applied, records u
 	if err := w.RaiseCompactRev(contents.Revisions.CompactRev); err != nil {
 		return 0, 0, err
 	}
-	if err := w.Commit(0); err != nil {
+	at := uint64(0)
+	if commitAt != nil {
+		at = commitAt(&contents)
+	}
+	if err := w.Commit(at); err != nil {
 		return 0, 0, fmt.Errorf("commit restored state: %w", err)
 	}
 	return contents.ConsistentIndex, records, nil

@@ -16,11 +16,13 @@ import (
 
 // runRestore is `strata restore`, etcdutl snapshot restore's counterpart:
 // it builds a new member's data directory from a backup that `etcdctl
-// snapshot save` downloaded from a strata member (snapshot/FORMAT.md), or,
-// with --from, from a version of an incremental backup (backup/FORMAT.md).
+// snapshot save` downloaded from a strata or etcd member (package etcddb),
+// from an etcd member's data directory (its member/snap/db and the
+// committed entries of its member/wal after it), or, with --from, from a
+// version of an incremental backup (backup/FORMAT.md).
 //
 //	strata restore --data-dir NEW --name NAME --initial-cluster NAME=URL,...
-//	    [--initial-advertise-peer-urls URL] [--initial-cluster-token TOKEN] FILE
+//	    [--initial-advertise-peer-urls URL] [--initial-cluster-token TOKEN] FILE|ETCD-DATA-DIR
 //	strata restore --from URL [--version N | --to-revision R | --to-index I | --to-time T]
 //	    [--logger URL [--logger-cluster ID]] [--json] --data-dir NEW ... (same flags, no FILE)
 //
@@ -66,7 +68,7 @@ func runRestore(args []string) int {
 		fmt.Fprintln(os.Stderr, "strata restore: --from restores from a target; give no backup file")
 		return 2
 	case tf.url == "" && fs.NArg() != 1:
-		fmt.Fprintln(os.Stderr, "strata restore: want exactly one backup file argument, or --from URL")
+		fmt.Fprintln(os.Stderr, "strata restore: want exactly one argument (a snapshot file or an etcd data directory), or --from URL")
 		return 2
 	case tf.url != "" && *engineName != engines.Default:
 		fmt.Fprintln(os.Stderr, "strata restore: --from restores Pebble's engine files; --engine is for a snapshot file")
@@ -137,6 +139,21 @@ func runRestore(args []string) int {
 	}
 	fmt.Printf("restored %d records (applied index %d of the backed-up member) into %s: member %x of cluster %x\n",
 		res.Records, res.AppliedIndex, *dataDir, res.MemberID, res.ClusterID)
+	if w := res.WAL; w != nil {
+		torn := ""
+		if w.Torn {
+			torn = "; its last record was torn (never acknowledged) and left out, as etcd leaves it out"
+		}
+		tail := fmt.Sprintf("its commit index is %d, its last entry %d", w.Commit, w.LastIndex)
+		switch {
+		case w.OneMember:
+			tail += "; the member was its cluster's only voter, so its whole log is committed"
+		case w.PastCommit > 0:
+			tail += fmt.Sprintf("; %d entries past the commit index were left out: the member did not know them committed (migrate from the leader's data dir, or from a snapshot of the running cluster)", w.PastCommit)
+		}
+		fmt.Printf("replayed %d entries of etcd's WAL (%d files) after its database's consistent index %d (%s%s)\n",
+			w.Entries, w.Files, w.ConsistentIndex, tail, torn)
+	}
 	return 0
 }
 

@@ -1,0 +1,55 @@
+package maintenance
+
+import (
+	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-kv/strata/etcddb"
+)
+
+func confChangeEntry(t *testing.T, index uint64, typ raftpb.ConfChangeType, node uint64) *raftpb.Entry {
+	t.Helper()
+	raw, err := proto.Marshal(&raftpb.ConfChange{Type: typ.Enum(), NodeId: proto.Uint64(node)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &raftpb.Entry{Index: proto.Uint64(index), Type: raftpb.EntryConfChange.Enum(), Data: raw}
+}
+
+func TestSoleVoter(t *testing.T) {
+	one := &raftpb.ConfState{Voters: []uint64{7}}
+	three := &raftpb.ConfState{Voters: []uint64{7, 8, 9}}
+	put := &raftpb.Entry{Index: proto.Uint64(11), Type: raftpb.EntryNormal.Enum(), Data: []byte{1}}
+	for _, c := range []struct {
+		name  string
+		cs    *raftpb.ConfState
+		after uint64
+		first uint64
+		ents  []*raftpb.Entry
+		want  bool
+	}{
+		{name: "one voter in the database", cs: one, after: 10, first: 1, ents: []*raftpb.Entry{put}, want: true},
+		{name: "three voters", cs: three, after: 10, first: 1, ents: []*raftpb.Entry{put}},
+		{name: "one voter, another member's WAL", cs: &raftpb.ConfState{Voters: []uint64{8}}, after: 10, first: 1},
+		{name: "a member added in the WAL", cs: one, after: 10, first: 1,
+			ents: []*raftpb.Entry{confChangeEntry(t, 11, raftpb.ConfChangeAddNode, 8)}},
+		{name: "two removed in the WAL", cs: three, after: 10, first: 1,
+			ents: []*raftpb.Entry{confChangeEntry(t, 11, raftpb.ConfChangeRemoveNode, 8), confChangeEntry(t, 12, raftpb.ConfChangeRemoveNode, 9)}, want: true},
+		{name: "no conf state, the WAL from index 1 bootstraps one member", first: 1,
+			ents: []*raftpb.Entry{confChangeEntry(t, 1, raftpb.ConfChangeAddNode, 7), put}, want: true},
+		{name: "no conf state, the WAL from index 1 bootstraps three", first: 1,
+			ents: []*raftpb.Entry{confChangeEntry(t, 1, raftpb.ConfChangeAddNode, 7), confChangeEntry(t, 2, raftpb.ConfChangeAddNode, 8),
+				confChangeEntry(t, 3, raftpb.ConfChangeAddNode, 9)}},
+		{name: "no conf state, the WAL's start purged", first: 5, ents: []*raftpb.Entry{put}},
+		{name: "joint configuration", cs: &raftpb.ConfState{Voters: []uint64{7}, VotersOutgoing: []uint64{7, 8}}, after: 10, first: 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := &etcddb.WAL{NodeID: 7, FirstIndex: c.first, Entries: c.ents}
+			if got := soleVoter(c.cs, c.after, w); got != c.want {
+				t.Errorf("soleVoter = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
