@@ -118,12 +118,18 @@ func Write(w io.Writer, dir string, c Contents, versions func(fn func(mvcc.KeyCh
 }
 
 // encodedTx is one bbolt transaction's worth of key bucket rows, encoded
-// into one buffer (rows slice it): bbolt keeps the slices Put is given
-// until the transaction commits, so a buffer is not reused.
+// into buffers of at least arenaChunk bytes that rows slice: bbolt keeps
+// the slices Put is given until the transaction commits, so a buffer is
+// never reused, and a full one is left for a new one rather than grown
+// (growing would copy every row encoded so far).
 type encodedTx struct {
-	buf  []byte
-	rows [][2][]byte
+	buf   []byte
+	rows  [][2][]byte
+	bytes int
 }
+
+// arenaChunk is the size of an encodedTx's buffers.
+const arenaChunk = 1 << 20
 
 // build writes the database at path and returns its size: the bytes of
 // its pages, which the file may exceed.
@@ -165,7 +171,7 @@ func build(path string, c Contents, versions func(fn func(mvcc.KeyChange) error)
 			if err := cur.add(v); err != nil {
 				return err
 			}
-			if len(cur.rows) == versionsPerTx || len(cur.buf) >= bytesPerTx {
+			if len(cur.rows) == versionsPerTx || cur.bytes >= bytesPerTx {
 				if !send() {
 					return errStopped
 				}
@@ -224,17 +230,20 @@ func (t *encodedTx) add(v mvcc.KeyChange) error {
 	if kv == nil {
 		kv = &mvccpb.KeyValue{Key: v.Key}
 	}
+	size := 18 + proto.Size(kv)
+	if cap(t.buf)-len(t.buf) < size {
+		t.buf = make([]byte, 0, max(arenaChunk, size))
+	}
 	start := len(t.buf)
 	t.buf = appendRev(t.buf, v.Main, v.Sub, v.KV == nil)
 	mid := len(t.buf)
 	var err error
-	t.buf, err = proto.MarshalOptions{}.MarshalAppend(t.buf, kv)
+	t.buf, err = proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(t.buf, kv)
 	if err != nil {
 		return fmt.Errorf("encode revision %d.%d: %w", v.Main, v.Sub, err)
 	}
-	// Full slice expressions: a later append that moves buf leaves these
-	// rows on the old array, which they keep alive.
 	t.rows = append(t.rows, [2][]byte{t.buf[start:mid:mid], t.buf[mid:len(t.buf):len(t.buf)]})
+	t.bytes += len(t.buf) - start
 	return nil
 }
 
