@@ -2,12 +2,10 @@ package maintenance
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
@@ -199,16 +197,9 @@ func isStrataBackup(path string) (bool, error) {
 	return snapshot.Kind(prefix) == snapshot.KindFull, nil
 }
 
-// importBatchVersions and importBatchBytes bound the key versions
-// restoreEtcd writes in one engine batch (the bytes are their values').
-const (
-	importBatchVersions = 10000
-	importBatchBytes    = 32 << 20
-)
-
-// errImportStopped ends the reading of an etcd database whose versions can
-// no longer be written; the write's error is the one reported.
-var errImportStopped = errors.New("restore: writing stopped")
+// importBatchVersions bounds the key versions restoreEtcd writes in one
+// engine batch.
+const importBatchVersions = 10000
 
 // restoreEtcd writes the state of an etcd database into eng through the
 // MVCC store, as the batches that made it would have: every key version
@@ -216,72 +207,35 @@ var errImportStopped = errors.New("restore: writing stopped")
 // the auth state. Like a strata backup's restore, it leaves out the old
 // cluster's membership, conf state and alarms, and commits at applied
 // index 0, so that the new cluster's log applies from its start.
-//
-// The versions are read from the database in batches on one goroutine and
-// written on another, each batch prepared and written on every core
-// (mvcc.Store.PrepareKeyStates, CommitWithKeyStates): a batch's keys are
-// looked up in the engine's committed state, not in an indexed batch, and
-// its engine writes go to write-only batches.
 func restoreEtcd(cfg RestoreConfig, eng engine.Transferable) (applied, records uint64, err error) {
 	store, err := mvcc.Open(eng, mvcc.Options{Logger: cfg.Logger.Named("mvcc")})
 	if err != nil {
 		return 0, 0, fmt.Errorf("open mvcc store: %w", err)
 	}
 	defer store.Close()
-	workers := runtime.GOMAXPROCS(0)
-	batches := make(chan []mvcc.KeyChange, 1)
-	stop := make(chan struct{})
-	written := make(chan error, 1)
-	go func() {
-		var werr error
-		for batch := range batches {
-			if werr != nil {
-				continue
-			}
-			if werr = writeKeyStates(store, batch, workers); werr != nil {
-				close(stop)
-			}
-		}
-		written <- werr
-	}()
-	var batch []mvcc.KeyChange
-	inBatch := 0
-	send := func() error {
-		select {
-		case batches <- batch:
-			batch, inBatch = nil, 0
-			return nil
-		case <-stop:
-			return errImportStopped
-		}
-	}
-	contents, rerr := etcddb.Read(cfg.Backup, func(c mvcc.KeyChange) error {
-		batch = append(batch, c)
-		records++
-		if c.KV != nil {
-			inBatch += len(c.KV.Value)
-		}
-		if len(batch) == importBatchVersions || inBatch >= importBatchBytes {
-			return send()
-		}
-		return nil
-	})
-	if rerr == nil && len(batch) > 0 {
-		rerr = send()
-	}
-	close(batches)
-	if werr := <-written; werr != nil {
-		return 0, 0, werr
-	}
-	if rerr != nil {
-		return 0, 0, rerr
-	}
 	w := store.Write(nil)
 	defer func() {
 		if err != nil {
 			w.Abort()
 		}
 	}()
+	inBatch := 0
+	contents, err := etcddb.Read(cfg.Backup, func(c mvcc.KeyChange) error {
+		if err := w.SetKeyState(c); err != nil {
+			return fmt.Errorf("write revision %d.%d of %q: %w", c.Main, c.Sub, c.Key, err)
+		}
+		records++
+		if inBatch++; inBatch == importBatchVersions {
+			if err := w.Commit(0); err != nil {
+				return err
+			}
+			w, inBatch = store.Write(nil), 0
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
 	if err := w.RaiseRevision(contents.Revisions.Rev); err != nil {
 		return 0, 0, err
 	}
@@ -300,21 +254,6 @@ func restoreEtcd(cfg RestoreConfig, eng engine.Transferable) (applied, records u
 		return 0, 0, fmt.Errorf("commit restored state: %w", err)
 	}
 	return contents.ConsistentIndex, records, nil
-}
-
-// writeKeyStates writes a batch of key versions, in order, and commits
-// them at applied index 0.
-func writeKeyStates(store *mvcc.Store, batch []mvcc.KeyChange, workers int) error {
-	prepared, err := store.PrepareKeyStates(batch, workers)
-	if err != nil {
-		return fmt.Errorf("restore revisions %d.%d to %d.%d: %w", batch[0].Main, batch[0].Sub,
-			batch[len(batch)-1].Main, batch[len(batch)-1].Sub, err)
-	}
-	if err := store.Write(nil).CommitWithKeyStates(0, prepared, workers); err != nil {
-		return fmt.Errorf("restore revisions %d.%d to %d.%d: %w", batch[0].Main, batch[0].Sub,
-			batch[len(batch)-1].Main, batch[len(batch)-1].Sub, err)
-	}
-	return nil
 }
 
 // backupFileSource reads the backup file `etcdctl snapshot save` wrote.
