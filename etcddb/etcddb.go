@@ -124,8 +124,8 @@ func Write(w io.Writer, dir string, c Contents, versions func(fn func(mvcc.KeyCh
 // (growing would copy every row encoded so far).
 type encodedTx struct {
 	buf   []byte
-	rows  [][2][]byte
-	bytes int
+	rows  [][2][]byte // key, value
+	bytes int         // the rows' encoded size
 }
 
 // arenaChunk is the size of an encodedTx's buffers.
@@ -205,7 +205,10 @@ func build(path string, c Contents, versions func(fn func(mvcc.KeyChange) error)
 	}()
 	if writeErr != nil {
 		close(stop)
-		// The reader stops at its next version; its error is ours.
+		// The reader stops at its next version (with errStopped, which
+		// is not reported: the write's error is the cause). It is waited
+		// for because it reads the caller's engine view, which the caller
+		// closes once Write returns.
 		for range txs {
 		}
 		<-readErr
