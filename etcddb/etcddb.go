@@ -72,9 +72,14 @@ type Contents struct {
 	Alarms    []*pb.AlarmMember
 }
 
-// versionsPerTx bounds the key versions written in one bbolt transaction,
-// which holds its dirty pages in memory until it commits.
-const versionsPerTx = 10000
+// versionsPerTx and bytesPerTx bound the key versions written in one bbolt
+// transaction, which holds its dirty pages in memory until it commits: a
+// few large transactions rather than many small ones, as each commit
+// rewrites the bucket's rightmost branch pages and allocates its pages anew.
+const (
+	versionsPerTx = 10000
+	bytesPerTx    = 16 << 20
+)
 
 // Write writes an etcd snapshot file of c and of the key versions that
 // versions passes to its callback (in revision order) to w: the bbolt
@@ -88,7 +93,8 @@ func Write(w io.Writer, dir string, c Contents, versions func(fn func(mvcc.KeyCh
 	path := f.Name()
 	f.Close()
 	defer os.Remove(path)
-	if err := build(path, c, versions); err != nil {
+	size, err := build(path, c, versions)
+	if err != nil {
 		return 0, fmt.Errorf("etcd snapshot: %w", err)
 	}
 	db, err := os.Open(path)
@@ -96,88 +102,169 @@ func Write(w io.Writer, dir string, c Contents, versions func(fn func(mvcc.KeyCh
 		return 0, fmt.Errorf("etcd snapshot: %w", err)
 	}
 	defer db.Close()
+	// Only the database's pages are sent, as etcd's tx.WriteTo sends them:
+	// a file bbolt grew ahead of its pages would otherwise carry its
+	// unused tail into the snapshot.
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(w, h), db)
+	n, err := io.Copy(io.MultiWriter(w, h), io.NewSectionReader(db, 0, size))
 	if err != nil {
 		return n, fmt.Errorf("etcd snapshot: send database: %w", err)
+	}
+	if n != size {
+		return n, fmt.Errorf("etcd snapshot: send database: read %d of its %d bytes", n, size)
 	}
 	m, err := w.Write(h.Sum(nil))
 	return n + int64(m), err
 }
 
-// build writes the database at path.
-func build(path string, c Contents, versions func(fn func(mvcc.KeyChange) error) error) error {
-	// The file is a temporary copy: a crash loses nothing, so bbolt need
-	// not sync each transaction; the reader gets the bytes after Close.
-	db, err := bolt.Open(path, 0o600, &bolt.Options{NoSync: true, NoFreelistSync: true})
+// encodedTx is one bbolt transaction's worth of key bucket rows, encoded
+// into buffers of at least arenaChunk bytes that rows slice: bbolt keeps
+// the slices Put is given until the transaction commits, so a buffer is
+// never reused, and a full one is left for a new one rather than grown
+// (growing would copy every row encoded so far).
+type encodedTx struct {
+	buf   []byte
+	rows  [][2][]byte // key, value
+	bytes int         // the rows' encoded size
+}
+
+// arenaChunk is the size of an encodedTx's buffers.
+const arenaChunk = 1 << 20
+
+// build writes the database at path and returns its size: the bytes of
+// its pages, which the file may exceed.
+//
+// The key versions are read and encoded on one goroutine while the
+// previous transaction's are written on another: reading them is engine
+// lookups, writing them bbolt's page work, and neither waits for the other.
+func build(path string, c Contents, versions func(fn func(mvcc.KeyChange) error) error) (int64, error) {
+	// The file is a temporary copy that is read back through the page
+	// cache and removed: a crash loses nothing, so bbolt need not sync
+	// each transaction nor each time the file grows, and the database is
+	// not synced at all (the client syncs the snapshot it receives, as
+	// etcdctl does).
+	db, err := bolt.Open(path, 0o600, &bolt.Options{NoSync: true, NoGrowSync: true, NoFreelistSync: true})
 	if err != nil {
-		return fmt.Errorf("create database: %w", err)
+		return 0, fmt.Errorf("create database: %w", err)
 	}
 	defer db.Close()
 	if err := db.Update(func(tx *bolt.Tx) error { return writeState(tx, c) }); err != nil {
-		return err
+		return 0, err
 	}
-	var pending []mvcc.KeyChange
-	flush := func() error {
-		err := db.Update(func(tx *bolt.Tx) error {
-			b := tx.Bucket(bucketKey)
-			// Versions come in revision order, the bucket's key order:
-			// full pages are the densest file and never split again.
-			b.FillPercent = 1
-			for _, v := range pending {
-				k, val, err := encodeVersion(v)
-				if err != nil {
-					return err
-				}
-				if err := b.Put(k, val); err != nil {
-					return fmt.Errorf("write revision %d.%d: %w", v.Main, v.Sub, err)
+	txs := make(chan *encodedTx, 1)
+	stop := make(chan struct{})
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(txs)
+		cur := &encodedTx{}
+		send := func() bool {
+			select {
+			case txs <- cur:
+				cur = &encodedTx{}
+				return true
+			case <-stop:
+				return false
+			}
+		}
+		errStopped := errors.New("stopped")
+		err := versions(func(v mvcc.KeyChange) error {
+			if err := cur.add(v); err != nil {
+				return err
+			}
+			if len(cur.rows) == versionsPerTx || cur.bytes >= bytesPerTx {
+				if !send() {
+					return errStopped
 				}
 			}
 			return nil
 		})
-		pending = pending[:0]
-		return err
-	}
-	if err := versions(func(v mvcc.KeyChange) error {
-		pending = append(pending, v)
-		if len(pending) == versionsPerTx {
-			return flush()
+		if err == nil && len(cur.rows) > 0 && !send() {
+			err = errStopped
+		}
+		readErr <- err
+	}()
+	writeErr := func() error {
+		for t := range txs {
+			if err := db.Update(func(tx *bolt.Tx) error {
+				b := tx.Bucket(bucketKey)
+				// Versions come in revision order, the bucket's key
+				// order: full pages are the densest file and never split
+				// again.
+				b.FillPercent = 1
+				for _, r := range t.rows {
+					if err := b.Put(r[0], r[1]); err != nil {
+						return fmt.Errorf("write revision %x: %w", r[0], err)
+					}
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
 		}
 		return nil
-	}); err != nil {
-		return err
+	}()
+	if writeErr != nil {
+		close(stop)
+		// The reader stops at its next version (with errStopped, which
+		// is not reported: the write's error is the cause). It is waited
+		// for because it reads the caller's engine view, which the caller
+		// closes once Write returns.
+		for range txs {
+		}
+		<-readErr
+		return 0, writeErr
 	}
-	if err := flush(); err != nil {
-		return err
+	if err := <-readErr; err != nil {
+		return 0, err
 	}
-	if err := db.Sync(); err != nil {
-		return fmt.Errorf("sync database: %w", err)
+	var size int64
+	if err := db.View(func(tx *bolt.Tx) error { size = tx.Size(); return nil }); err != nil {
+		return 0, fmt.Errorf("database size: %w", err)
 	}
-	return db.Close()
+	if err := db.Close(); err != nil {
+		return 0, fmt.Errorf("close database: %w", err)
+	}
+	return size, nil
 }
 
-// revBytes is etcd's encoding of a revision as a key bucket key.
-func revBytes(main, sub int64, tombstone bool) []byte {
-	b := make([]byte, 17, 18)
-	binary.BigEndian.PutUint64(b, uint64(main))
-	b[8] = '_'
-	binary.BigEndian.PutUint64(b[9:], uint64(sub))
-	if tombstone {
-		b = append(b, 't')
-	}
-	return b
-}
-
-func encodeVersion(v mvcc.KeyChange) (key, value []byte, err error) {
+// add appends v's key bucket row to t.
+func (t *encodedTx) add(v mvcc.KeyChange) error {
 	kv := v.KV
 	if kv == nil {
 		kv = &mvccpb.KeyValue{Key: v.Key}
 	}
-	value, err = proto.Marshal(kv)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encode revision %d.%d: %w", v.Main, v.Sub, err)
+	size := 18 + proto.Size(kv)
+	if cap(t.buf)-len(t.buf) < size {
+		t.buf = make([]byte, 0, max(arenaChunk, size))
 	}
-	return revBytes(v.Main, v.Sub, v.KV == nil), value, nil
+	start := len(t.buf)
+	t.buf = appendRev(t.buf, v.Main, v.Sub, v.KV == nil)
+	mid := len(t.buf)
+	var err error
+	t.buf, err = proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(t.buf, kv)
+	if err != nil {
+		return fmt.Errorf("encode revision %d.%d: %w", v.Main, v.Sub, err)
+	}
+	t.rows = append(t.rows, [2][]byte{t.buf[start:mid:mid], t.buf[mid:len(t.buf):len(t.buf)]})
+	t.bytes += len(t.buf) - start
+	return nil
+}
+
+// revBytes is etcd's encoding of a revision as a key bucket key.
+func revBytes(main, sub int64, tombstone bool) []byte {
+	return appendRev(make([]byte, 0, 18), main, sub, tombstone)
+}
+
+// appendRev appends etcd's encoding of a revision as a key bucket key: main
+// (8 bytes, big-endian), '_', sub (8 bytes), and 't' for a deletion.
+func appendRev(b []byte, main, sub int64, tombstone bool) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(main))
+	b = append(b, '_')
+	b = binary.BigEndian.AppendUint64(b, uint64(sub))
+	if tombstone {
+		b = append(b, 't')
+	}
+	return b
 }
 
 func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -204,4 +205,60 @@ func FuzzDecodeLease(f *testing.F) {
 			t.Fatalf("decode(encode(%+v)) = %+v, %v", l, again, err)
 		}
 	})
+}
+
+// TestWriteSendsOnlyPages: the snapshot is the database's pages and their
+// digest, as etcd's is, even once bbolt has grown the file ahead of its
+// pages (it grows it by 16 MiB at a time past 16 MiB of data).
+func TestWriteSendsOnlyPages(t *testing.T) {
+	value := bytes.Repeat([]byte("v"), 1024)
+	var vs []mvcc.KeyChange
+	for i := range 24000 {
+		key := []byte(fmt.Sprintf("key%06d", i))
+		vs = append(vs, mvcc.KeyChange{Main: int64(i + 2), Key: key,
+			KV: &mvccpb.KeyValue{Key: key, Value: value, CreateRevision: int64(i + 2), ModRevision: int64(i + 2), Version: 1}})
+	}
+	path := writeFile(t, sampleContents(), vs)
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var pages int64
+	if err := db.View(func(tx *bolt.Tx) error { pages = tx.Size(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() != pages+sha256.Size {
+		t.Errorf("snapshot of %d bytes; its database's pages are %d bytes, so want %d", st.Size(), pages, pages+sha256.Size)
+	}
+	n := 0
+	if _, err := Read(path, func(mvcc.KeyChange) error { n++; return nil }); err != nil || n != len(vs) {
+		t.Errorf("read back %d versions, %v; want %d", n, err, len(vs))
+	}
+}
+
+// TestWriteStopsOnError: an error from the versions' reader ends Write
+// with that error and no snapshot.
+func TestWriteStopsOnError(t *testing.T) {
+	boom := errors.New("boom")
+	var buf bytes.Buffer
+	_, err := Write(&buf, t.TempDir(), sampleContents(), func(fn func(mvcc.KeyChange) error) error {
+		for i := range 30000 {
+			if i == 25000 {
+				return boom
+			}
+			key := []byte(fmt.Sprintf("k%d", i))
+			if err := fn(mvcc.KeyChange{Main: int64(i + 2), Key: key, KV: &mvccpb.KeyValue{Key: key, ModRevision: int64(i + 2)}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) || buf.Len() != 0 {
+		t.Fatalf("Write = %v with %d bytes written; want %v and nothing", err, buf.Len(), boom)
+	}
 }

@@ -304,6 +304,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		MemberID: m.memberID, ClusterID: m.clusterID,
 		Engine: m.engine, Store: m.store, State: m.applier, Raft: m, Proposer: m.proposer,
 		PeerTLS: cfg.TLS.Peer, TempDir: datadir.SnapshotTemp(cfg.FS, cfg.DataDir),
+		SeekReads:           engines.SeeksCheaperThanGets(cfg.Engine),
 		InitialCorruptCheck: cfg.InitialCorruptCheck, CorruptCheckTime: cfg.CorruptCheckTime,
 		Logger: cfg.Logger.Named("maintenance"),
 	})

@@ -47,6 +47,18 @@ const Default = Pebble
 // Names lists the engines, the default first.
 func Names() []string { return []string{Pebble, Bbolt, AppendLog, HybridLog} }
 
+// SeeksCheaperThanGets reports whether, on the engine named name ("" meaning
+// Default), seeking one reused iterator to a key reads its value faster than
+// a Get does: so on Pebble (a Get builds an iterator stack of its own;
+// 2.4 against 4.5 µs a read of 50,000 keys in random order) and on bbolt
+// (1.8 against 2.8 µs), not on appendlog and hybridlog, whose iterators
+// fill a batch of 64 entries at each seek (7.0 against 5.8 µs, 13.2
+// against 5.2 µs). A backup that reads a value for every key version
+// chooses its reads by it.
+func SeeksCheaperThanGets(name string) bool {
+	return name == "" || name == Pebble || name == Bbolt
+}
+
 // Check returns nil if name ("" meaning Default) names an engine, else an
 // error listing the engines.
 func Check(name string) error {
