@@ -201,9 +201,6 @@ func decodeWALRecord(b []byte) (walRecord, error) {
 	return r, nil
 }
 
-// errTorn marks a record of the last file that was written partially.
-var errTorn = errors.New("torn record")
-
 // file decodes one file's bytes; last says whether it is the WAL's last
 // file, where a torn record ends the WAL.
 func (d *walDecoder) file(name string, raw []byte, last bool) error {
