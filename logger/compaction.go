@@ -35,7 +35,7 @@ import (
 // compactor applies the committed entries the learner logged to a store of
 // its own (<cluster>/compaction/state, a Pebble engine, no WAL), and
 // rewrites runs of them as compacted batch files in the cluster's raftlog,
-// exactly as a member's compactor does, with two differences:
+// exactly as a member's compactor does, with three differences:
 //
 //   - the batches keep every entry they cannot merge verbatim (membership
 //     changes, auth and alarm requests: logcompact.BuildOptions.KeepAll),
