@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/engine/engines"
 	"github.com/strata-kv/strata/internal/testutil"
 )
 
@@ -306,7 +306,7 @@ func TestAlarmNoSpace(t *testing.T) {
 }
 
 // TestCorruptionCheck flips a value in one member's engine while it is
-// stopped (under the MVCC layout: a history entry, which HashKV reads) and
+// stopped (under the MVCC layout: a stored version, which HashKV reads) and
 // checks that the corruption check raises CORRUPT, after which writes are
 // refused with etcd's error.
 func TestCorruptionCheck(t *testing.T) {
@@ -346,10 +346,11 @@ func TestCorruptionCheck(t *testing.T) {
 
 // flipStoredValue changes the last byte of the first stored version (a
 // current record or a history entry, mvcc's "mc" and "mh") whose value ends
-// with want, in a stopped member's engine.
+// with want, in a stopped member's engine (of the engine the harness runs
+// members on).
 func flipStoredValue(t *testing.T, dir string, want []byte) {
 	t.Helper()
-	e, err := pebbleengine.Open(dir, pebbleengine.Options{})
+	e, err := engines.Open(testutil.Engine(), dir, engines.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
