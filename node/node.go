@@ -251,6 +251,11 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read last log index: %w", err)
 	}
+	if cfg.Applied > last && last == 0 {
+		// Nothing in the log at all: far likelier a log directory other than
+		// the one the data was written with than a log that lost entries.
+		return nil, fmt.Errorf("engine applied index %d but the raft log is empty: is this the log directory (--log-dir, --wal-dir) the member wrote its log to, or was it deleted?", cfg.Applied)
+	}
 	if cfg.Applied > last {
 		return nil, fmt.Errorf("engine applied index %d is past the log's last index %d: the log lost synced entries", cfg.Applied, last)
 	}

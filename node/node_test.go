@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -424,10 +425,11 @@ func TestRestartFinishesAnInterruptedInstall(t *testing.T) {
 		restarted   bool                     // the log was already restarted after snapMeta
 		record      *raftpb.SnapshotMetadata // the record left, if any
 		applied     uint64                   // the engine's applied index at start-up
-		wantErr     bool
-		wantSnap    uint64 // the log's snapshot index after start-up
-		wantApplied uint64 // what raft is told was applied
-		wantRecord  bool   // the record is kept
+		emptyLog    bool                     // the log holds nothing (another log directory)
+		wantErr     string                   // New fails saying this
+		wantSnap    uint64                   // the log's snapshot index after start-up
+		wantApplied uint64                   // what raft is told was applied
+		wantRecord  bool                     // the record is kept
 	}{
 		{name: "crash before the log restarted, engine at the snapshot", record: snapMeta, applied: 20,
 			wantSnap: 20, wantApplied: 20},
@@ -438,10 +440,14 @@ func TestRestartFinishesAnInterruptedInstall(t *testing.T) {
 		{name: "a later install not in the engine, the earlier one past the log's end", restarted: true, record: laterMeta,
 			applied: 26, wantSnap: 20, wantApplied: 20, wantRecord: true},
 		{name: "install not in the engine", record: snapMeta, applied: 10, wantSnap: 0, wantApplied: 10},
-		{name: "no record, engine past the log", applied: 26, wantErr: true},
+		{name: "no record, engine past the log", applied: 26, wantErr: "the log lost synced entries"},
+		{name: "empty log, engine applied", applied: 26, emptyLog: true, wantErr: "the raft log is empty: is this the log directory (--log-dir, --wal-dir)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := logWithEntries(t, []uint64{1, 2, 3}, 10)
+			if tc.emptyLog {
+				log = &memLog{MemoryStorage: raft.NewMemoryStorage()}
+			}
 			if tc.restarted {
 				if err := log.ApplySnapshot(snapMeta); err != nil {
 					t.Fatal(err)
@@ -456,10 +462,10 @@ func TestRestartFinishesAnInterruptedInstall(t *testing.T) {
 				ID: 1, Log: log, Applied: tc.applied, ConfState: &raftpb.ConfState{Voters: []uint64{1, 2, 3}},
 				TickInterval: time.Hour, ElectionTicks: 10, HeartbeatTicks: 1,
 			}
-			if tc.wantErr {
+			if tc.wantErr != "" {
 				cfg.Logger = testLogger(t)
-				if _, err := New(cfg); err == nil {
-					t.Fatal("New accepted an engine past the log's last index with no snapshot record")
+				if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("New of an engine past the log's last index with no snapshot record: %v, want an error saying %q", err, tc.wantErr)
 				}
 				return
 			}
