@@ -97,7 +97,7 @@ func (s *Service) create(ctx context.Context, req *CreateRequest) (*CreateRespon
 	if err != nil {
 		code := codes.Internal
 		switch {
-		case errors.Is(err, ErrNoTarget), errors.Is(err, ErrOtherFS):
+		case errors.Is(err, ErrNoTarget), errors.Is(err, ErrOtherFS), errors.Is(err, ErrNotPebble):
 			code = codes.FailedPrecondition
 		case errors.Is(err, ErrClosed):
 			code = codes.Unavailable

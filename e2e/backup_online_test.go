@@ -310,6 +310,7 @@ func TestBackupPointInTime(t *testing.T) {
 // reach is refused, saying so; a damaged log object is named by verify and
 // refused by restore.
 func TestBackupPointInTimeToTime(t *testing.T) {
+	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	dir := filepath.Join(t.TempDir(), "target")
 	target := "file://" + dir
 	start := time.Now()

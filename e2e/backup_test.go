@@ -364,6 +364,7 @@ func TestBackupKilled(t *testing.T) {
 // terminal, plain progress lines go to stderr, ending at 100%, and stdout
 // holds only the result line.
 func TestBackupProgressJSON(t *testing.T) {
+	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	src := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src"})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -433,6 +434,7 @@ func TestBackupProgressJSON(t *testing.T) {
 // no data dir is created, the non-empty one is left as it was, and the
 // target is byte for byte as before and still verifies.
 func TestBackupBadInput(t *testing.T) {
+	testutil.RequireEngine(t, "strata restore --from restores Pebble's engine files, and the harness gives restore the engine it runs", "pebble")
 	src := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src"})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

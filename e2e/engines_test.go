@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +164,28 @@ func TestKeySizeOnEveryEngine(t *testing.T) {
 			got, err := cli.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 			if err != nil || got.Count != int64(writes+1) {
 				t.Fatalf("keys after the refusals: %v, %v; want %d", got, err, writes+1)
+			}
+		})
+	}
+}
+
+// TestOnlineBackupRefusedOffPebble: `strata backup create --endpoints`
+// against a member on another engine than Pebble is refused with an error
+// that says why and names the engine (incremental backups copy Pebble's
+// files), and writes no version.
+func TestOnlineBackupRefusedOffPebble(t *testing.T) {
+	for _, name := range []string{engines.Bbolt, engines.AppendLog, engines.HybridLog} {
+		t.Run(name, func(t *testing.T) {
+			p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Flags: []string{"--engine=" + name}})
+			target := t.TempDir()
+			res := testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "backup", "create",
+				"--endpoints="+p.Endpoint(), "--target=file://"+target)
+			if res.Code == 0 || !strings.Contains(res.Stderr, "incremental backups copy Pebble's engine files") ||
+				!strings.Contains(res.Stderr, "engine is "+name) || !strings.Contains(res.Stderr, "FailedPrecondition") {
+				t.Fatalf("backup create on %s: exit %d, stderr %q; want a FailedPrecondition refusal naming the engine", name, res.Code, res.Stderr)
+			}
+			if entries, err := os.ReadDir(target); err != nil || len(entries) != 0 {
+				t.Fatalf("the refused backup left %d entries in the target (%v)", len(entries), err)
 			}
 		})
 	}
