@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/strata-kv/strata/engine"
+	"github.com/strata-kv/strata/internal/failpoint"
 )
 
 // DefaultMaxFileBytes is the active file's size at which it is sealed and a
@@ -651,11 +652,13 @@ func (e *Engine) Flush() error {
 	seg.ref()
 	e.mu.RUnlock()
 	defer seg.unref()
+	failpoint.Hit("engine/before-flush")
 	if err := seg.f.Sync(); err != nil {
 		err = fmt.Errorf("flush appendlog engine in %s: sync %s: %w", e.dir, seg.path, err)
 		e.setErr(err)
 		return err
 	}
+	failpoint.Hit("engine/after-flush")
 	e.mu.Lock()
 	seg.synced = max(seg.synced, n)
 	e.mu.Unlock()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/strata-kv/strata/engine"
 	"github.com/strata-kv/strata/engine/appendlog"
+	"github.com/strata-kv/strata/internal/failpoint"
 )
 
 // StableDir is the stable region's directory inside the engine's.
@@ -364,12 +365,14 @@ func (e *Engine) Flush() error {
 	}
 	e.sealLocked()
 	e.mu.Unlock()
+	failpoint.Hit("engine/before-flush")
 	if err := e.flushPending(); err != nil {
 		return fmt.Errorf("flush hybridlog engine in %s: %w", e.dir, err)
 	}
 	if err := e.stable.Flush(); err != nil {
 		return fmt.Errorf("flush hybridlog engine in %s: %w", e.dir, err)
 	}
+	failpoint.Hit("engine/after-flush")
 	return nil
 }
 
