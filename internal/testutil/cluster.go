@@ -389,8 +389,14 @@ func (c *Cluster) sourceOf(remote net.Addr) string {
 			pids = append(pids, pid)
 		}
 	}
-	if pid, ok := socketOwner(remote, pids); ok {
-		return byPid[pid]
+	// One read of /proc/net/tcp can miss a socket while other sockets come
+	// and go; a dial let through unnamed would slip past BlockSource, so
+	// look again before giving up (a dialer that is no member, such as a
+	// test's client, is never found).
+	for range 3 {
+		if pid, ok := socketOwner(remote, pids); ok {
+			return byPid[pid]
+		}
 	}
 	return ""
 }

@@ -34,10 +34,17 @@ type Proxy struct {
 		sync.Mutex
 		blackholed bool
 		closed     bool
-		conns      map[net.Conn]string // both sides of every forwarded connection -> its source
-		blocked    map[string]bool     // sources refused (BlockSource)
+		conns      map[net.Conn]forwarded // both sides of every forwarded connection
+		blocked    map[string]bool        // sources refused (BlockSource)
 		sourceOf   func(net.Addr) string
 	}
+}
+
+// forwarded is one side of a forwarded connection: who dialed it and from
+// where, so that a source not named at accept can be named later.
+type forwarded struct {
+	source string   // the dialer's name, "" while unknown
+	dialer net.Addr // the dialer's address, as the proxy accepted it
 }
 
 // NewProxy listens on a free loopback port and forwards to target
@@ -63,7 +70,7 @@ func NewProxy(target string) (*Proxy, error) {
 		l.Close()
 	}
 	p := &Proxy{ln: ln, target: target}
-	p.mu.conns = map[net.Conn]string{}
+	p.mu.conns = map[net.Conn]forwarded{}
 	p.mu.blocked = map[string]bool{}
 	return p, nil
 }
@@ -110,12 +117,22 @@ func (p *Proxy) SetSourceOf(f func(remote net.Addr) string) {
 
 // BlockSource closes the forwarded connections dialed by source and
 // refuses its new ones until UnblockSource.
+//
+// A connection whose dialer could not be named when it was accepted is
+// looked up again here: one read of /proc/net/tcp can miss a socket while
+// the table changes, and a connection left unnamed would survive every
+// BlockSource (with etcd, whose members read their peers' messages on
+// connections they dialed, an isolated member would keep its leader).
 func (p *Proxy) BlockSource(source string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.mu.blocked[source] = true
-	for c, src := range p.mu.conns {
-		if src == source {
+	for c, f := range p.mu.conns {
+		if f.source == "" && p.mu.sourceOf != nil {
+			f.source = p.mu.sourceOf(f.dialer)
+			p.mu.conns[c] = f
+		}
+		if f.source == source {
 			c.Close()
 		}
 	}
@@ -215,8 +232,9 @@ func (p *Proxy) track(in, out net.Conn, source string) bool {
 	if p.mu.blackholed || p.mu.closed || p.mu.blocked[source] {
 		return false
 	}
-	p.mu.conns[in] = source
-	p.mu.conns[out] = source
+	f := forwarded{source: source, dialer: in.RemoteAddr()}
+	p.mu.conns[in] = f
+	p.mu.conns[out] = f
 	return true
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -150,6 +151,39 @@ func TestProxyBlockSource(t *testing.T) {
 	p.UnblockSource("a")
 	if err := roundTrip(dial(), "after"); err != nil {
 		t.Errorf("after UnblockSource: %v", err)
+	}
+}
+
+// TestProxyBlockSourceResolvesLate covers a dialer whose process could not
+// be named when its connection was accepted (its socket missed in one read
+// of /proc/net/tcp): BlockSource must name it again and cut it, or an etcd
+// member that reads its peers' messages on connections it dialed keeps
+// hearing its leader through an Isolate.
+func TestProxyBlockSourceResolvesLate(t *testing.T) {
+	p, err := NewProxy(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lookups atomic.Int32
+	p.SetSourceOf(func(net.Addr) string {
+		if lookups.Add(1) == 1 {
+			return "" // the first lookup, at accept, finds no owner
+		}
+		return "a"
+	})
+	p.Start()
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("dial proxy: %v", err)
+	}
+	defer c.Close()
+	if err := roundTrip(c, "x"); err != nil {
+		t.Fatal(err)
+	}
+	p.BlockSource("a")
+	if err := roundTrip(c, "cut"); err == nil {
+		t.Error("a connection whose source was named only after accept still carries data once that source is blocked")
 	}
 }
 
