@@ -133,6 +133,10 @@ type Engine struct {
 	// flushed is set by Pebble's FlushEnd event; the next DurableIndex call
 	// clears it and re-reads the durable applied index.
 	flushed atomic.Bool
+	// generation counts the commits and ingests that changed the engine's
+	// content, so that an open batch knows when its point-read iterator no
+	// longer sees the engine as it is (batch).
+	generation atomic.Uint64
 
 	stallMu sync.Mutex
 	stalls  stallClock // guarded by stallMu
@@ -380,13 +384,77 @@ func get(r pebble.Reader, key []byte) ([]byte, error) {
 	return out, nil
 }
 
+// batch is an indexed pebble batch (engine.Batch).
+//
+// Its point reads go through one prefix iterator kept for the batch's life
+// (reads), not through pebble.Batch.Get: every Put in mvcc reads its key's
+// previous version, and Get builds a new iterator stack per call and never
+// consults the bottom level's bloom filters, so a key the store does not
+// hold costs a block search in the largest level on each put. The kept
+// iterator reuses its levels' table iterators from one seek to the next and
+// reads L6 filters (UseL6Filters); SeekPrefixGE with Pebble's default
+// comparer, whose prefix is the whole key, finds the key itself or nothing.
+//
+// Invariant: reads sees the batch's own writes and every write committed to
+// the engine before the read. SetOptions before each seek brings in the
+// batch's writes since the last one (a no-op when there are none); a commit
+// or ingest on the engine after the iterator was made (e.generation moved)
+// makes the next read build a new one, since an iterator's view of the
+// engine is fixed when it is made.
 type batch struct {
 	e    *Engine
 	b    *pebble.Batch
 	done bool
+
+	reads           *pebble.Iterator // nil until the first Get
+	readsGeneration uint64           // e.generation when reads was made
 }
 
-func (b *batch) Get(key []byte) ([]byte, error)              { return get(b.b, key) }
+// pointReadOptions are the options of batch.reads; SetOptions with the same
+// values keeps the iterator's state and only refreshes the batch's view.
+var pointReadOptions = pebble.IterOptions{UseL6Filters: true}
+
+// Get implements engine.Reader.
+func (b *batch) Get(key []byte) ([]byte, error) {
+	if b.reads != nil && b.readsGeneration != b.e.generation.Load() {
+		if err := b.closeReads(); err != nil {
+			return nil, fmt.Errorf("get %q: %w", key, err)
+		}
+	}
+	if b.reads == nil {
+		gen := b.e.generation.Load()
+		it, err := b.b.NewIter(&pointReadOptions)
+		if err != nil {
+			return nil, fmt.Errorf("get %q: %w", key, err)
+		}
+		b.reads, b.readsGeneration = it, gen
+	} else {
+		b.reads.SetOptions(&pointReadOptions)
+	}
+	if !b.reads.SeekPrefixGE(key) {
+		if err := b.reads.Error(); err != nil {
+			return nil, fmt.Errorf("get %q: %w", key, err)
+		}
+		return nil, engine.ErrNotFound
+	}
+	v, err := b.reads.ValueAndErr()
+	if err != nil {
+		return nil, fmt.Errorf("get %q: %w", key, err)
+	}
+	return append([]byte(nil), v...), nil
+}
+
+// closeReads closes the point-read iterator, before the batch is committed
+// or closed, or when the engine changed under it.
+func (b *batch) closeReads() error {
+	if b.reads == nil {
+		return nil
+	}
+	err := b.reads.Close()
+	b.reads = nil
+	return err
+}
+
 func (b *batch) NewIter(lower, upper []byte) engine.Iterator { return newIter(b.b, lower, upper) }
 func (b *batch) Set(key, value []byte) error                 { return b.b.Set(key, value, nil) }
 func (b *batch) Delete(key []byte) error                     { return b.b.Delete(key, nil) }
@@ -396,6 +464,9 @@ func (b *batch) Empty() bool                                 { return b.b.Empty(
 func (b *batch) Commit(appliedIndex uint64) error {
 	if b.done {
 		return errors.New("commit batch: already committed or closed")
+	}
+	if err := b.closeReads(); err != nil {
+		return fmt.Errorf("commit batch at index %d: %w", appliedIndex, err)
 	}
 	if err := b.e.commit(b.b, appliedIndex); err != nil {
 		return err
@@ -418,6 +489,9 @@ func (b *batch) CommitWith(appliedIndex uint64, tails []engine.WriteOnlyBatch) e
 	}
 	if b.done {
 		return errors.New("commit batch: already committed or closed")
+	}
+	if err := b.closeReads(); err != nil {
+		return fmt.Errorf("commit batch at index %d: %w", appliedIndex, err)
 	}
 	whole := b.e.db.NewBatch()
 	defer whole.Close()
@@ -458,6 +532,7 @@ func (e *Engine) commit(pb *pebble.Batch, appliedIndex uint64) error {
 	if err := pb.Commit(wo); err != nil {
 		return fmt.Errorf("commit batch at index %d: %w", appliedIndex, err)
 	}
+	e.generation.Add(1)
 	e.applied.Store(appliedIndex)
 	return nil
 }
@@ -489,7 +564,11 @@ func (b *batch) Close() error {
 		return nil
 	}
 	b.done = true
-	return b.b.Close()
+	rerr := b.closeReads()
+	if err := b.b.Close(); err != nil {
+		return err
+	}
+	return rerr
 }
 
 type snapshot struct{ s *pebble.Snapshot }

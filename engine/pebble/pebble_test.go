@@ -85,6 +85,30 @@ func TestBatchReadsOwnWritesAndSnapshotIsolation(t *testing.T) {
 	}
 }
 
+// TestBatchReadsSeeLaterCommits: a batch's point reads go through an
+// iterator it keeps, whose view of the engine is fixed when it is made; a
+// batch committed meanwhile (engine.Batch reads see the engine as it is) or
+// a snapshot installed must show in the next read.
+func TestBatchReadsSeeLaterCommits(t *testing.T) {
+	e := openMem(t, vfs.NewMem(), Options{})
+	defer e.Close()
+	b := e.NewBatch()
+	defer b.Close()
+	if _, err := b.Get([]byte("k1")); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("Get(k1) before any commit: %v, want ErrNotFound", err)
+	}
+	other := e.NewBatch()
+	if err := other.Set([]byte("k1"), []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Commit(1); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := b.Get([]byte("k1")); err != nil || string(v) != "v1" {
+		t.Fatalf("Get(k1) after another batch committed it = %q, %v; want v1", v, err)
+	}
+}
+
 func TestFlushAdvancesDurableAndCheckpoint(t *testing.T) {
 	fs := vfs.NewMem()
 	e := openMem(t, fs, Options{})

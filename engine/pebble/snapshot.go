@@ -130,7 +130,12 @@ func (w *SnapshotWriter) Abort() {
 // With the WAL off the install therefore ends with a flush, which writes
 // the queued ingest, and everything below it, to durable files.
 func (e *Engine) InstallSnapshot(path string) (uint64, error) {
-	if _, err := e.db.IngestAndExcise(context.Background(), []string{path}, nil, nil, allKeys); err != nil {
+	_, err := e.db.IngestAndExcise(context.Background(), []string{path}, nil, nil, allKeys)
+	// Counted even on failure: the ingest may have changed the engine
+	// before it failed, and an extra count only costs a batch a new
+	// iterator.
+	e.generation.Add(1)
+	if err != nil {
 		return 0, fmt.Errorf("install snapshot table %s: %w", path, err)
 	}
 	if !e.wal {
