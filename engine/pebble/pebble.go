@@ -114,6 +114,9 @@ type Options struct {
 	// memTableSize overrides Pebble's memtable size; tests set it small to
 	// provoke automatic flushes.
 	memTableSize uint64
+	// memKeysCapacity overrides memKeysCapacity; tests set it small to
+	// provoke rotations.
+	memKeysCapacity int
 }
 
 // Engine is engine.Engine on a Pebble DB.
@@ -137,6 +140,12 @@ type Engine struct {
 	// content, so that an open batch knows when its point-read iterator no
 	// longer sees the engine as it is (batch).
 	generation atomic.Uint64
+	// memKeys filters the keys the memtables may hold (memkeys.go); nil
+	// with Pebble's WAL on or read-only, where the memtables also hold
+	// what a WAL replay put there.
+	memKeys *memKeys
+	// flushedMemtables counts the memtables Pebble reported flushed.
+	flushedMemtables atomic.Uint64
 
 	stallMu sync.Mutex
 	stalls  stallClock // guarded by stallMu
@@ -189,6 +198,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	po.EventListener = &pebble.EventListener{
 		FlushEnd: func(info pebble.FlushInfo) {
 			if info.Err == nil {
+				e.flushedMemtables.Add(uint64(info.Input))
 				e.flushed.Store(true)
 			}
 		},
@@ -212,6 +222,13 @@ func Open(dir string, opts Options) (*Engine, error) {
 	}
 	e.applied.Store(idx)
 	e.durable.Store(idx)
+	if !opts.EnableWAL && !opts.ReadOnly {
+		// The memtables start empty unless a WAL of an earlier run (with
+		// EnableWAL) was replayed into them: newMemKeys tells by the queue.
+		e.memKeys = newMemKeys(opts.memKeysCapacity,
+			func() uint64 { return uint64(db.Metrics().MemTable.Count) },
+			e.flushedMemtables.Load)
+	}
 	return e, nil
 }
 
@@ -408,14 +425,37 @@ type batch struct {
 
 	reads           *pebble.Iterator // nil until the first Get
 	readsGeneration uint64           // e.generation when reads was made
+
+	// flushedReads reads the flushed tables only, for keys that memKeys
+	// says no memtable holds ("Reads that skip the memtables", memkeys.go).
+	flushedReads      *pebble.Iterator
+	flushedGeneration uint64
+	// own holds the hashes of the keys this batch wrote: memKeys learns
+	// them only at commit. ownRangeDel: the batch deleted a range, which
+	// may cover any key, so every read goes through the batch.
+	own         map[uint64]struct{}
+	ownRangeDel bool
 }
 
 // pointReadOptions are the options of batch.reads; SetOptions with the same
 // values keeps the iterator's state and only refreshes the batch's view.
 var pointReadOptions = pebble.IterOptions{UseL6Filters: true}
 
+// flushedReadOptions leave the memtables out (and the batch: the iterator
+// is the DB's).
+var flushedReadOptions = pebble.IterOptions{UseL6Filters: true, OnlyReadGuaranteedDurable: true}
+
 // Get implements engine.Reader.
 func (b *batch) Get(key []byte) ([]byte, error) {
+	if mk := b.e.memKeys; mk != nil && !b.ownRangeDel {
+		h := mk.hash(key)
+		if _, written := b.own[h]; !written {
+			rebuild := b.flushedReads == nil || b.flushedGeneration != b.e.generation.Load()
+			if mk.notInMemtables(h, rebuild) {
+				return b.getFlushed(key, rebuild)
+			}
+		}
+	}
 	if b.reads != nil && b.readsGeneration != b.e.generation.Load() {
 		if err := b.closeReads(); err != nil {
 			return nil, fmt.Errorf("get %q: %w", key, err)
@@ -431,35 +471,95 @@ func (b *batch) Get(key []byte) ([]byte, error) {
 	} else {
 		b.reads.SetOptions(&pointReadOptions)
 	}
-	if !b.reads.SeekPrefixGE(key) {
-		if err := b.reads.Error(); err != nil {
+	return seekPoint(b.reads, key)
+}
+
+// getFlushed reads key from the flushed tables alone. rebuild: the
+// iterator is missing or older than the engine's last change, and
+// memKeys was asked with retire (invariant 2 of memKeys).
+func (b *batch) getFlushed(key []byte, rebuild bool) ([]byte, error) {
+	if rebuild {
+		if b.flushedReads != nil {
+			err := b.flushedReads.Close()
+			b.flushedReads = nil
+			if err != nil {
+				return nil, fmt.Errorf("get %q: %w", key, err)
+			}
+		}
+		gen := b.e.generation.Load()
+		it, err := b.e.db.NewIter(&flushedReadOptions)
+		if err != nil {
+			return nil, fmt.Errorf("get %q: %w", key, err)
+		}
+		b.flushedReads, b.flushedGeneration = it, gen
+	}
+	return seekPoint(b.flushedReads, key)
+}
+
+// seekPoint reads key's value through a prefix seek: with Pebble's default
+// comparer a key's prefix is the whole key, so a valid position is key.
+func seekPoint(it *pebble.Iterator, key []byte) ([]byte, error) {
+	if !it.SeekPrefixGE(key) {
+		if err := it.Error(); err != nil {
 			return nil, fmt.Errorf("get %q: %w", key, err)
 		}
 		return nil, engine.ErrNotFound
 	}
-	v, err := b.reads.ValueAndErr()
+	v, err := it.ValueAndErr()
 	if err != nil {
 		return nil, fmt.Errorf("get %q: %w", key, err)
 	}
 	return append([]byte(nil), v...), nil
 }
 
-// closeReads closes the point-read iterator, before the batch is committed
-// or closed, or when the engine changed under it.
+// closeReads closes the point-read iterators, before the batch is committed
+// or closed, or when the engine changed under them.
 func (b *batch) closeReads() error {
-	if b.reads == nil {
-		return nil
+	var err error
+	if b.reads != nil {
+		err = b.reads.Close()
+		b.reads = nil
 	}
-	err := b.reads.Close()
-	b.reads = nil
+	if b.flushedReads != nil {
+		if ferr := b.flushedReads.Close(); err == nil {
+			err = ferr
+		}
+		b.flushedReads = nil
+	}
 	return err
 }
 
+// wrote records a key this batch writes, for Get's memKeys check.
+func (b *batch) wrote(key []byte) {
+	if b.e.memKeys == nil {
+		return
+	}
+	if b.own == nil {
+		b.own = make(map[uint64]struct{}, 64)
+	}
+	b.own[b.e.memKeys.hash(key)] = struct{}{}
+}
+
 func (b *batch) NewIter(lower, upper []byte) engine.Iterator { return newIter(b.b, lower, upper) }
-func (b *batch) Set(key, value []byte) error                 { return b.b.Set(key, value, nil) }
-func (b *batch) Delete(key []byte) error                     { return b.b.Delete(key, nil) }
-func (b *batch) DeleteRange(start, end []byte) error         { return b.b.DeleteRange(start, end, nil) }
-func (b *batch) Empty() bool                                 { return b.b.Empty() }
+
+// Set implements engine.Batch.
+func (b *batch) Set(key, value []byte) error {
+	b.wrote(key)
+	return b.b.Set(key, value, nil)
+}
+
+// Delete implements engine.Batch.
+func (b *batch) Delete(key []byte) error {
+	b.wrote(key)
+	return b.b.Delete(key, nil)
+}
+
+// DeleteRange implements engine.Batch.
+func (b *batch) DeleteRange(start, end []byte) error {
+	b.ownRangeDel = true
+	return b.b.DeleteRange(start, end, nil)
+}
+func (b *batch) Empty() bool { return b.b.Empty() }
 
 func (b *batch) Commit(appliedIndex uint64) error {
 	if b.done {
@@ -529,11 +629,21 @@ func (e *Engine) commit(pb *pebble.Batch, appliedIndex uint64) error {
 	if e.wal {
 		wo = pebble.Sync
 	}
+	if e.memKeys != nil {
+		if err := e.memKeys.addBatch(pb); err != nil {
+			return fmt.Errorf("commit batch at index %d: %w", appliedIndex, err)
+		}
+	}
 	if err := pb.Commit(wo); err != nil {
 		return fmt.Errorf("commit batch at index %d: %w", appliedIndex, err)
 	}
 	e.generation.Add(1)
 	e.applied.Store(appliedIndex)
+	if e.memKeys != nil {
+		// After the generation moved: an open batch's flushed-tables
+		// iterator, made before a flush this retires, is rebuilt.
+		e.memKeys.committed()
+	}
 	return nil
 }
 

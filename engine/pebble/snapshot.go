@@ -130,11 +130,19 @@ func (w *SnapshotWriter) Abort() {
 // With the WAL off the install therefore ends with a flush, which writes
 // the queued ingest, and everything below it, to durable files.
 func (e *Engine) InstallSnapshot(path string) (uint64, error) {
+	if e.memKeys != nil {
+		// The table may be queued as a flushable, which reads that skip
+		// the memtables would miss until it is flushed.
+		e.memKeys.ingesting()
+	}
 	_, err := e.db.IngestAndExcise(context.Background(), []string{path}, nil, nil, allKeys)
 	// Counted even on failure: the ingest may have changed the engine
 	// before it failed, and an extra count only costs a batch a new
 	// iterator.
 	e.generation.Add(1)
+	if e.memKeys != nil {
+		e.memKeys.ingested()
+	}
 	if err != nil {
 		return 0, fmt.Errorf("install snapshot table %s: %w", path, err)
 	}

@@ -1,0 +1,223 @@
+package pebble
+
+import (
+	"fmt"
+	"hash/maphash"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Reads that skip the memtables
+//
+// Every Put in mvcc reads its key's previous version inside the apply
+// batch. With the WAL off the memtables hold only what was committed since
+// Open, and a profile of a bulk load showed most of that read spent in the
+// memtable's skiplist: a seek through 32 MiB of randomly placed nodes, a
+// cache miss per level, mostly for keys the memtables do not hold (a new
+// key, or one last written long ago). memKeys is a bloom filter over every
+// key the memtables may hold; a batch asks it first, and a key it has never
+// seen is read from the flushed tables alone (pebble's
+// IterOptions.OnlyReadGuaranteedDurable leaves the memtables out).
+//
+// A filter is rotated when it is full, without forcing a flush: the old
+// one is kept until every memtable that existed at the rotation has been
+// flushed, which memKeys learns by counting the memtables Pebble reports
+// flushed (FlushEnd's Input) against the queue's length at the rotation.
+// Pebble flushes its queue oldest first and signals FlushEnd after the new
+// tables are visible to new iterators.
+//
+// Invariants, kept by memKeys under mu:
+//  1. While valid, every key of every batch committed to a memtable that has
+//     not been flushed is in cur or in old. Keys are added in commit,
+//     before the batch is applied; a batch that then fails to commit only
+//     leaves extra keys, which cost a read through the memtables.
+//  2. old is dropped only once flushed() has reached oldFlushedAt: then
+//     every memtable of the queue at the rotation, so every key old holds,
+//     is in a flushed table. A reader drops it only before building the
+//     iterator that relies on it, so that iterator sees those tables.
+//  3. valid is false whenever the memtables may hold what the filters do not
+//     show: a range deletion (it covers keys it does not name), an ingest
+//     queued as a flushable, Pebble's own WAL replayed at Open. It turns true
+//     again once flushed() reaches validAt, taken after the cause, when
+//     every memtable that could hold it is flushed.
+//
+// Concurrency: mu guards everything; commits come from one goroutine (the
+// applier), reads of the decision from the same, so mu is uncontended.
+type memKeys struct {
+	mu   sync.Mutex
+	seed maphash.Seed
+
+	// queueLen is the number of memtables (mutable, immutable and
+	// flushable) in Pebble's queue; flushed is how many Pebble has
+	// reported flushed since Open.
+	queueLen func() uint64
+	flushed  func() uint64
+
+	capacity     int        // keys a filter takes before rotation
+	cur          *keyFilter // keys committed since the last rotation
+	old          *keyFilter // keys committed before it; nil once flushed
+	oldFlushedAt uint64     // flushed() at which old's memtables are all flushed
+
+	valid   bool
+	validAt uint64 // while !valid: flushed() at which valid turns true
+	// rangeDeleted: a batch being committed holds a range deletion; once
+	// it is in a memtable, valid turns false (invariant 3).
+	rangeDeleted bool
+}
+
+// memKeysCapacity is how many keys a filter takes before it is rotated: at
+// 10 bits a key, 1.3 MB each, two at most. A 32 MiB memtable holds about
+// 100,000 puts of small values, and a put adds two keys (its record and
+// the applied index, at most).
+const memKeysCapacity = 1 << 20
+
+// newMemKeys returns the filter of an engine just opened, whose memtables
+// queue holds queueLen() memtables: complete only if that is the empty
+// mutable one. capacity 0 means memKeysCapacity.
+func newMemKeys(capacity int, queueLen, flushed func() uint64) *memKeys {
+	if capacity <= 0 {
+		capacity = memKeysCapacity
+	}
+	m := &memKeys{seed: maphash.MakeSeed(), queueLen: queueLen, flushed: flushed, capacity: capacity, cur: newKeyFilter(capacity)}
+	if q := queueLen(); q == 1 {
+		m.valid = true
+	} else {
+		m.validAt = m.allFlushedAt()
+	}
+	return m
+}
+
+func (m *memKeys) hash(key []byte) uint64 { return maphash.Bytes(m.seed, key) }
+
+// allFlushedAt is the flushed() count at which every memtable in the
+// queue now is flushed. The queue is read first: a flush ending between
+// the two reads then makes the answer later than needed, never earlier.
+func (m *memKeys) allFlushedAt() uint64 {
+	q := m.queueLen()
+	return m.flushed() + q
+}
+
+// addBatch records every key of a batch about to be committed (invariant
+// 1), and notes a range deletion (invariant 3).
+func (m *memKeys) addBatch(pb *pebble.Batch) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := pb.Reader()
+	for {
+		kind, key, _, ok, err := r.Next()
+		if err != nil {
+			return fmt.Errorf("read batch keys: %w", err)
+		}
+		if !ok {
+			return nil
+		}
+		switch kind {
+		case pebble.InternalKeyKindRangeDelete, pebble.InternalKeyKindRangeKeySet,
+			pebble.InternalKeyKindRangeKeyUnset, pebble.InternalKeyKindRangeKeyDelete:
+			m.rangeDeleted = true
+		default:
+			m.cur.add(m.hash(key))
+		}
+	}
+}
+
+// committed runs after each commit: it turns valid off after a range
+// deletion, rotates a full filter, and drops a flushed one.
+func (m *memKeys) committed() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.retireLocked()
+	if m.rangeDeleted {
+		m.rangeDeleted = false
+		m.valid = false
+		m.validAt = m.allFlushedAt()
+	}
+	if m.old == nil && m.cur.count >= m.capacity {
+		m.old, m.oldFlushedAt = m.cur, m.allFlushedAt()
+		m.cur = newKeyFilter(m.capacity)
+	}
+}
+
+// ingesting turns valid off before an ingest, for good: ingested marks
+// when it may turn back on.
+func (m *memKeys) ingesting() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.valid = false
+	m.validAt = ^uint64(0)
+}
+
+// ingested runs after an ingest, whose table may wait in the queue as a
+// flushable until it is flushed.
+func (m *memKeys) ingested() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.validAt = m.allFlushedAt()
+}
+
+// retireLocked drops old once its memtables are flushed (invariant 2) and
+// turns valid back on when the memtables behind its cause are (3).
+func (m *memKeys) retireLocked() {
+	f := m.flushed()
+	if m.old != nil && f >= m.oldFlushedAt {
+		m.old = nil
+	}
+	if !m.valid && f >= m.validAt {
+		m.valid = true
+	}
+}
+
+// notInMemtables reports whether key is certainly in no memtable, so that
+// reading the flushed tables alone gives its latest committed value. retire
+// says whether the caller is about to build its flushed-tables iterator,
+// which is when old may be dropped (invariant 2).
+func (m *memKeys) notInMemtables(h uint64, retire bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if retire {
+		m.retireLocked()
+	}
+	if !m.valid || m.cur.mayContain(h) {
+		return false
+	}
+	return m.old == nil || !m.old.mayContain(h)
+}
+
+// keyFilter is a blocked bloom filter over 64-bit key hashes: each key sets
+// keyFilterProbes bits within one 512-bit block (one cache line), chosen by
+// the hash's high bits, so a lookup touches one line.
+type keyFilter struct {
+	blocks [][8]uint64
+	count  int // keys added, repeats included
+}
+
+const keyFilterProbes = 7
+
+func newKeyFilter(capacity int) *keyFilter {
+	// 10 bits a key: about 1% false positives with 7 probes.
+	n := max(capacity*10/512, 1)
+	return &keyFilter{blocks: make([][8]uint64, n)}
+}
+
+func (f *keyFilter) add(h uint64) {
+	b := &f.blocks[(h>>32)%uint64(len(f.blocks))]
+	h1, h2 := uint32(h), uint32(h>>17)|1
+	for i := range uint32(keyFilterProbes) {
+		bit := (h1 + i*h2) & 511
+		b[bit>>6] |= 1 << (bit & 63)
+	}
+	f.count++
+}
+
+func (f *keyFilter) mayContain(h uint64) bool {
+	b := &f.blocks[(h>>32)%uint64(len(f.blocks))]
+	h1, h2 := uint32(h), uint32(h>>17)|1
+	for i := range uint32(keyFilterProbes) {
+		bit := (h1 + i*h2) & 511
+		if b[bit>>6]&(1<<(bit&63)) == 0 {
+			return false
+		}
+	}
+	return true
+}
