@@ -1,0 +1,244 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/strata-kv/strata/internal/testutil"
+)
+
+// TestForceNewCluster is etcd's disaster recovery with --force-new-cluster,
+// on strata and on etcd: a cluster of three takes writes, every member is
+// killed with SIGKILL, and one is restarted on its data directory with the
+// flag (as ETCD_FORCE_NEW_CLUSTER, which both read). It must answer every
+// acknowledged write with its revision, list itself alone with its member
+// ID, accept writes (the revision going on from the last acknowledged
+// one), keep being a cluster of one when restarted without the flag, and
+// take a new member that catches up. The same steps against etcd show that
+// the behaviour is etcd's.
+func TestForceNewCluster(t *testing.T) {
+	t.Parallel()
+	for _, v := range []struct {
+		name  string
+		f     flavor
+		flags []string
+	}{
+		{name: "strata", f: strata},
+		// Compacted batch files stand for applied entries below the log's
+		// snapshot point: the membership must still be found.
+		{name: "strata log compaction", f: strata, flags: []string{"--log-compaction", "--log-segment-size=32768", "--snapshot-catchup-entries=10"}},
+		{name: "etcd", f: etcd},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			flags := append(append([]string{"--snapshot-count=100"}, clusterFlags...), v.flags...)
+			c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, v.f), Size: 3, Flags: flags})
+			forceNewCluster(t, c)
+		})
+	}
+}
+
+// forceNewCluster runs TestForceNewCluster's steps on c.
+func forceNewCluster(t *testing.T, c *testutil.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cli := c.Client(t)
+	// Puts over fewer keys than puts, so that keys have several versions,
+	// and one delete.
+	type ack struct {
+		value     string
+		mod, ver  int64
+		create    int64
+		tombstone bool
+	}
+	acks := map[string]ack{}
+	var lastRev int64
+	value := strings.Repeat("v", 200) // fills log segments (log compaction)
+	for i := range 400 {
+		k := fmt.Sprintf("key-%03d", i%120)
+		resp, err := cli.Put(ctx, k, fmt.Sprintf("%s-%d", value, i))
+		if err != nil {
+			t.Fatalf("put %s: %v", k, err)
+		}
+		a := acks[k]
+		if a.create == 0 {
+			a.create = resp.Header.Revision
+		}
+		a.value, a.mod, a.ver = fmt.Sprintf("%s-%d", value, i), resp.Header.Revision, a.ver+1
+		acks[k] = a
+		lastRev = resp.Header.Revision
+	}
+	del, err := cli.Delete(ctx, "key-007")
+	if err != nil || del.Deleted != 1 {
+		t.Fatalf("delete key-007: %v (%v)", err, del)
+	}
+	acks["key-007"] = ack{tombstone: true}
+	lastRev = del.Header.Revision
+	clusterID := del.Header.ClusterId
+
+	// The member forced is the leader: its commit index is the one
+	// written lazily (strata and etcd alike). Every member has applied
+	// the last write before the kill; the wait lets the last commit index
+	// reach each log (a heartbeat is 25 ms).
+	l, err := c.WaitLeader(faultTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forced := c.Members[l]
+	for _, m := range c.Members {
+		waitRevision(t, m.Endpoint(), lastRev)
+	}
+	time.Sleep(500 * time.Millisecond) // several heartbeats; see above
+	for _, m := range c.Members {
+		m.Kill()
+	}
+
+	forced.SetEnv("ETCD_FORCE_NEW_CLUSTER=true")
+	forced.Restart()
+	if out := forced.CurrentOutput(); !strings.Contains(out, "forcing restart member") {
+		t.Errorf("%s logged no \"forcing restart member\"", forced.Name())
+	}
+	fcli := newClient(t, forced.Endpoint())
+	check := func(when string) {
+		t.Helper()
+		for k, a := range acks {
+			resp, err := fcli.Get(ctx, k)
+			if err != nil {
+				t.Fatalf("%s: get %s: %v", when, k, err)
+			}
+			switch {
+			case a.tombstone && len(resp.Kvs) != 0:
+				t.Errorf("%s: deleted %s is back: %q", when, k, resp.Kvs[0].Value)
+			case a.tombstone:
+			case len(resp.Kvs) != 1:
+				t.Errorf("%s: acknowledged %s is missing", when, k)
+			case string(resp.Kvs[0].Value) != a.value || resp.Kvs[0].ModRevision != a.mod ||
+				resp.Kvs[0].CreateRevision != a.create || resp.Kvs[0].Version != a.ver:
+				kv := resp.Kvs[0]
+				t.Errorf("%s: %s: value ...%q mod %d create %d version %d, want ...%q mod %d create %d version %d", when, k,
+					tail(kv.Value), kv.ModRevision, kv.CreateRevision, kv.Version, tail([]byte(a.value)), a.mod, a.create, a.ver)
+			}
+		}
+	}
+	checkMembers := func(when string, want ...uint64) {
+		t.Helper()
+		resp, err := fcli.MemberList(ctx)
+		if err != nil {
+			t.Fatalf("%s: member list: %v", when, err)
+		}
+		var got []string
+		for _, m := range resp.Members {
+			got = append(got, fmt.Sprintf("%x learner=%v", m.ID, m.IsLearner))
+		}
+		var wantS []string
+		for _, id := range want {
+			wantS = append(wantS, fmt.Sprintf("%x learner=false", id))
+		}
+		if strings.Join(got, ",") != strings.Join(wantS, ",") {
+			t.Errorf("%s: member list %v, want %v", when, got, wantS)
+		}
+		if resp.Header.MemberId != forced.ID {
+			t.Errorf("%s: member ID %x, want %x (kept)", when, resp.Header.MemberId, forced.ID)
+		}
+	}
+	check("forced")
+	checkMembers("forced", forced.ID)
+
+	// Writes go on from the last acknowledged revision: forcing changes
+	// the membership, not the key space.
+	resp, err := fcli.Put(ctx, "after-force", "1")
+	if err != nil {
+		t.Fatalf("put on the forced member: %v", err)
+	}
+	if resp.Header.Revision != lastRev+1 {
+		t.Errorf("first write after forcing at revision %d, want %d", resp.Header.Revision, lastRev+1)
+	}
+	if resp.Header.ClusterId != clusterID {
+		t.Errorf("cluster ID %x after forcing, %x before (kept, as in etcd)", resp.Header.ClusterId, clusterID)
+	}
+	acks["after-force"] = ack{value: "1", mod: resp.Header.Revision, create: resp.Header.Revision, ver: 1}
+	lastRev = resp.Header.Revision
+
+	// Restarted without the flag, it is still a cluster of one.
+	forced.Kill()
+	forced.SetEnv()
+	forced.Restart()
+	if out := forced.CurrentOutput(); strings.Contains(out, "forcing restart member") {
+		t.Errorf("%s forced again when restarted without the flag", forced.Name())
+	}
+	check("restarted without the flag")
+	checkMembers("restarted without the flag", forced.ID)
+	if _, err := fcli.Put(ctx, "after-restart", "2"); err != nil {
+		t.Fatalf("put after a restart without the flag: %v", err)
+	}
+	acks["after-restart"] = ack{value: "2", mod: lastRev + 1, create: lastRev + 1, ver: 1}
+	lastRev++
+
+	// A new member added the etcd way catches up.
+	nm := c.PrepareMember()
+	var add *clientv3.MemberAddResponse
+	for {
+		add, err = fcli.MemberAdd(ctx, []string{nm.PeerURL()})
+		if err == nil || !strings.Contains(err.Error(), "unhealthy cluster") || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // etcd's strict reconfiguration check; retry interval
+	}
+	if err != nil {
+		t.Fatalf("member add after forcing: %v", err)
+	}
+	c.JoinMember(nm, add.Member.ID, forced.Name()+"="+forced.PeerURL()+","+nm.Name()+"="+nm.PeerURL())
+	if err := nm.WaitReady(faultTimeout); err != nil {
+		t.Fatalf("added member: %v", err)
+	}
+	waitRevision(t, nm.Endpoint(), lastRev)
+	ncli := newClient(t, nm.Endpoint())
+	for k, a := range acks {
+		resp, err := ncli.Get(ctx, k, clientv3.WithSerializable())
+		if err != nil {
+			t.Fatalf("get %s on the new member: %v", k, err)
+		}
+		if a.tombstone != (len(resp.Kvs) == 0) || (!a.tombstone && (string(resp.Kvs[0].Value) != a.value || resp.Kvs[0].ModRevision != a.mod)) {
+			t.Errorf("new member: %s: %v, want %+v", k, resp.Kvs, a)
+		}
+	}
+	checkMembers("with a new member", sortedIDs(forced.ID, add.Member.ID)...)
+	if _, err := ncli.Put(ctx, "two-members", "3"); err != nil {
+		t.Fatalf("put through the new member: %v", err)
+	}
+}
+
+// waitRevision waits until the member at endpoint serves revision rev
+// from its own state (a serializable read).
+func waitRevision(t *testing.T, endpoint string, rev int64) {
+	t.Helper()
+	cli := newClient(t, endpoint)
+	deadline := time.Now().Add(faultTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := cli.Get(ctx, "any", clientv3.WithSerializable())
+		cancel()
+		if err == nil && resp.Header.Revision >= rev {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not reach revision %d in %v (%v, %v)", endpoint, rev, faultTimeout, resp, err)
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval
+	}
+}
+
+// tail is the end of a long value, for messages.
+func tail(v []byte) []byte { return v[max(0, len(v)-8):] }
+
+// sortedIDs are ids in the order member list answers them.
+func sortedIDs(ids ...uint64) []uint64 {
+	slices.Sort(ids)
+	return ids
+}
