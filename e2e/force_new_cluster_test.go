@@ -28,24 +28,37 @@ func TestForceNewCluster(t *testing.T) {
 		name  string
 		f     flavor
 		flags []string
+		// follower forces a follower rather than the leader; atOnce kills
+		// the leader right after the last acknowledged write, before its
+		// commit index is written (strata only: etcd may then lose the
+		// write, TestForceNewClusterSingleMember).
+		follower, atOnce bool
 	}{
 		{name: "strata", f: strata},
+		{name: "strata leader killed at once", f: strata, atOnce: true},
+		{name: "strata follower", f: strata, follower: true},
 		// Compacted batch files stand for applied entries below the log's
 		// snapshot point: the membership must still be found.
-		{name: "strata log compaction", f: strata, flags: []string{"--log-compaction", "--log-segment-size=32768", "--snapshot-catchup-entries=10"}},
+		{name: "strata log compaction", f: strata, flags: []string{"--log-compaction", "--log-segment-size=32768"}},
 		{name: "etcd", f: etcd},
+		{name: "etcd follower", f: etcd, follower: true},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			flags := append(append([]string{"--snapshot-count=100"}, clusterFlags...), v.flags...)
+			// The engine is flushed and the log truncated every 100
+			// entries: the member restarts from its engine's applied
+			// index and conf state and a log that starts past index 1.
+			flags := append(append([]string{"--snapshot-count=100", "--snapshot-catchup-entries=10"}, clusterFlags...), v.flags...)
 			c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, v.f), Size: 3, Flags: flags})
-			forceNewCluster(t, c)
+			forceNewCluster(t, c, v.follower, v.atOnce)
 		})
 	}
 }
 
-// forceNewCluster runs TestForceNewCluster's steps on c.
-func forceNewCluster(t *testing.T, c *testutil.Cluster) {
+// forceNewCluster runs TestForceNewCluster's steps on c, forcing its
+// leader, or a follower if follower; atOnce kills the leader as soon as
+// the last write is acknowledged.
+func forceNewCluster(t *testing.T, c *testutil.Cluster, follower, atOnce bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cli := c.Client(t)
@@ -74,27 +87,38 @@ func forceNewCluster(t *testing.T, c *testutil.Cluster) {
 		acks[k] = a
 		lastRev = resp.Header.Revision
 	}
-	del, err := cli.Delete(ctx, "key-007")
-	if err != nil || del.Deleted != 1 {
-		t.Fatalf("delete key-007: %v (%v)", err, del)
-	}
-	acks["key-007"] = ack{tombstone: true}
-	lastRev = del.Header.Revision
-	clusterID := del.Header.ClusterId
-
-	// The member forced is the leader: its commit index is the one
-	// written lazily (strata and etcd alike). Every member has applied
-	// the last write before the kill; the wait lets the last commit index
-	// reach each log (a heartbeat is 25 ms).
+	// A leader's commit index is written lazily (strata and etcd alike); a
+	// follower's comes with the leader's next message.
 	l, err := c.WaitLeader(faultTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
-	forced := c.Members[l]
-	for _, m := range c.Members {
-		waitRevision(t, m.Endpoint(), lastRev)
+	if follower {
+		l = followers(c, l)[0]
 	}
-	time.Sleep(500 * time.Millisecond) // several heartbeats; see above
+	forced := c.Members[l]
+	del, err := cli.Delete(ctx, "key-007")
+	if err != nil || del.Deleted != 1 {
+		t.Fatalf("delete key-007: %v (%v)", err, del)
+	}
+	if atOnce {
+		// The leader acknowledged the delete once it had applied it, so
+		// after its own append; the kill most likely lands before its
+		// next tick writes the commit index.
+		forced.Kill()
+	}
+	acks["key-007"] = ack{tombstone: true}
+	lastRev = del.Header.Revision
+	clusterID := del.Header.ClusterId
+	if !atOnce {
+		// Every member applies the last write before the kill, and the
+		// wait lets the last commit index reach each log (a heartbeat is
+		// 25 ms).
+		for _, m := range c.Members {
+			waitRevision(t, m.Endpoint(), lastRev)
+		}
+		time.Sleep(500 * time.Millisecond) // several heartbeats; see above
+	}
 	for _, m := range c.Members {
 		m.Kill()
 	}
@@ -241,4 +265,54 @@ func tail(v []byte) []byte { return v[max(0, len(v)-8):] }
 func sortedIDs(ids ...uint64) []uint64 {
 	slices.Sort(ids)
 	return ids
+}
+
+// TestForceNewClusterSingleMember: as etcd, a member started with
+// --force-new-cluster on an empty data directory starts as its other flags
+// say (here a new cluster of one) without forcing anything. Killed right
+// after an acknowledged write and restarted with the flag on its data, it
+// forces a cluster it is alone in. strata keeps the write: it takes every
+// entry of its log as committed (node/force.go). etcd keeps only entries up
+// to its WAL's commit index or its applied index, both written lazily, and
+// may lose it: the test logs what etcd did rather than failing on it.
+func TestForceNewClusterSingleMember(t *testing.T) {
+	t.Parallel()
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			t.Parallel()
+			p := start(t, f, "--force-new-cluster")
+			if strings.Contains(p.CurrentOutput(), "forcing restart member") {
+				t.Errorf("forced on an empty data directory")
+			}
+			cli := newClient(t, p.Endpoint())
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			put, err := cli.Put(ctx, "k", "v")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Kill()
+			p.Restart()
+			if !strings.Contains(p.CurrentOutput(), "forcing restart member") {
+				t.Errorf("restarted with the flag on its data: no \"forcing restart member\"")
+			}
+			get, err := cli.Get(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch kept := len(get.Kvs) == 1 && get.Kvs[0].ModRevision == put.Header.Revision; {
+			case !kept && f == strata:
+				t.Errorf("after the forced restart: %v; want k at revision %d, acknowledged before the kill", get.Kvs, put.Header.Revision)
+			case !kept:
+				t.Logf("%s lost the write acknowledged at revision %d right before the kill (now at revision %d)", f, put.Header.Revision, get.Header.Revision)
+			}
+			members, err := cli.MemberList(ctx)
+			if err != nil || len(members.Members) != 1 {
+				t.Fatalf("member list: %v, %v; want one member", members, err)
+			}
+			if put2, err := cli.Put(ctx, "k", "v2"); err != nil || put2.Header.Revision != get.Header.Revision+1 {
+				t.Fatalf("put after the forced restart: %v, %v; want revision %d", put2, err, get.Header.Revision+1)
+			}
+		})
+	}
 }
