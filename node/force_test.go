@@ -60,11 +60,11 @@ func describeLog(t *testing.T, log *memLog) []string {
 }
 
 // TestForceNewClusterRewritesTheLog checks what New writes to the log under
-// ForceNewCluster, before raft runs (force.go's numbered steps): the commit
-// index is the larger of the log's and the applied index, entries past it
-// are overwritten, and one removal per other member (voters and learners,
-// as raft's membership at the commit index has them) is appended in the
-// HardState's term and recorded as committed.
+// ForceNewCluster, before raft runs (force.go's numbered steps): every
+// entry is kept and taken as committed, whatever commit index the log
+// records and whatever the engine applied, and one removal per other
+// member (voters and learners, as raft's membership at the last index has
+// them) is appended in the HardState's term and recorded as committed.
 func TestForceNewClusterRewritesTheLog(t *testing.T) {
 	// A cluster of voters 1, 2, 3 and learner 4 (indexes 1-4), with normal
 	// entries 5-10 in term 2; the HardState is in term 3.
@@ -80,7 +80,16 @@ func TestForceNewClusterRewritesTheLog(t *testing.T) {
 		}
 		return ents
 	}
+	alone := func(t *testing.T) []*raftpb.Entry {
+		ents := []*raftpb.Entry{confEntry(t, 1, 1, raftpb.ConfChangeAddNode, 1)}
+		for i := uint64(2); i <= 10; i++ {
+			ents = append(ents, normalEntry(i, 2))
+		}
+		return ents
+	}
 	all := &raftpb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{4}}
+	kept := []string{"7/2 v7", "8/2 v8", "9/2 v9", "10/2 v10"}
+	removeAll := []string{"11/3 ConfChangeRemoveNode 2", "12/3 ConfChangeRemoveNode 3", "13/3 ConfChangeRemoveNode 4"}
 	for _, tc := range []struct {
 		name      string
 		entries   func(t *testing.T) []*raftpb.Entry
@@ -91,68 +100,43 @@ func TestForceNewClusterRewritesTheLog(t *testing.T) {
 		wantHS    string
 	}{
 		{
-			name: "applied past the commit the log records", entries: base, logCommit: 7, applied: 8, confState: all,
-			want:   []string{"7/2 v7", "8/2 v8", "9/3 ConfChangeRemoveNode 2", "10/3 ConfChangeRemoveNode 3", "11/3 ConfChangeRemoveNode 4"},
-			wantHS: "Term:3 Vote:1 Commit:11",
+			name: "entries past the commit index and the applied index are kept", entries: base, logCommit: 7, applied: 6, confState: all,
+			want: append(slices.Clone(kept), removeAll...), wantHS: "Term:3 Vote:1 Commit:13",
 		},
 		{
-			name: "commit the log records past the applied index", entries: base, logCommit: 9, applied: 6, confState: all,
-			want:   []string{"7/2 v7", "8/2 v8", "9/2 v9", "10/3 ConfChangeRemoveNode 2", "11/3 ConfChangeRemoveNode 3", "12/3 ConfChangeRemoveNode 4"},
-			wantHS: "Term:3 Vote:1 Commit:12",
+			name: "applied past the commit the log records", entries: base, logCommit: 7, applied: 9, confState: all,
+			want: append(slices.Clone(kept), removeAll...), wantHS: "Term:3 Vote:1 Commit:13",
 		},
 		{
 			name: "membership from the log's entries, the engine holding none", entries: base, logCommit: 10, applied: 0,
-			want: []string{"7/2 v7", "8/2 v8", "9/2 v9", "10/2 v10",
-				"11/3 ConfChangeRemoveNode 2", "12/3 ConfChangeRemoveNode 3", "13/3 ConfChangeRemoveNode 4"},
-			wantHS: "Term:3 Vote:1 Commit:13",
+			want: append(slices.Clone(kept), removeAll...), wantHS: "Term:3 Vote:1 Commit:13",
 		},
 		{
-			name: "a member removed before the commit index is not removed again",
+			name: "a member removed in the log is not removed again",
 			entries: func(t *testing.T) []*raftpb.Entry {
 				ents := base(t)
 				ents[5] = confEntry(t, 6, 2, raftpb.ConfChangeRemoveNode, 3)
 				return ents
 			},
 			logCommit: 8, applied: 4, confState: all,
-			want:   []string{"7/2 v7", "8/2 v8", "9/3 ConfChangeRemoveNode 2", "10/3 ConfChangeRemoveNode 4"},
-			wantHS: "Term:3 Vote:1 Commit:10",
+			want:   append(slices.Clone(kept), "11/3 ConfChangeRemoveNode 2", "12/3 ConfChangeRemoveNode 4"),
+			wantHS: "Term:3 Vote:1 Commit:12",
 		},
 		{
-			name: "a membership change past the commit index is discarded with it",
+			name: "a membership change past the log's commit index counts, as it is committed now",
 			entries: func(t *testing.T) []*raftpb.Entry {
 				ents := base(t)
 				ents[8] = confEntry(t, 9, 2, raftpb.ConfChangeRemoveNode, 2)
 				return ents
 			},
 			logCommit: 8, applied: 8, confState: all,
-			want:   []string{"7/2 v7", "8/2 v8", "9/3 ConfChangeRemoveNode 2", "10/3 ConfChangeRemoveNode 3", "11/3 ConfChangeRemoveNode 4"},
-			wantHS: "Term:3 Vote:1 Commit:11",
+			want:   []string{"7/2 v7", "8/2 v8", "9/2 ConfChangeRemoveNode 2", "10/2 v10", "11/3 ConfChangeRemoveNode 3", "12/3 ConfChangeRemoveNode 4"},
+			wantHS: "Term:3 Vote:1 Commit:12",
 		},
 		{
-			name: "alone already: an empty entry replaces the discarded tail",
-			entries: func(t *testing.T) []*raftpb.Entry {
-				ents := []*raftpb.Entry{confEntry(t, 1, 1, raftpb.ConfChangeAddNode, 1)}
-				for i := uint64(2); i <= 10; i++ {
-					ents = append(ents, normalEntry(i, 2))
-				}
-				return ents
-			},
+			name: "alone already: only the commit index is recorded", entries: alone,
 			logCommit: 8, applied: 8, confState: &raftpb.ConfState{Voters: []uint64{1}},
-			want:   []string{"7/2 v7", "8/2 v8", "9/3 empty"},
-			wantHS: "Term:3 Vote:1 Commit:9",
-		},
-		{
-			name: "alone already, nothing past the commit index: only the commit is recorded",
-			entries: func(t *testing.T) []*raftpb.Entry {
-				ents := []*raftpb.Entry{confEntry(t, 1, 1, raftpb.ConfChangeAddNode, 1)}
-				for i := uint64(2); i <= 10; i++ {
-					ents = append(ents, normalEntry(i, 2))
-				}
-				return ents
-			},
-			logCommit: 8, applied: 10, confState: &raftpb.ConfState{Voters: []uint64{1}},
-			want:   []string{"7/2 v7", "8/2 v8", "9/2 v9", "10/2 v10"},
-			wantHS: "Term:3 Vote:1 Commit:10",
+			want: kept, wantHS: "Term:3 Vote:1 Commit:10",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -254,7 +238,8 @@ func TestForceNewClusterIgnoredOnEmptyLog(t *testing.T) {
 }
 
 // TestForceNewClusterServesAlone runs a forced member: it becomes leader
-// with nobody else, hands the removals to the applier with conf states
+// with nobody else, applies every entry of its log, hands the removals to
+// the applier with conf states
 // that end in itself alone, commits a proposal, and, restarted on the same
 // log without the flag, is still a cluster of one.
 func TestForceNewClusterServesAlone(t *testing.T) {
@@ -265,7 +250,9 @@ func TestForceNewClusterServesAlone(t *testing.T) {
 		confEntry(t, 3, 1, raftpb.ConfChangeAddNode, 3),
 		normalEntry(4, 2), normalEntry(5, 2),
 	}
-	if err := log.Append(ents, &raftpb.HardState{Term: proto.Uint64(2), Vote: proto.Uint64(2), Commit: proto.Uint64(5)}); err != nil {
+	// Entry 5 is past the commit index the log records: taken as
+	// committed, it is applied.
+	if err := log.Append(ents, &raftpb.HardState{Term: proto.Uint64(2), Vote: proto.Uint64(2), Commit: proto.Uint64(4)}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := Config{ID: 1, Log: log, Applied: 3, ConfState: &raftpb.ConfState{Voters: []uint64{1, 2, 3}}, ForceNewCluster: true,
