@@ -71,7 +71,6 @@ func forceNewCluster(t *testing.T, c *testutil.Cluster, follower, atOnce bool) {
 		tombstone bool
 	}
 	acks := map[string]ack{}
-	var lastRev int64
 	value := strings.Repeat("v", 200) // fills log segments (log compaction)
 	for i := range 400 {
 		k := fmt.Sprintf("key-%03d", i%120)
@@ -85,7 +84,6 @@ func forceNewCluster(t *testing.T, c *testutil.Cluster, follower, atOnce bool) {
 		}
 		a.value, a.mod, a.ver = fmt.Sprintf("%s-%d", value, i), resp.Header.Revision, a.ver+1
 		acks[k] = a
-		lastRev = resp.Header.Revision
 	}
 	// A leader's commit index is written lazily (strata and etcd alike); a
 	// follower's comes with the leader's next message.
@@ -108,7 +106,7 @@ func forceNewCluster(t *testing.T, c *testutil.Cluster, follower, atOnce bool) {
 		forced.Kill()
 	}
 	acks["key-007"] = ack{tombstone: true}
-	lastRev = del.Header.Revision
+	lastRev := del.Header.Revision
 	clusterID := del.Header.ClusterId
 	if !atOnce {
 		// Every member applies the last write before the kill, and the
