@@ -19,12 +19,17 @@ import (
 // step 3); a write acknowledged after them survives the cut too.
 func TestForceNewClusterPowerCut(t *testing.T) {
 	fs := vfs.NewCrashableMem()
-	noStrict := func(cfg *Config) { cfg.NoStrictReconfig = true }
+	noStrict := func(cfg *Config) {
+		cfg.NoStrictReconfig = true
+		// Small segments: opening the log reads a segment's zeroed
+		// preallocation, slow under the race detector.
+		cfg.LogCompaction.SegmentSize = 1 << 20
+	}
 	m := startInMemory(t, fs, "force", noStrict)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	put := func(m *Member, k string) int64 {
 		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		res, err := m.Propose(ctx, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte(k), Value: []byte("v-" + k)}})
 		if err != nil {
 			t.Fatalf("put %s: %v", k, err)
@@ -39,6 +44,8 @@ func TestForceNewClusterPowerCut(t *testing.T) {
 	// A learner commits with the member alone; the voter added last
 	// commits under the old membership too, and leaves a cluster that
 	// cannot commit without it: the lost quorum the flag is for.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	if _, _, err := m.membership.AddMember(ctx, []string{"http://127.0.0.1:2391"}, true); err != nil {
 		t.Fatalf("add learner: %v", err)
 	}
