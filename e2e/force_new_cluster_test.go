@@ -202,6 +202,24 @@ func forceNewCluster(t *testing.T, c *testutil.Cluster, follower, atOnce bool) {
 	acks["after-restart"] = ack{value: "2", mod: lastRev + 1, create: lastRev + 1, ver: 1}
 	lastRev++
 
+	// A removed member started again on its old data directory learns
+	// from the forced member that it was removed, and stops by itself;
+	// the forced member goes on alone.
+	var old *testutil.Member
+	for _, m := range c.Members {
+		if m != forced {
+			old = m
+			break
+		}
+	}
+	old.Launch()
+	if _, exited := old.WaitExit(faultTimeout); !exited {
+		t.Errorf("removed member %s restarted on its old data did not stop by itself within %v", old.Name(), faultTimeout)
+		old.Kill()
+	}
+	check("after a removed member came back")
+	checkMembers("after a removed member came back", forced.ID)
+
 	// A new member added the etcd way catches up.
 	nm := c.PrepareMember()
 	var add *clientv3.MemberAddResponse
