@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -123,9 +124,7 @@ func forceNewCluster(t *testing.T, c *testutil.Cluster, follower, atOnce bool) {
 
 	forced.SetEnv("ETCD_FORCE_NEW_CLUSTER=true")
 	forced.Restart()
-	if out := forced.CurrentOutput(); !strings.Contains(out, "forcing restart member") {
-		t.Errorf("%s logged no \"forcing restart member\"", forced.Name())
-	}
+	checkForcingLine(t, forced.CurrentOutput(), clusterID, forced.ID)
 	fcli := newClient(t, forced.Endpoint())
 	check := func(when string) {
 		t.Helper()
@@ -331,4 +330,30 @@ func TestForceNewClusterSingleMember(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkForcingLine finds etcd's "forcing restart member" line in out and
+// checks its fields, as etcd prints them: the cluster and member IDs in
+// hex, and the commit indexes.
+func checkForcingLine(t *testing.T, out string, clusterID, memberID uint64) {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		var l struct {
+			Msg            string  `json:"msg"`
+			Logger         *string `json:"logger"`
+			ClusterID      string  `json:"cluster-id"`
+			LocalMemberID  string  `json:"local-member-id"`
+			WALCommitIndex *uint64 `json:"wal-commit-index"`
+			CommitIndex    *uint64 `json:"commit-index"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || l.Msg != "forcing restart member" {
+			continue
+		}
+		if l.ClusterID != fmt.Sprintf("%x", clusterID) || l.LocalMemberID != fmt.Sprintf("%x", memberID) ||
+			l.WALCommitIndex == nil || l.CommitIndex == nil || *l.CommitIndex < *l.WALCommitIndex || l.Logger != nil {
+			t.Errorf("forcing restart member line, unlike etcd's: %s", line)
+		}
+		return
+	}
+	t.Errorf("no \"forcing restart member\" line logged")
 }

@@ -214,6 +214,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		// node, the applier or any client API runs.
 		ForceNewCluster: cfg.ForceNewCluster,
 		ClusterID:       m.clusterID,
+		ServerLogger:    cfg.Logger,
 		Logger:          cfg.Logger.Named("raft"),
 	})
 	if err != nil {

@@ -81,7 +81,7 @@ func forceNewCluster(cfg Config, raftApplied, pendingUntil uint64) (uint64, erro
 	// Step 1. New has checked that the state machine is within the log.
 	logCommit := hs.GetCommit()
 	if known := max(logCommit, cfg.Applied); last > known {
-		cfg.Logger.Info("committing the entries past the WAL commit index, as the only member",
+		cfg.ServerLogger.Info("committing the entries past the WAL commit index, as the only member",
 			zap.Uint64("commit-index-from-wal", logCommit), zap.Uint64("applied-index", cfg.Applied),
 			zap.Uint64("last-index", last), zap.Uint64("number-of-entries", last-known))
 	}
@@ -135,7 +135,7 @@ func forceNewCluster(cfg Config, raftApplied, pendingUntil uint64) (uint64, erro
 	if err := cfg.Log.Append(ents, newHS); err != nil {
 		return 0, fmt.Errorf("append the forced membership entries: %w", err)
 	}
-	cfg.Logger.Info("forcing restart member",
+	cfg.ServerLogger.Info("forcing restart member",
 		zap.String("cluster-id", fmt.Sprintf("%x", cfg.ClusterID)),
 		zap.String("local-member-id", fmt.Sprintf("%x", cfg.ID)),
 		zap.Uint64("wal-commit-index", logCommit),

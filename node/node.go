@@ -147,6 +147,10 @@ type Config struct {
 	ForceNewCluster bool
 	// ClusterID is named in the log lines of ForceNewCluster.
 	ClusterID uint64
+	// ServerLogger logs ForceNewCluster's lines, which etcd's server (not
+	// its raft) prints, so that they carry no "raft" logger name; nil
+	// means Logger.
+	ServerLogger *zap.Logger
 	// LogRetention (a member's --logger-retention) keeps the log for the
 	// members KeepLogFor names (the cluster's strata loggers): never
 	// truncated past the lowest index one of them acknowledged (on the
@@ -228,6 +232,9 @@ type confAt struct {
 func New(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
+	}
+	if cfg.ServerLogger == nil {
+		cfg.ServerLogger = cfg.Logger
 	}
 	if cfg.SnapshotCount == 0 {
 		cfg.SnapshotCount = 10000
