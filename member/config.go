@@ -32,6 +32,11 @@ type Config struct {
 	InitialCluster      map[string][]string
 	InitialClusterState string
 	InitialClusterToken string
+	// ForceNewCluster is etcd's --force-new-cluster: a member restarted on
+	// its data directory becomes the only member of its cluster, keeping
+	// its member ID, cluster ID and committed data (node.Config). On an
+	// empty data directory it has no effect, as in etcd.
+	ForceNewCluster bool
 
 	// Sockets are the socket options of every listener
 	// (--socket-reuse-port, --socket-reuse-address).

@@ -210,7 +210,12 @@ func Start(cfg Config) (_ *Member, err error) {
 		CatchUpEntries: cfg.CatchUpEntries,
 		DisablePreVote: cfg.DisablePreVote,
 		LogRetention:   cfg.LoggerRetention,
-		Logger:         cfg.Logger.Named("raft"),
+		// The forced entries are appended and synced by New, before the
+		// node, the applier or any client API runs.
+		ForceNewCluster: cfg.ForceNewCluster,
+		ClusterID:       m.clusterID,
+		ServerLogger:    cfg.Logger,
+		Logger:          cfg.Logger.Named("raft"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start raft node: %w", err)

@@ -129,14 +129,20 @@ type Peers struct {
 }
 
 // List asks the other members, in turn, for the member list, and returns
-// the first answer from a member of this cluster.
+// the first answer from a member of this cluster that lists itself. A
+// member that does not (one just added, before the leader's snapshot or
+// entries reach it, answers an empty list) has not applied its own
+// addition, so its list says nothing about anyone's removal: taken at its
+// word, it made the only voter of a cluster of one stop as removed when
+// the member it had just added was slow to catch up (the voter, its
+// quorum of two not active, had no leader meanwhile).
 func (p *Peers) List() ([]*pb.Member, bool) {
 	for _, mem := range p.Members.Members() {
 		if mem.ID == p.MemberID || len(mem.PeerURLs) == 0 {
 			continue
 		}
 		resp, err := fetchMembers(mem.PeerURLs[0], p.TLS, p.Logger)
-		if err != nil || resp.Header.GetClusterId() != p.ClusterID {
+		if err != nil || resp.Header.GetClusterId() != p.ClusterID || find(resp.Members, resp.Header.GetMemberId()) == nil {
 			continue
 		}
 		return resp.Members, true

@@ -50,7 +50,8 @@ type TrackerConfig struct {
 //  2. It never applies it (the leader stops replicating to a member once
 //     its removal commits): with no leader for three election timeouts it
 //     asks its peers (Run), and a peer of its own cluster answers a list
-//     without it.
+//     without it (a peer whose list lacks the peer itself has not caught
+//     up, and is not believed: Peers.List).
 //
 // Either way Removed closes a moment later (StopDelay), so that the answer to the
 // removal, when this member was the one asked, reaches the client first, as

@@ -14,6 +14,11 @@
 //     goroutine so that applying batch N overlaps with syncing batch N+1;
 //  5. Advance.
 //
+// Before the loop, New may rewrite the log once: with Config.ForceNewCluster
+// (etcd's --force-new-cluster) it appends, durably, committed membership
+// entries that remove every other member (force.go), which the loop then
+// applies like any others.
+//
 // The node also keeps the log short (docs/design.md, durability rule 4): once
 // enough entries have been applied it asks the engine to flush, and when the
 // flush reports a durable index D it compacts the log up to D (less a
@@ -28,6 +33,8 @@
 //	readindex.go  linearizable reads: batched ReadIndex requests and their answers
 //	truncate.go   the applied index, engine flushes and log truncation (step 4's sequel)
 //	snapshot.go   snapshot install, the pending-snapshot record, restart storage
+//	force.go      --force-new-cluster: the log rewritten, before raft starts,
+//	              so that this member is its cluster's only voter
 //
 // The Ready contract is tested by scripts in testdata/ (interaction_test.go):
 // each drives nodes one Ready at a time and shows their I/O in order.
@@ -133,6 +140,17 @@ type Config struct {
 	// DisablePreVote turns raft's PreVote off (etcd's --pre-vote=false);
 	// PreVote is on by default, as in etcd.
 	DisablePreVote bool
+	// ForceNewCluster is etcd's --force-new-cluster: on a log that holds
+	// state, the member becomes its cluster's only voter before raft starts
+	// (force.go). On an empty log it is ignored, as etcd ignores it without
+	// a WAL: the member bootstraps (Peers) or joins (Join).
+	ForceNewCluster bool
+	// ClusterID is named in the log lines of ForceNewCluster.
+	ClusterID uint64
+	// ServerLogger logs ForceNewCluster's lines, which etcd's server (not
+	// its raft) prints, so that they carry no "raft" logger name; nil
+	// means Logger.
+	ServerLogger *zap.Logger
 	// LogRetention (a member's --logger-retention) keeps the log for the
 	// members KeepLogFor names (the cluster's strata loggers): never
 	// truncated past the lowest index one of them acknowledged (on the
@@ -215,6 +233,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	if cfg.ServerLogger == nil {
+		cfg.ServerLogger = cfg.Logger
+	}
 	if cfg.SnapshotCount == 0 {
 		cfg.SnapshotCount = 10000
 	}
@@ -258,6 +279,11 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.Applied > last {
 		return nil, fmt.Errorf("engine applied index %d is past the log's last index %d: the log lost synced entries", cfg.Applied, last)
+	}
+	if cfg.ForceNewCluster && last > 0 {
+		if last, err = forceNewCluster(cfg, raftApplied, pendingUntil); err != nil {
+			return nil, err
+		}
 	}
 	rn, err := raft.NewRawNode(rc)
 	if err != nil {

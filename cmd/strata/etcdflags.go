@@ -195,7 +195,7 @@ func (n *numValue) Set(v string) error {
 type refusedFlags struct {
 	discovery, discoveryToken, discoveryEndpoints, discoverySRV string
 	discoverySRVName, discoveryProxy, discoveryFallback         string
-	forceNewCluster, unsafeNoFsync                              bool
+	unsafeNoFsync                                               bool
 	v2Deprecation                                               string
 }
 
@@ -209,7 +209,6 @@ func (r *refusedFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.discoverySRVName, "discovery-srv-name", "", "Suffix to the dns srv name queried when bootstrapping."+refused+noDiscovery)
 	fs.StringVar(&r.discoveryProxy, "discovery-proxy", "", "HTTP proxy to use for traffic to discovery service (etcd 3.7 no longer accepts it)."+refused+noDiscovery)
 	fs.StringVar(&r.discoveryFallback, "discovery-fallback", "exit", "Expected behavior ('exit') when discovery services fails. Note that v2 proxy is removed. strata: no effect: "+whyDiscovery+".")
-	fs.BoolVar(&r.forceNewCluster, "force-new-cluster", false, "Force to create a new one-member cluster. strata: refused if true: not implemented; to start over from one member's data, back it up (etcdctl snapshot save) and `strata restore` it as a new one-member cluster.")
 	fs.BoolVar(&r.unsafeNoFsync, "unsafe-no-fsync", false, "Disables fsync, unsafe, will cause data loss. strata: refused if true: the raft log is strata's only write-ahead log, and strata always syncs it.")
 	fs.StringVar(&r.v2Deprecation, "v2-deprecation", "write-only", "Phase of v2store deprecation: not-yet, write-only, write-only-skip-check, write-only-drop-data or gone. strata: no effect: strata has no v2 store (etcd too enforces its default, ignoring the value).")
 }
@@ -238,10 +237,7 @@ func (r *refusedFlags) check() error {
 			return fmt.Errorf("invalid value %q for flag -v2-deprecation: invalid value %q", r.v2Deprecation, v)
 		}
 	}
-	switch {
-	case r.forceNewCluster:
-		return errors.New("--force-new-cluster: strata does not implement it; back up one member (etcdctl snapshot save) and `strata restore` the backup as a new one-member cluster")
-	case r.unsafeNoFsync:
+	if r.unsafeNoFsync {
 		return errors.New("--unsafe-no-fsync: strata refuses to run without syncing its raft log, its only write-ahead log")
 	}
 	return nil

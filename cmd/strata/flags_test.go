@@ -70,7 +70,7 @@ func TestEtcdFlagsAccepted(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range []string{"discovery", "discovery-token", "discovery-endpoints", "discovery-srv", "discovery-srv-name", "discovery-proxy", "force-new-cluster", "unsafe-no-fsync"} {
+	for _, n := range []string{"discovery", "discovery-token", "discovery-endpoints", "discovery-srv", "discovery-srv-name", "discovery-proxy", "unsafe-no-fsync"} {
 		if fl := fs.Lookup(n); fl == nil || !strings.Contains(fl.Usage, "strata: refused") {
 			t.Errorf("--%s: help does not say what strata refuses", n)
 		}
@@ -96,7 +96,6 @@ func TestFlagRefusals(t *testing.T) {
 		{name: "v3 discovery", args: []string{"--discovery-endpoints=http://d:2379", "--discovery-token=t"}, wantErr: "strata does not implement discovery"},
 		{name: "DNS discovery", args: []string{"--discovery-srv=example.com"}, wantErr: "--discovery-srv=example.com: strata does not implement discovery"},
 		{name: "discovery fallback proxy", args: []string{"--discovery-fallback=proxy"}, wantErr: `v2 proxy is deprecated, and --discovery-fallback can't be configured as "proxy"`},
-		{name: "force new cluster", args: []string{"--force-new-cluster"}, wantErr: "--force-new-cluster: strata does not implement it"},
 		{name: "no fsync", args: []string{"--unsafe-no-fsync=true"}, wantErr: "--unsafe-no-fsync: strata refuses"},
 		{name: "v2 deprecation value", args: []string{"--v2-deprecation=soon"}, wantErr: `invalid value "soon"`},
 		{name: "compact hash check time 0", args: []string{"--compact-hash-check-time=0"}, wantErr: "--compact-hash-check-time must be >0 (set to 0s)"},
@@ -305,6 +304,7 @@ advertise-client-urls: https://127.0.0.1:2379
 initial-cluster: node1=https://127.0.0.1:2380
 initial-cluster-token: 'etcd-cluster'
 initial-cluster-state: 'new'
+force-new-cluster: true
 strict-reconfig-check: false
 experimental-snapshot-catch-up-entries: 777
 enable-v2: false
@@ -335,6 +335,9 @@ peer-transport-security:
 	if cfg.Name != "node1" || cfg.MaxLearners != 1 || cfg.LogDirs[0] != filepath.Join(dir, "wal") || !cfg.NoStrictReconfig {
 		t.Errorf("name %q, max learners %d, log dirs %v, strict off %v", cfg.Name, cfg.MaxLearners, cfg.LogDirs, cfg.NoStrictReconfig)
 	}
+	if !cfg.ForceNewCluster {
+		t.Error("force-new-cluster: true in the file, yet not in the member's configuration")
+	}
 	if cfg.CatchUpEntries != 777 {
 		t.Errorf("experimental-snapshot-catch-up-entries: %d", cfg.CatchUpEntries)
 	}
@@ -353,7 +356,7 @@ peer-transport-security:
 	t.Setenv("ETCD_CONFIG_FILE", "")
 	for name, tc := range map[string]struct{ body, wantErr string }{
 		"duration as a string": {"watch-progress-notify-interval: 10m\n", "a duration must be integer nanoseconds"},
-		"refused value":        {"force-new-cluster: true\n", "--force-new-cluster"},
+		"refused value":        {"unsafe-no-fsync: true\n", "--unsafe-no-fsync"},
 		"discovery":            {"discovery-config:\n  token: abc\n", "--discovery-token=abc: strata does not implement discovery"},
 		"bad TLS version":      {"tls-min-version: TLS1.1\n", `unexpected TLS version "TLS1.1"`},
 		"bad security block":   {"client-transport-security: yes\n", "invalid client-transport-security"},
@@ -415,5 +418,39 @@ func TestLogger(t *testing.T) {
 		if data, err := os.ReadFile(f); err != nil || !strings.Contains(string(data), "hello from the test") {
 			t.Errorf("log file %s: %q, %v", f, data, err)
 		}
+	}
+}
+
+// TestForceNewClusterFlag: --force-new-cluster, its environment variable
+// and its default reach the member's configuration (it was refused before
+// strata implemented it; member.Config.ForceNewCluster, node/force.go).
+func TestForceNewClusterFlag(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string
+		want bool
+	}{
+		{name: "default", want: false},
+		{name: "flag", args: []string{"--force-new-cluster"}, want: true},
+		{name: "flag false", args: []string{"--force-new-cluster=false"}, want: false},
+		{name: "environment", env: "true", want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("ETCD_FORCE_NEW_CLUSTER", tc.env)
+			}
+			cfg, err := parse(t, append([]string{"--data-dir=" + t.TempDir()}, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.ForceNewCluster != tc.want {
+				t.Errorf("ForceNewCluster %v, want %v", cfg.ForceNewCluster, tc.want)
+			}
+		})
+	}
+	var f flags
+	if fl := newFlagSet(&f).Lookup("force-new-cluster"); fl == nil || strings.Contains(fl.Usage, "refused") || !strings.Contains(fl.Usage, "strata: as etcd") {
+		t.Errorf("--force-new-cluster help does not say strata implements it: %v", fl)
 	}
 }

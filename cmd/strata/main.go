@@ -95,6 +95,7 @@ type flags struct {
 	reusePort, reuseAddress                     bool
 	listenPeerURLs, initialAdvertisePeerURLs    string
 	initialCluster, initialClusterState, token  string
+	forceNewCluster                             bool
 	autoCompactionMode, autoCompactionRetention string
 	quotaBackendBytes                           int64
 	maxRequestBytes, maxTxnOps                  uint
@@ -139,6 +140,7 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.StringVar(&f.initialAdvertisePeerURLs, "initial-advertise-peer-urls", "http://127.0.0.1:2380", "List of this member's peer URLs to advertise to the cluster; with the token they determine the member ID.")
 	fs.StringVar(&f.initialCluster, "initial-cluster", "", "Initial cluster configuration for bootstrapping, name=peerURL,... (default \"<name>=<initial-advertise-peer-urls>\").")
 	fs.StringVar(&f.initialClusterState, "initial-cluster-state", "new", "Initial cluster state ('new' or 'existing'). Ignored once the data directory holds a member: the data directory wins.")
+	fs.BoolVar(&f.forceNewCluster, "force-new-cluster", false, "Force to create a new one-member cluster. strata: as etcd: restarted on its data directory, the member removes every other member through raft and serves alone with its member ID, cluster ID and data; add members back with member add. Unlike etcd, every entry of its raft log is kept as committed (etcd discards those past its commit index, which can hold acknowledged writes). Ignored on an empty data directory (the member starts as without it). Give it once: restart without it afterwards.")
 	fs.StringVar(&f.token, "initial-cluster-token", "etcd-cluster", "Initial cluster token for the cluster during bootstrap.")
 	fs.StringVar(&f.autoCompactionMode, "auto-compaction-mode", "periodic", "Interpret 'auto-compaction-retention' as a duration ('periodic') or a number of revisions ('revision').")
 	fs.StringVar(&f.autoCompactionRetention, "auto-compaction-retention", "0", "Auto compaction retention for the MVCC key value store. 0 means disable auto compaction.")
@@ -472,6 +474,7 @@ func (f *flags) memberConfig() (member.Config, error) {
 		AdvertisePeerURLs:           splitURLs(f.initialAdvertisePeerURLs),
 		InitialCluster:              cluster,
 		InitialClusterState:         f.initialClusterState,
+		ForceNewCluster:             f.forceNewCluster,
 		InitialClusterToken:         f.token,
 		AutoCompactionMode:          f.autoCompactionMode,
 		AutoCompactionRetention:     f.autoCompactionRetention,
