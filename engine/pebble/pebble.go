@@ -30,6 +30,16 @@
 //
 // With EnableWAL every commit is synced, so D equals the applied index.
 //
+// # Point reads inside a batch
+//
+// mvcc reads each key's previous version before it writes the key, so the
+// apply batch's Get is the engine's hottest read. A batch keeps one prefix
+// iterator that reads the bottom level's bloom filters (pebble.Batch.Get
+// builds an iterator stack per call and skips them), and reads a key that no
+// memtable can hold (memkeys.go: a filter over the keys not yet flushed)
+// from the flushed tables alone, skipping the memtable's skiplist.
+// docs/bench/performance.md has the profiles and the measurements.
+//
 // # Reserved keys
 //
 // Keys beginning with the byte 0x00 0x00 are reserved for the engine; the
