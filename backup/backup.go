@@ -288,7 +288,7 @@ func (b *Backuper) create(ctx context.Context, kind Kind) (*Manifest, error) {
 		b.cfg.Logger.Info("backup: a files version", zap.String("why", why))
 	}
 	total := m.EngineBytes
-	m.EngineBytes = 0 // a files version's size is its files'
+	m.Kind, m.EngineBytes = KindFiles, 0 // a files version's size is its files'
 	progress := progressOr(b.cfg.Progress)
 	progress.Total(len(entries), total)
 	// sums becomes b.sums: the hashes of this checkpoint's immutable

@@ -58,11 +58,11 @@ type CreateResponse struct {
 	// Files and Size are the number and bytes of the version's files (of
 	// its log objects, for a log version); EngineBytes, for a log version,
 	// is what a files version of the same state would have held.
-	Files       int   `json:"files"`
-	Size        int64 `json:"size"`
-	EngineBytes int64 `json:"engine_bytes,omitempty"`
-	NewFiles uint64 `json:"new_files"`
-	NewBytes uint64 `json:"new_bytes"`
+	Files       int    `json:"files"`
+	Size        int64  `json:"size"`
+	EngineBytes int64  `json:"engine_bytes,omitempty"`
+	NewFiles    uint64 `json:"new_files"`
+	NewBytes    uint64 `json:"new_bytes"`
 	// Duration is how long the member took.
 	Duration time.Duration `json:"duration_ns"`
 }

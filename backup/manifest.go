@@ -241,9 +241,10 @@ func DecodeManifest(data []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("%w: manifest body: %v", ErrCorrupt, err)
 	}
 	// The envelope's format and the body's kind must agree: a format 1
-	// body never names a kind, a format 2 body is a log version.
+	// body is a files version (the writer names no kind), a format 2 body
+	// is a log version.
 	switch {
-	case env.Format == Format && m.Kind == "":
+	case env.Format == Format && (m.Kind == "" || m.Kind == KindFiles):
 		m.Kind = KindFiles
 	case env.Format == FormatLog && m.Kind == KindLog:
 	default:
