@@ -72,7 +72,7 @@ func TestSmokeBackup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"## Growing state", "## Large state, small updates", "% of the whole version", "## Restore time by state size", "strata backup create"} {
+	for _, s := range []string{"## Growing state", "## Large state, small updates", "% of a full version", "## Restore time by state size", "strata backup create"} {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("backup.md lacks %q", s)
 		}
