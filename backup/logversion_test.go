@@ -128,6 +128,9 @@ func TestLogVersion(t *testing.T) {
 		}
 		versions = append(versions, v)
 	}
+	if st := b.Stats(); st.Versions != 4 || st.LogVersions != 3 {
+		t.Errorf("stats: %d versions, %d log versions; want 4, 3", st.Versions, st.LogVersions)
+	}
 	for _, v := range append([]*Manifest{v1}, versions...) {
 		res, got, err := restoreAnswer(t, target, restoreConfig("", v.Version))
 		if err != nil {
