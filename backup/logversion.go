@@ -45,12 +45,11 @@ type Policy struct {
 // message says why: no raft log, a compacted log, the policy).
 var ErrNoLogVersion = errors.New("backup: no log version possible")
 
-// logPlan is what createLog found it can name and must archive.
+// logPlan is what planLog found a log version can name and must archive.
 type logPlan struct {
-	base   *Manifest
-	reuse  []LogObject // archived objects continuing from base.RaftIndex+1, SHA256 not known yet
-	from   uint64      // first index to archive, if at most the checkpoint's
-	latest uint64      // the latest version's number when planned
+	base  *Manifest
+	reuse []LogObject // archived objects continuing from base.RaftIndex+1, SHA256 not known yet
+	from  uint64      // first index to archive, if at most the checkpoint's
 }
 
 // tryLog writes a log version of the checkpoint cp if it can (planLog,
@@ -134,7 +133,7 @@ func (b *Backuper) planLog(ctx context.Context, cp *Manifest, force bool) (*logP
 	if budget := p.LogRatio * float64(base.Size()); float64(size) > budget {
 		return nil, fmt.Sprintf("the log since base version %d would be about %d bytes, above %g of the base's %d bytes (log ratio)", base.Version, size, p.LogRatio, base.Size()), nil
 	}
-	return &logPlan{base: base, reuse: reuse, from: next, latest: latestV}, "", nil
+	return &logPlan{base: base, reuse: reuse, from: next}, "", nil
 }
 
 // logChain picks, from the archived objects objs, a run of objects that
