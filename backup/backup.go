@@ -60,6 +60,16 @@ type Config struct {
 	// uploaded.
 	Progress Progress
 
+	// Log, if not nil, is the member's raft log (raftlog.Log): a version
+	// may then be a log version (Policy; FORMAT.md, "Log versions").
+	Log LogSource
+	// Samples, if not nil, are the member's time samples, carried by the
+	// log objects a log version archives (as ArchiveLog's).
+	Samples *Sampler
+	// Policy says when a version may be a log version; the zero Policy
+	// takes files versions only.
+	Policy Policy
+
 	// counters, if not nil, are shared with other Backupers (a Service's).
 	counters *counters
 }
@@ -81,6 +91,17 @@ type Config struct {
 //  3. A version number is never reused: the next version is one more than
 //     the highest manifest in the target, the manifest's Put fails rather
 //     than overwrite, and Prune never deletes the newest manifest.
+//  4. A log version's manifest is written only after every log object it
+//     names is durable in the target and hashed from the bytes written
+//     (or read back and checked, for an object another run wrote), and
+//     after its base's manifest and each reused object were seen once
+//     more; its objects continue each other from its base's index + 1 to
+//     its own index, which is the checkpoint's applied index, so that its
+//     revision, compact revision and conf state are read from that
+//     checkpoint, as a files version's are. Its base is a files version:
+//     a restore never chains more than one log on one set of files.
+//  5. Prune keeps the base of every kept log version and every log object
+//     a kept log version names.
 //
 // Concurrency: Create and Prune may be called from any goroutine; calls
 // are serialised. It runs alongside the applier: the checkpoint is consistent
@@ -94,6 +115,11 @@ type Backuper struct {
 	// continuous backup hashes only the files created since the last one
 	// instead of the whole engine every time. Guarded by mu.
 	sums map[fileKey]string
+	// logSums remembers the hash and size of each log object this
+	// Backuper wrote or read back and checked, by object name: objects are
+	// never overwritten, so a log version names an object it saw before
+	// without reading it again. Guarded by mu.
+	logSums map[string]LogObject
 	// stats are the counters Stats reads: the Backuper's own, or shared
 	// with the other Backupers of a Service.
 	stats *counters
@@ -167,17 +193,30 @@ func New(cfg Config) *Backuper {
 	if st == nil {
 		st = &counters{}
 	}
-	return &Backuper{cfg: cfg, stats: st}
+	return &Backuper{cfg: cfg, stats: st, logSums: map[string]LogObject{}}
 }
 
-// Create takes a new version: a checkpoint of the engine, the files the
-// target lacks uploaded, then the manifest. It returns the manifest
+// Create takes a new version: a checkpoint of the engine, then, as the
+// Policy says, either the files the target lacks or the raft log since the
+// target's last version, then the manifest. It returns the manifest
 // written.
 func (b *Backuper) Create(ctx context.Context) (*Manifest, error) {
+	return b.CreateKind(ctx, "")
+}
+
+// CreateKind is Create with the kind of version asked for: "" as the
+// Policy says, KindFiles always a files version, KindLog a log version or
+// an error wrapping ErrNoLogVersion that says why none can be taken (the
+// policy's rules do not apply to an explicit request, except that the
+// member's log must hold the entries).
+func (b *Backuper) CreateKind(ctx context.Context, kind Kind) (*Manifest, error) {
+	if kind != "" && kind != KindFiles && kind != KindLog {
+		return nil, fmt.Errorf("backup: version kind %q, want %q or %q", kind, KindFiles, KindLog)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	start := time.Now()
-	m, err := b.create(ctx)
+	m, err := b.create(ctx, kind)
 	if err != nil {
 		b.stats.failures.Add(1)
 		return nil, err
@@ -196,8 +235,8 @@ func (b *Backuper) Prune(ctx context.Context, r Retention) (PruneReport, error) 
 	return Prune(ctx, b.cfg.Target, r)
 }
 
-// create is Create under mu.
-func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
+// create is CreateKind under mu.
+func (b *Backuper) create(ctx context.Context, kind Kind) (*Manifest, error) {
 	staging, err := os.MkdirTemp(b.cfg.StagingDir, stagingPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("backup: staging directory: %w", err)
@@ -233,6 +272,25 @@ func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backup: list checkpoint: %w", err)
 	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil {
+			m.EngineBytes += info.Size()
+		}
+	}
+	if kind != KindFiles {
+		lm, why, err := b.tryLog(ctx, m, kind == KindLog)
+		if err != nil || lm != nil {
+			return lm, err
+		}
+		if kind == KindLog {
+			return nil, fmt.Errorf("%w: %s", ErrNoLogVersion, why)
+		}
+		b.cfg.Logger.Info("backup: a files version", zap.String("why", why))
+	}
+	total := m.EngineBytes
+	m.Kind, m.EngineBytes = KindFiles, 0 // a files version's size is its files'
+	progress := progressOr(b.cfg.Progress)
+	progress.Total(len(entries), total)
 	// sums becomes b.sums: the hashes of this checkpoint's immutable
 	// files, so that the cache forgets the tables compacted away.
 	sums := map[fileKey]string{}
@@ -244,14 +302,6 @@ func (b *Backuper) create(ctx context.Context) (*Manifest, error) {
 		size            int64
 	}
 	var reused []reusedFile
-	progress := progressOr(b.cfg.Progress)
-	var total int64
-	for _, e := range entries {
-		if info, err := e.Info(); err == nil {
-			total += info.Size()
-		}
-	}
-	progress.Total(len(entries), total)
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
 			return nil, fmt.Errorf("backup: checkpoint holds %s, not a regular file", e.Name())

@@ -35,6 +35,9 @@ type CreateRequest struct {
 	// it with its own --s3-* settings and credentials: none travel in the
 	// request (docs/backup.md, "Taking a version of a running member").
 	Target string `json:"target,omitempty"`
+	// Kind asks for a files or a log version; empty: as the member's
+	// policy says (--backup-log-ratio, --backup-full-every).
+	Kind Kind `json:"kind,omitempty"`
 }
 
 // CreateResponse is the summary of the version written.
@@ -44,17 +47,22 @@ type CreateResponse struct {
 	// Version, RaftIndex, RaftTerm, Revision, CompactRevision, MemberID,
 	// NewFiles, NewBytes and Created are the manifest's (FORMAT.md).
 	Version         uint64    `json:"version"`
+	Kind            Kind      `json:"kind,omitempty"`
+	Base            uint64    `json:"base,omitempty"`
 	Created         time.Time `json:"created"`
 	MemberID        ID        `json:"member_id"`
 	RaftIndex       uint64    `json:"raft_index"`
 	RaftTerm        uint64    `json:"raft_term"`
 	Revision        int64     `json:"revision"`
 	CompactRevision int64     `json:"compact_revision"`
-	// Files and Size are the number and bytes of the version's files.
-	Files    int    `json:"files"`
-	Size     int64  `json:"size"`
-	NewFiles uint64 `json:"new_files"`
-	NewBytes uint64 `json:"new_bytes"`
+	// Files and Size are the number and bytes of the version's files (of
+	// its log objects, for a log version); EngineBytes, for a log version,
+	// is what a files version of the same state would have held.
+	Files       int    `json:"files"`
+	Size        int64  `json:"size"`
+	EngineBytes int64  `json:"engine_bytes,omitempty"`
+	NewFiles    uint64 `json:"new_files"`
+	NewBytes    uint64 `json:"new_bytes"`
 	// Duration is how long the member took.
 	Duration time.Duration `json:"duration_ns"`
 }
@@ -93,11 +101,11 @@ func (s *Service) Register(g *grpc.Server) { g.RegisterService(&serviceDesc, s) 
 // create serves CreateMethod.
 func (s *Service) create(ctx context.Context, req *CreateRequest) (*CreateResponse, error) {
 	start := time.Now()
-	m, err := s.Create(ctx, req.Target)
+	m, err := s.CreateKind(ctx, req.Target, req.Kind)
 	if err != nil {
 		code := codes.Internal
 		switch {
-		case errors.Is(err, ErrNoTarget), errors.Is(err, ErrOtherFS), errors.Is(err, ErrNotPebble):
+		case errors.Is(err, ErrNoTarget), errors.Is(err, ErrOtherFS), errors.Is(err, ErrNotPebble), errors.Is(err, ErrNoLogVersion):
 			code = codes.FailedPrecondition
 		case errors.Is(err, ErrClosed):
 			code = codes.Unavailable
@@ -110,11 +118,15 @@ func (s *Service) create(ctx context.Context, req *CreateRequest) (*CreateRespon
 	if target == "" {
 		target = s.cfg.Target
 	}
-	return &CreateResponse{
-		Target: target, Version: m.Version, Created: m.Created, MemberID: m.MemberID,
+	resp := &CreateResponse{
+		Target: target, Version: m.Version, Kind: m.Kind, Created: m.Created, MemberID: m.MemberID,
 		RaftIndex: m.RaftIndex, RaftTerm: m.RaftTerm, Revision: m.Revision, CompactRevision: m.CompactRevision,
 		Files: len(m.Files), Size: m.Size(), NewFiles: m.NewFiles, NewBytes: m.NewBytes, Duration: time.Since(start),
-	}, nil
+	}
+	if m.IsLog() {
+		resp.Base, resp.Files, resp.Size, resp.EngineBytes = m.Base, len(m.Log), m.LogSize(), m.EngineBytes
+	}
+	return resp, nil
 }
 
 // CreateRemote asks the member at the other end of cc (a client

@@ -248,13 +248,31 @@ func ArchiveLog(ctx context.Context, t Target, src LogSource, applied uint64, sa
 	if !firstIndexAtMost(src, from) {
 		return rep, fmt.Errorf("%w: the raft log no longer holds entry %d", ErrLogGap, from)
 	}
-	for from <= applied {
-		ents, err := src.Entries(from, applied+1, archiveChunkBytes)
+	_, err = archiveRange(ctx, t, src, from, applied, samples, &rep)
+	return rep, err
+}
+
+// archivedObject is one log object archiveRange put in the target: its
+// range, and the SHA-256 and size of the bytes written; existed says the
+// name was taken already (another writer's object of the same range,
+// possibly with other samples), so SHA256 is not known and is empty.
+type archivedObject struct {
+	LogObject
+	existed bool
+}
+
+// archiveRange archives the entries from..to of src as log objects (about
+// archiveChunkBytes each), each carrying the samples in its range, and
+// counts them in rep. A log that no longer holds from is ErrLogGap.
+func archiveRange(ctx context.Context, t Target, src LogSource, from, to uint64, samples *Sampler, rep *ArchiveReport) ([]archivedObject, error) {
+	var out []archivedObject
+	for from <= to {
+		ents, err := src.Entries(from, to+1, archiveChunkBytes)
 		if errors.Is(err, raft.ErrCompacted) {
-			return rep, fmt.Errorf("%w: the raft log no longer holds entry %d", ErrLogGap, from)
+			return out, fmt.Errorf("%w: the raft log no longer holds entry %d", ErrLogGap, from)
 		}
 		if err != nil {
-			return rep, fmt.Errorf("backup: archive log: read entries from %d: %w", from, err)
+			return out, fmt.Errorf("backup: archive log: read entries from %d: %w", from, err)
 		}
 		if len(ents) == 0 {
 			break
@@ -262,11 +280,15 @@ func ArchiveLog(ctx context.Context, t Target, src LogSource, applied uint64, sa
 		last := ents[len(ents)-1].GetIndex()
 		raw, err := encodeLog(ents, samples.within(from, last))
 		if err != nil {
-			return rep, err
+			return out, err
 		}
-		if err := t.Put(ctx, logName(from, last), bytes.NewReader(raw), int64(len(raw))); err != nil && !errors.Is(err, ErrExist) {
-			return rep, fmt.Errorf("backup: archive log %d-%d: %w", from, last, err)
+		obj := archivedObject{LogObject: LogObject{First: from, Last: last, SHA256: sha256Hex(raw), Size: int64(len(raw))}}
+		if err := t.Put(ctx, logName(from, last), bytes.NewReader(raw), int64(len(raw))); errors.Is(err, ErrExist) {
+			obj.existed, obj.SHA256, obj.Size = true, "", 0
+		} else if err != nil {
+			return out, fmt.Errorf("backup: archive log %d-%d: %w", from, last, err)
 		}
+		out = append(out, obj)
 		// In the target now (or another writer's object of the same
 		// range is): forget them (Sampler invariant 3).
 		samples.drop(last)
@@ -279,7 +301,7 @@ func ArchiveLog(ctx context.Context, t Target, src LogSource, applied uint64, sa
 		rep.Bytes += uint64(len(raw))
 		from = last + 1
 	}
-	return rep, nil
+	return out, nil
 }
 
 // ArchiveLog runs ArchiveLog on the Backuper's target, serialised with

@@ -14,8 +14,27 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// Format is the version of the target layout and manifest (FORMAT.md).
+// Format is the version of the target layout and of a files version's
+// manifest (FORMAT.md).
 const Format = 1
+
+// FormatLog is the envelope format of a log version's manifest
+// (FORMAT.md, "Log versions"): a reader that knows only Format refuses it
+// by its number instead of misreading a version that has no files.
+const FormatLog = 2
+
+// Kind says what a version is made of (FORMAT.md, "Log versions").
+type Kind string
+
+const (
+	// KindFiles is a version that names every engine file of a
+	// checkpoint: whole by itself.
+	KindFiles Kind = "files"
+	// KindLog is a version that names a files version (its base) and the
+	// archived raft log objects from the base's index + 1 to its own
+	// index: restoring it restores the base and replays that log.
+	KindLog Kind = "log"
+)
 
 // Prefixes of the target's objects (FORMAT.md).
 const (
@@ -73,8 +92,23 @@ type File struct {
 	Size   int64  `json:"size"`
 }
 
-// Manifest is one version of the backed-up engine (FORMAT.md, "Manifests").
+// LogObject is one archived raft log object a log version names
+// (log/<First>-<Last>, FORMAT.md "Archived log").
+type LogObject struct {
+	First uint64 `json:"first"`
+	Last  uint64 `json:"last"`
+	// SHA256 is the lowercase hex SHA-256 of the whole object (header
+	// line included), and Size its length in bytes.
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// Manifest is one version of the backed-up engine (FORMAT.md, "Manifests"
+// and "Log versions").
 type Manifest struct {
+	// Kind is KindFiles or KindLog; a manifest of format 1 has none and
+	// is a files version (Kind reads KindFiles after decoding).
+	Kind            Kind      `json:"kind,omitempty"`
 	Version         uint64    `json:"version"`
 	Created         time.Time `json:"created"`
 	ClusterID       ID        `json:"cluster_id"`
@@ -87,6 +121,33 @@ type Manifest struct {
 	Files           []File    `json:"files"`
 	NewFiles        uint64    `json:"new_files"`
 	NewBytes        uint64    `json:"new_bytes"`
+
+	// The fields of a log version (Kind KindLog; absent in a files
+	// version).
+
+	// Base is the files version the log replays on, and BaseIndex its raft
+	// index: Log covers BaseIndex+1..RaftIndex.
+	Base      uint64 `json:"base,omitempty"`
+	BaseIndex uint64 `json:"base_index,omitempty"`
+	// Log is the archived log objects the replay reads, by first index.
+	Log []LogObject `json:"log,omitempty"`
+	// EngineBytes is the bytes of the checkpoint the version's metadata
+	// was read from: what a files version of the same state would have
+	// named (its Size).
+	EngineBytes int64 `json:"engine_bytes,omitempty"`
+}
+
+// IsLog reports whether m is a log version.
+func (m *Manifest) IsLog() bool { return m.Kind == KindLog }
+
+// LogSize is the bytes of the log objects a log version names (0 for a
+// files version).
+func (m *Manifest) LogSize() int64 {
+	var n int64
+	for _, o := range m.Log {
+		n += o.Size
+	}
+	return n
 }
 
 // Size is the bytes of every file of the version.
@@ -137,11 +198,19 @@ func EncodeManifest(m *Manifest) ([]byte, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(m)
+	// A files version is written exactly as before log versions existed
+	// (format 1, no kind), so that an older strata still restores it.
+	enc, format := *m, Format
+	if m.IsLog() {
+		format = FormatLog
+	} else {
+		enc.Kind = ""
+	}
+	body, err := json.Marshal(&enc)
 	if err != nil {
 		return nil, fmt.Errorf("encode manifest %d: %w", m.Version, err)
 	}
-	out, err := json.Marshal(envelope{Format: Format, SHA256: sha256Hex(body), Body: body})
+	out, err := json.Marshal(envelope{Format: format, SHA256: sha256Hex(body), Body: body})
 	if err != nil {
 		return nil, fmt.Errorf("encode manifest %d: %w", m.Version, err)
 	}
@@ -159,8 +228,8 @@ func DecodeManifest(data []byte) (*Manifest, error) {
 	if err := json.Unmarshal(data, &env); err != nil {
 		return nil, fmt.Errorf("%w: manifest envelope: %v", ErrCorrupt, err)
 	}
-	if env.Format != Format {
-		return nil, fmt.Errorf("%w: manifest format %d, this strata reads %d", ErrCorrupt, env.Format, Format)
+	if env.Format != Format && env.Format != FormatLog {
+		return nil, fmt.Errorf("%w: manifest format %d, this strata reads %d and %d", ErrCorrupt, env.Format, Format, FormatLog)
 	}
 	if env.SHA256 != sha256Hex(env.Body) {
 		return nil, fmt.Errorf("%w: manifest checksum mismatch", ErrCorrupt)
@@ -170,6 +239,16 @@ func DecodeManifest(data []byte) (*Manifest, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("%w: manifest body: %v", ErrCorrupt, err)
+	}
+	// The envelope's format and the body's kind must agree: a format 1
+	// body is a files version (the writer names no kind), a format 2 body
+	// is a log version.
+	switch {
+	case env.Format == Format && (m.Kind == "" || m.Kind == KindFiles):
+		m.Kind = KindFiles
+	case env.Format == FormatLog && m.Kind == KindLog:
+	default:
+		return nil, fmt.Errorf("%w: manifest %d: format %d with kind %q", ErrCorrupt, m.Version, env.Format, m.Kind)
 	}
 	if err := m.check(); err != nil {
 		return nil, err
@@ -184,6 +263,15 @@ func (m *Manifest) check() error {
 	}
 	if m.Version == 0 {
 		return bad("version 0")
+	}
+	if m.IsLog() {
+		return m.checkLog(bad)
+	}
+	if m.Kind != "" && m.Kind != KindFiles {
+		return bad("kind %q", m.Kind)
+	}
+	if m.Base != 0 || m.BaseIndex != 0 || len(m.Log) != 0 || m.EngineBytes != 0 {
+		return bad("a files version names a base or log objects")
 	}
 	if len(m.Files) == 0 {
 		return bad("no files")
@@ -211,6 +299,58 @@ func (m *Manifest) check() error {
 	}
 	if m.NewFiles > uint64(len(m.Files)) || m.NewBytes > newBytes {
 		return bad("new files %d (%d bytes) exceed its %d files (%d bytes)", m.NewFiles, m.NewBytes, len(m.Files), newBytes)
+	}
+	return nil
+}
+
+// checkLog refuses a log version a restore could not use: its base must
+// be an earlier version, and its log objects must follow each other with
+// no gap or overlap from BaseIndex+1 to RaftIndex (the first may start
+// before BaseIndex+1, the last may end after RaftIndex, no other object
+// lies wholly past it), each with a well-formed hash.
+// A version with no new entry (RaftIndex == BaseIndex) names no object.
+func (m *Manifest) checkLog(bad func(string, ...any) error) error {
+	if len(m.Files) != 0 {
+		return bad("a log version names engine files")
+	}
+	if m.Base == 0 || m.Base >= m.Version {
+		return bad("base version %d, want one before it", m.Base)
+	}
+	if m.RaftIndex < m.BaseIndex {
+		return bad("raft index %d below its base's %d", m.RaftIndex, m.BaseIndex)
+	}
+	if m.RaftIndex == m.BaseIndex {
+		if len(m.Log) != 0 {
+			return bad("no entry after its base, yet %d log objects", len(m.Log))
+		}
+		return nil
+	}
+	next := m.BaseIndex + 1
+	var size uint64
+	for i, o := range m.Log {
+		if o.First == 0 || o.Last < o.First || (i == 0 && (o.First > next || o.Last < next)) || (i > 0 && o.First != next) {
+			return bad("log object %d-%d does not continue from index %d", o.First, o.Last, next)
+		}
+		if i < len(m.Log)-1 && o.Last >= m.RaftIndex {
+			return bad("log object %d-%d reaches the version's index %d, yet more follow", o.First, o.Last, m.RaftIndex)
+		}
+		if len(o.SHA256) != 2*sha256.Size || strings.ToLower(o.SHA256) != o.SHA256 {
+			return bad("log object %d-%d: sha256 %q is not 64 lowercase hex digits", o.First, o.Last, o.SHA256)
+		}
+		if _, err := hex.DecodeString(o.SHA256); err != nil {
+			return bad("log object %d-%d: sha256 %q is not 64 lowercase hex digits", o.First, o.Last, o.SHA256)
+		}
+		if o.Size <= 0 {
+			return bad("log object %d-%d: size %d", o.First, o.Last, o.Size)
+		}
+		size += uint64(o.Size)
+		next = o.Last + 1
+	}
+	if next <= m.RaftIndex {
+		return bad("log objects end at index %d, before the version's %d", next-1, m.RaftIndex)
+	}
+	if m.NewFiles > uint64(len(m.Log)) || m.NewBytes > size {
+		return bad("new objects %d (%d bytes) exceed its %d log objects (%d bytes)", m.NewFiles, m.NewBytes, len(m.Log), size)
 	}
 	return nil
 }

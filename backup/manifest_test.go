@@ -11,7 +11,7 @@ import (
 
 func sampleManifest() *Manifest {
 	return &Manifest{
-		Version: 3, Created: time.Date(2026, 11, 25, 8, 0, 0, 0, time.UTC), ClusterID: 0xc1, MemberID: 0xa1,
+		Kind: KindFiles, Version: 3, Created: time.Date(2026, 11, 25, 8, 0, 0, 0, time.UTC), ClusterID: 0xc1, MemberID: 0xa1,
 		RaftIndex: 120, RaftTerm: 2, ConfState: ConfState{Voters: []uint64{1, 2, 3}}, Revision: 99, CompactRevision: -1,
 		Files: []File{
 			{Name: "000005.sst", SHA256: strings.Repeat("ab", 32), Size: 1000},
@@ -21,22 +21,45 @@ func sampleManifest() *Manifest {
 	}
 }
 
+func sampleLogManifest() *Manifest {
+	return &Manifest{
+		Kind: KindLog, Version: 5, Created: time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC), ClusterID: 0xc1, MemberID: 0xa1,
+		RaftIndex: 200, RaftTerm: 2, Revision: 170, CompactRevision: -1,
+		Base: 3, BaseIndex: 120,
+		Log: []LogObject{
+			{First: 100, Last: 150, SHA256: strings.Repeat("ef", 32), Size: 900},
+			{First: 151, Last: 210, SHA256: strings.Repeat("01", 32), Size: 800},
+		},
+		NewFiles: 1, NewBytes: 800, EngineBytes: 5000,
+	}
+}
+
 // TestManifestRoundTrip: what EncodeManifest writes, DecodeManifest reads
-// back equal, and the object names sort as the versions do.
+// back equal, and the object names sort as the versions do; a files
+// version is written as before log versions (format 1, no kind), a log
+// version as format 2.
 func TestManifestRoundTrip(t *testing.T) {
-	m := sampleManifest()
-	raw, err := EncodeManifest(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := DecodeManifest(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := json.Marshal(m)
-	b, _ := json.Marshal(got)
-	if !bytes.Equal(a, b) {
-		t.Errorf("round trip:\n%s\n%s", a, b)
+	for _, m := range []*Manifest{sampleManifest(), sampleLogManifest()} {
+		raw, err := EncodeManifest(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeManifest(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := json.Marshal(m)
+		b, _ := json.Marshal(got)
+		if !bytes.Equal(a, b) {
+			t.Errorf("round trip:\n%s\n%s", a, b)
+		}
+		wantFormat, wantKind := `{"format":1,`, false
+		if m.IsLog() {
+			wantFormat, wantKind = `{"format":2,`, true
+		}
+		if !bytes.HasPrefix(raw, []byte(wantFormat)) || bytes.Contains(raw, []byte(`"kind"`)) != wantKind {
+			t.Errorf("a %s version is written as %s", m.Kind, raw)
+		}
 	}
 	if manifestName(9) >= manifestName(10) || manifestName(3) != "manifests/00000000000000000003.json" {
 		t.Errorf("manifest names %s %s %s", manifestName(3), manifestName(9), manifestName(10))
@@ -93,9 +116,69 @@ func TestDecodeManifestRefuses(t *testing.T) {
 			}
 		})
 	}
+	// A log version's checks.
+	relog := func(format int, edit func(m *Manifest)) []byte {
+		m := sampleLogManifest()
+		edit(m)
+		body, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := json.Marshal(envelope{Format: format, SHA256: sha256Hex(body), Body: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	none := func(*Manifest) {}
+	logTests := []struct {
+		name string
+		raw  []byte
+		want string
+	}{
+		{"log kind in format 1", relog(Format, none), `format 1 with kind "log"`},
+		{"files kind in format 2", reencodeFormat(t, FormatLog, sampleManifest()), `format 2 with kind "files"`},
+		{"log version with files", relog(FormatLog, func(m *Manifest) { m.Files = sampleManifest().Files }), "names engine files"},
+		{"files version with a base", reencode(func(m *Manifest) { m.Base = 1 }), "names a base"},
+		{"base not before it", relog(FormatLog, func(m *Manifest) { m.Base = 5 }), "base version 5"},
+		{"no base", relog(FormatLog, func(m *Manifest) { m.Base = 0 }), "base version 0"},
+		{"first object after the base", relog(FormatLog, func(m *Manifest) { m.Log[0].First = 122 }), "does not continue from index 121"},
+		{"gap between objects", relog(FormatLog, func(m *Manifest) { m.Log[1].First = 152 }), "does not continue from index 151"},
+		{"objects end early", relog(FormatLog, func(m *Manifest) { m.Log[1].Last = 199 }), "before the version's 200"},
+		{"object past the index, more follow", relog(FormatLog, func(m *Manifest) {
+			m.Log[0].Last, m.Log[1].First = 200, 201
+		}), "yet more follow"},
+		{"no entry yet objects", relog(FormatLog, func(m *Manifest) { m.RaftIndex = 120 }), "no entry after its base"},
+		{"index below the base", relog(FormatLog, func(m *Manifest) { m.RaftIndex = 100 }), "below its base"},
+		{"bad object hash", relog(FormatLog, func(m *Manifest) { m.Log[1].SHA256 = "x" }), "64 lowercase hex"},
+		{"empty object", relog(FormatLog, func(m *Manifest) { m.Log[1].Size = 0 }), "size 0"},
+		{"more new than named", relog(FormatLog, func(m *Manifest) { m.NewBytes = 2000 }), "exceed"},
+	}
+	for _, tc := range logTests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeManifest(tc.raw)
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("DecodeManifest = %v, want ErrCorrupt saying %q", err, tc.want)
+			}
+		})
+	}
 	if _, err := EncodeManifest(&Manifest{Version: 1}); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("EncodeManifest of a manifest without files = %v, want a refusal", err)
 	}
+}
+
+// reencodeFormat writes m's body, kind included, in an envelope of format.
+func reencodeFormat(t *testing.T, format int, m *Manifest) []byte {
+	t.Helper()
+	body, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(envelope{Format: format, SHA256: sha256Hex(body), Body: body})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }
 
 // mustEnvelope wraps body in an envelope with its correct checksum.
@@ -117,6 +200,11 @@ func FuzzDecodeManifest(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(good)
+	goodLog, err := EncodeManifest(sampleLogManifest())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(goodLog)
 	f.Add([]byte(`{"format":1,"sha256":"","body":{}}`))
 	f.Add(mustEnvelope(f, []byte(`{"version":1,"files":[{"name":"a","sha256":"`+strings.Repeat("0", 64)+`","size":0}]}`)))
 	f.Fuzz(func(t *testing.T, raw []byte) {

@@ -12,8 +12,9 @@ import (
 // Service) since it was made, for metrics.
 type Stats struct {
 	// Versions and Failures count Create calls that wrote a version and
-	// that failed (a Service also counts a target it could not reach).
-	Versions, Failures uint64
+	// that failed (a Service also counts a target it could not reach);
+	// LogVersions counts the versions written that were log versions.
+	Versions, Failures, LogVersions uint64
 	// LastVersion, LastIndex, LastSuccess and LastDuration describe the
 	// last version written (zero before the first).
 	LastVersion, LastIndex uint64
@@ -54,7 +55,7 @@ var DurationBuckets = prometheus.ExponentialBuckets(0.001, 2, 24)
 
 // counters are the atomic state behind Stats.
 type counters struct {
-	versions, failures                  atomic.Uint64
+	versions, failures, logVersions     atomic.Uint64
 	lastVersion, lastIndex              atomic.Uint64
 	lastSuccessUnixNano, lastDurationNs atomic.Int64
 	filesUploaded, bytesUploaded        atomic.Uint64
@@ -73,6 +74,9 @@ type counters struct {
 // succeeded records version m, written in d.
 func (c *counters) succeeded(m *Manifest, d time.Duration) {
 	c.versions.Add(1)
+	if m.IsLog() {
+		c.logVersions.Add(1)
+	}
 	c.lastVersion.Store(m.Version)
 	c.lastIndex.Store(m.RaftIndex)
 	c.lastSuccessUnixNano.Store(m.Created.UnixNano())
@@ -92,7 +96,7 @@ func (c *counters) succeeded(m *Manifest, d time.Duration) {
 // read returns the counters as Stats.
 func (c *counters) read() Stats {
 	st := Stats{
-		Versions: c.versions.Load(), Failures: c.failures.Load(),
+		Versions: c.versions.Load(), Failures: c.failures.Load(), LogVersions: c.logVersions.Load(),
 		LastVersion: c.lastVersion.Load(), LastIndex: c.lastIndex.Load(),
 		LastDuration:  time.Duration(c.lastDurationNs.Load()),
 		FilesUploaded: c.filesUploaded.Load(), BytesUploaded: c.bytesUploaded.Load(),
@@ -133,6 +137,8 @@ var (
 		"The raft index the last backup version holds.", nil, nil)
 	descVersions = prometheus.NewDesc("strata_backup_versions_total",
 		"Backup versions written since start.", nil, nil)
+	descLogVersions = prometheus.NewDesc("strata_backup_log_versions_total",
+		"Backup versions written since start that were log versions (a files version and the raft log after it).", nil, nil)
 	descFailures = prometheus.NewDesc("strata_backup_failures_total",
 		"Backup versions that failed since start (the next one resumes the upload).", nil, nil)
 	descBytesUploaded = prometheus.NewDesc("strata_backup_uploaded_bytes_total",
@@ -157,7 +163,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLastSuccess, descLastDuration, descLastVersion, descLastIndex, descVersions,
+	for _, d := range []*prometheus.Desc{descLastSuccess, descLastDuration, descLastVersion, descLastIndex, descVersions, descLogVersions,
 		descFailures, descBytesUploaded, descFilesUploaded, descFilesReused, descBytesHashed, descLogEntries, descLogBytes, descLogLast,
 		descLogGaps, descSnapSave} {
 		ch <- d
@@ -180,6 +186,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descLastVersion, float64(st.LastVersion))
 	gauge(descLastIndex, float64(st.LastIndex))
 	counter(descVersions, st.Versions)
+	counter(descLogVersions, st.LogVersions)
 	counter(descFailures, st.Failures)
 	counter(descBytesUploaded, st.BytesUploaded)
 	counter(descFilesUploaded, st.FilesUploaded)

@@ -32,26 +32,53 @@ func List(ctx context.Context, t Target) ([]*Manifest, error) {
 // VerifyReport is what Verify checked.
 type VerifyReport struct {
 	Version uint64
+	// Base is the files version a log version replays on (0 for a files
+	// version), whose files Files counts.
+	Base uint64
 	// Files and Bytes count the distinct objects read (a file shared by
-	// two engine file names is read once).
-	Files int
-	Bytes int64
+	// two engine file names is read once); LogObjects the log objects of
+	// a log version, whose bytes Bytes includes.
+	Files      int
+	LogObjects int
+	Bytes      int64
 	// Bad describes every file that is missing or does not match its
 	// hash or size.
 	Bad []string
 }
 
 // Verify reads every file of version (0: the latest) and checks it
-// against its hash and size. It returns an error wrapping ErrCorrupt if
-// any file is missing or damaged, after checking them all.
+// against its hash and size; for a log version, every file of its base
+// and every log object it names (size, SHA-256, then the object's own
+// checks). It returns an error wrapping ErrCorrupt if anything is
+// missing or damaged (a log version's base included), after checking
+// them all.
 func Verify(ctx context.Context, t Target, version uint64) (VerifyReport, error) {
 	m, err := ReadManifest(ctx, t, version)
 	if err != nil {
 		return VerifyReport{}, fmt.Errorf("verify: %w", err)
 	}
 	rep := VerifyReport{Version: m.Version}
+	files := m
+	if m.IsLog() {
+		rep.Base = m.Base
+		for _, o := range m.Log {
+			rep.LogObjects++
+			_, err := readVersionObject(ctx, t, m, o)
+			rep.Bytes += o.Size
+			if err != nil {
+				if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrNotExist) {
+					return rep, fmt.Errorf("verify version %d: %w", m.Version, err)
+				}
+				rep.Bad = append(rep.Bad, fmt.Sprintf("log object %s: %v", logName(o.First, o.Last), err))
+			}
+		}
+		if files, err = baseOf(ctx, t, m); err != nil {
+			rep.Bad = append(rep.Bad, fmt.Sprintf("base version %d: %v", m.Base, err))
+			return rep, fmt.Errorf("verify version %d: %w: %s", m.Version, ErrCorrupt, strings.Join(rep.Bad, "; "))
+		}
+	}
 	seen := map[string]bool{}
-	for _, f := range m.Files {
+	for _, f := range files.Files {
 		if seen[f.SHA256] {
 			continue
 		}
@@ -67,7 +94,7 @@ func Verify(ctx context.Context, t Target, version uint64) (VerifyReport, error)
 		}
 	}
 	if len(rep.Bad) > 0 {
-		return rep, fmt.Errorf("verify version %d: %w: %d of %d files bad: %s", m.Version, ErrCorrupt, len(rep.Bad), rep.Files, strings.Join(rep.Bad, "; "))
+		return rep, fmt.Errorf("verify version %d: %w: %d of %d files and log objects bad: %s", m.Version, ErrCorrupt, len(rep.Bad), rep.Files+rep.LogObjects, strings.Join(rep.Bad, "; "))
 	}
 	return rep, nil
 }
@@ -148,11 +175,29 @@ func Prune(ctx context.Context, t Target, r Retention) (PruneReport, error) {
 	var rep PruneReport
 	var oldestKept uint64 // the raft index of the oldest kept version
 	named := map[string]bool{}
+	namedLog := map[string]bool{} // log objects a kept log version names
 	var drop []*Manifest
+	keep := make([]bool, len(all))
+	index := map[uint64]int{} // version -> its position in all
 	for i, m := range all {
+		index[m.Version] = i
 		newest := i == len(all)-1
-		keep := newest || len(all)-i <= r.KeepLast || r.KeepWithin > 0 && now.Sub(m.Created) <= r.KeepWithin || exp != nil && exp[i]
-		if !keep {
+		keep[i] = newest || len(all)-i <= r.KeepLast || r.KeepWithin > 0 && now.Sub(m.Created) <= r.KeepWithin || exp != nil && exp[i]
+	}
+	// Invariant 5: a kept log version keeps its base (whatever the rules
+	// say of the base), and the log objects it names.
+	for i, m := range all {
+		if keep[i] && m.IsLog() {
+			if j, ok := index[m.Base]; ok {
+				keep[j] = true
+			}
+			for _, o := range m.Log {
+				namedLog[logName(o.First, o.Last)] = true
+			}
+		}
+	}
+	for i, m := range all {
+		if !keep[i] {
 			drop = append(drop, m)
 			continue
 		}
@@ -191,7 +236,7 @@ func Prune(ctx context.Context, t Target, r Retention) (PruneReport, error) {
 		return rep, fmt.Errorf("prune: %w", err)
 	}
 	for _, l := range logs {
-		if oldestKept == 0 || l.Last > oldestKept {
+		if oldestKept == 0 || l.Last > oldestKept || namedLog[logName(l.First, l.Last)] {
 			continue
 		}
 		if err := t.Delete(ctx, logName(l.First, l.Last)); err != nil {

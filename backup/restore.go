@@ -154,6 +154,18 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 			runLast = goal.index
 		}
 	}
+	// A log version restores its base's files, then replays its own log
+	// (FORMAT.md, "Log versions"): both are checked to be there before
+	// anything is downloaded.
+	files := m
+	if m.IsLog() {
+		if files, err = baseOf(ctx, t, m); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
+		}
+		if err := statLog(ctx, t, m); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
+		}
+	}
 	staging := filepath.Clean(cfg.DataDir) + ".download"
 	if err := os.RemoveAll(staging); err != nil {
 		return RestoreResult{}, fmt.Errorf("restore: remove the leftover of an earlier restore: %w", err)
@@ -164,12 +176,17 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 		return RestoreResult{}, fmt.Errorf("restore: %w", err)
 	}
 	progress := progressOr(cfg.Progress)
-	progress.Total(len(m.Files), m.Size())
-	for _, f := range m.Files {
+	progress.Total(len(files.Files), files.Size())
+	for _, f := range files.Files {
 		if err := download(ctx, t, f, filepath.Join(engineDir, f.Name), progress); err != nil {
 			return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
 		}
 		progress.Done(1, 0)
+	}
+	if m.IsLog() {
+		if err := replayVersion(ctx, t, engineDir, files, m, cfg.Logger); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
+		}
 	}
 	applied, replayed := m.RaftIndex, uint64(0)
 	if replay {
@@ -195,6 +212,33 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 		return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
 	}
 	return RestoreResult{RestoreResult: res, Manifest: m, ReplayedTo: replayed, StateTime: plan.at, Source: cfg.Source.String()}, nil
+}
+
+// replayVersion replays log version m's own log on its base's files in
+// engineDir, to m's index, and checks that the replay reached the
+// revision and compact revision m recorded from the live member's
+// checkpoint at that index: a log that replays to another state is
+// refused as corrupt.
+func replayVersion(ctx context.Context, t Target, engineDir string, base, m *Manifest, logger *zap.Logger) error {
+	if m.RaftIndex > base.RaftIndex {
+		src := versionLog{t: t, m: m}
+		held, err := src.Held(ctx, uint64(m.ClusterID))
+		if err != nil {
+			return err
+		}
+		if _, err := replayTo(ctx, src, engineDir, base, replayGoal{index: m.RaftIndex}, m.RaftIndex, held, logger); err != nil {
+			return fmt.Errorf("replay the log after base version %d: %w", base.Version, err)
+		}
+	}
+	got, err := readCheckpointMeta(engineDir)
+	if err != nil {
+		return err
+	}
+	if got.RaftIndex != m.RaftIndex || got.Revision != m.Revision || got.CompactRevision != m.CompactRevision {
+		return fmt.Errorf("%w: base version %d and the log replayed give index %d, revision %d, compact revision %d; the manifest says %d, %d, %d",
+			ErrCorrupt, base.Version, got.RaftIndex, got.Revision, got.CompactRevision, m.RaftIndex, m.Revision, m.CompactRevision)
+	}
+	return nil
 }
 
 // engineSource gives maintenance.Restore every key of the downloaded

@@ -42,6 +42,10 @@ type Options struct {
 	// (--backup-keep-last, --backup-keep-within, --backup-keep-exponential);
 	// zero prunes nothing.
 	Keep Retention
+	// Policy says when a version is a log version (--backup-log-ratio,
+	// --backup-full-every; docs/backup.md, "Log versions"); the zero
+	// Policy takes files versions only.
+	Policy Policy
 }
 
 // ServiceConfig is what a member gives its Service at construction.
@@ -206,10 +210,20 @@ func checkTargetURL(raw string) error {
 	return nil
 }
 
-// config is the Backuper configuration of target t.
-func (s *Service) config(t Target) Config {
-	return Config{Engine: s.cfg.Engine, Target: t, ID: s.cfg.ID, Term: s.cfg.Term, StagingDir: s.cfg.StagingDir,
-		Logger: s.cfg.Logger, counters: s.counters}
+// config is the Backuper configuration of target t; own says it is the
+// member's own target, whose log objects carry the time samples (another
+// target's do not: the samples an object carries are dropped from memory,
+// and the own target's archive must still get them).
+func (s *Service) config(t Target, own bool) Config {
+	cfg := Config{Engine: s.cfg.Engine, Target: t, ID: s.cfg.ID, Term: s.cfg.Term, StagingDir: s.cfg.StagingDir,
+		Logger: s.cfg.Logger, counters: s.counters, Policy: s.cfg.Policy}
+	if s.cfg.Log != nil && s.cfg.Applied != nil {
+		cfg.Log = s.cfg.Log
+		if own {
+			cfg.Samples = s.samples
+		}
+	}
+	return cfg
 }
 
 // ownBackuper returns the Backuper of the member's own target, opening
@@ -227,7 +241,7 @@ func (s *Service) ownBackuper(ctx context.Context) (*Backuper, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.own = New(s.config(t))
+	s.own = New(s.config(t, true))
 	return s.own, nil
 }
 
@@ -252,8 +266,15 @@ var ErrNoTarget = errors.New("backup: the member has no --backup-target and the 
 
 // Create takes a version of the engine into the target targetURL (empty:
 // the member's own) and returns its manifest. The target is reached with
-// the member's TargetOptions.
+// the member's TargetOptions. The version is a files or a log version as
+// the member's Policy says.
 func (s *Service) Create(ctx context.Context, targetURL string) (*Manifest, error) {
+	return s.CreateKind(ctx, targetURL, "")
+}
+
+// CreateKind is Create with the kind of version asked for, as for
+// Backuper.CreateKind ("": as the Policy says).
+func (s *Service) CreateKind(ctx context.Context, targetURL string, kind Kind) (*Manifest, error) {
 	s.closeMu.Lock()
 	if s.isClosing {
 		s.closeMu.Unlock()
@@ -276,7 +297,7 @@ func (s *Service) Create(ctx context.Context, targetURL string) (*Manifest, erro
 		if err != nil {
 			return nil, err
 		}
-		return b.Create(ctx)
+		return b.CreateKind(ctx, kind)
 	}
 	if err := checkTargetURL(targetURL); err != nil {
 		return nil, fmt.Errorf("backup target: %w", err)
@@ -287,7 +308,7 @@ func (s *Service) Create(ctx context.Context, targetURL string) (*Manifest, erro
 	}
 	s.otherMu.Lock()
 	defer s.otherMu.Unlock()
-	return New(s.config(t)).Create(ctx)
+	return New(s.config(t, false)).CreateKind(ctx, kind)
 }
 
 // ErrClosed: the Service was closed (the member is stopping).

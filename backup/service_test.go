@@ -185,7 +185,7 @@ func TestServiceClose(t *testing.T) {
 	m.put("a", 10, 100)
 	s := newService(t, m, Options{Target: "file:///unused"})
 	bt := &blockingTarget{FileTarget: fileTarget(t), entered: make(chan struct{}, 1)}
-	s.own = New(s.config(bt))
+	s.own = New(s.config(bt, true))
 	errc := make(chan error, 1)
 	go func() {
 		_, err := s.Create(context.Background(), "")

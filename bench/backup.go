@@ -14,8 +14,11 @@ package main
 //
 //   - strata-incremental: `strata backup create --endpoints URL --target
 //     file://DIR` (docs/backup.md): the member checkpoints its engine and
-//     uploads the files the target lacks. Its bytes are what the target
-//     grew by; the whole version's size is recorded too.
+//     uploads the files the target lacks (a files version) or, as its
+//     --backup-log-ratio and --backup-full-every say, the raft log since
+//     the target's last version (a log version). Its bytes are what the
+//     target grew by; the size of a files version of the same state (the
+//     checkpoint's bytes) is recorded too, as the "full version".
 //   - strata-full: `etcdctl snapshot save FILE` against strata.
 //   - etcd-full: `etcdctl snapshot save FILE` against etcd.
 //
@@ -34,7 +37,11 @@ package main
 // without it, on -base-keys keys loaded at once, step 0), -update-steps
 // steps each overwrite -update-pct percent of the keys, chosen at random;
 // its report gives what that change cost the incremental backup, as a share
-// of a full backup (the compass goal: at most 5%).
+// of a full backup (the compass goal: at most 5%). With -update-restore,
+// every snapshot of the last update step is restored, and, if the
+// incremental one was a log version, a files version of the same state is
+// taken (`--kind files`, outside the cumulative figures) and restored too:
+// what the log's replay costs a restore.
 //
 // Neither server compacts revisions (both default to no auto-compaction),
 // so an overwrite adds a revision to both.
@@ -52,9 +59,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -102,6 +107,13 @@ type bkOptions struct {
 	valSize      int
 	restoreEvery int  // 0: no restores
 	restoreStart bool // start a server on each restored data dir
+	// updateRestore restores the last update step's snapshots, and a
+	// files version of the same state if the incremental one was a log
+	// version.
+	updateRestore bool
+	// strataFlags are extra flags of the strata member (its version
+	// policy: --backup-log-ratio, --backup-full-every).
+	strataFlags []string
 
 	render string
 }
@@ -109,17 +121,18 @@ type bkOptions struct {
 // defaultBKOptions are the sizes of docs/bench/backup.md's run.
 func defaultBKOptions() bkOptions {
 	return bkOptions{
-		seed:         1,
-		etcd:         true,
-		experiments:  []string{expGrow, expUpdate},
-		growSteps:    10,
-		growKeys:     20000,
-		updateSteps:  5,
-		updatePct:    1,
-		baseKeys:     200000,
-		valSize:      1024,
-		restoreEvery: 2,
-		restoreStart: true,
+		seed:          1,
+		etcd:          true,
+		experiments:   []string{expGrow, expUpdate},
+		growSteps:     10,
+		growKeys:      20000,
+		updateSteps:   5,
+		updatePct:     1,
+		baseKeys:      200000,
+		valSize:       1024,
+		restoreEvery:  2,
+		restoreStart:  true,
+		updateRestore: true,
 	}
 }
 
@@ -164,6 +177,8 @@ func (o *bkOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.valSize, "val-size", o.valSize, "value bytes (random, incompressible)")
 	fs.IntVar(&o.restoreEvery, "restore-every", o.restoreEvery, "grow: restore every snapshot after every Nth step and after the last (0: no restores)")
 	fs.BoolVar(&o.restoreStart, "restore-start", o.restoreStart, "also start a server on each restored data dir and time it until a linearizable read answers")
+	fs.BoolVar(&o.updateRestore, "update-restore", o.updateRestore, "update: restore every snapshot of the last step and, if the incremental one is a log version, a files version of the same state")
+	fs.Func("strata-flags", "comma-separated extra flags of the strata member, e.g. --backup-log-ratio=0 (files versions only)", listSetter(&o.strataFlags))
 	fs.StringVar(&o.render, "render", o.render, "re-render backup.md and the plots (next to it) from this backup.json and exit")
 }
 
@@ -185,17 +200,24 @@ type bkSnap struct {
 	// Bytes is what this snapshot added to its storage: the target's growth
 	// (incremental) or the file's size (full).
 	Bytes int64 `json:"bytes"`
-	// FullBytes is the whole snapshot: the version's size (incremental) or
-	// the file's size (full).
+	// FullBytes is the whole snapshot: the file's size (full), the
+	// version's size (a files version), or, for a log version, the size a
+	// files version of the same state would have (its checkpoint's bytes).
 	FullBytes int64 `json:"full_bytes"`
 	// CumSeconds and CumBytes sum Seconds and Bytes over the experiment's
 	// steps so far (step 0, a base, not counted).
 	CumSeconds float64 `json:"cum_seconds"`
 	CumBytes   int64   `json:"cum_bytes"`
-	// Incremental only: the version, its file count, and the files and
-	// bytes the command said it uploaded.
+	// Incremental only: the version, its kind ("files" or "log"), the
+	// files version a log version is based on, its file (or log object)
+	// count, the bytes of a log version's log objects (replayed by a
+	// restore), and the files (objects) and bytes the command said it
+	// uploaded.
 	Version   uint64 `json:"version,omitempty"`
+	Kind      string `json:"kind,omitempty"`
+	Base      uint64 `json:"base,omitempty"`
 	Files     int    `json:"files,omitempty"`
+	LogBytes  int64  `json:"log_bytes,omitempty"`
 	NewFiles  int    `json:"new_files,omitempty"`
 	NewBytes  int64  `json:"new_bytes,omitempty"`
 	LoadAvg   string `json:"loadavg"`
@@ -251,22 +273,28 @@ type bkReport struct {
 	Loads     []bkLoad            `json:"loads"`
 	Snapshots []bkSnap            `json:"snapshots"`
 	Restores  []bkRestore         `json:"restores,omitempty"`
-	Notes     []string            `json:"notes,omitempty"`
-	Finished  time.Time           `json:"finished,omitzero"`
+	// FilesAfterUpdate is the files version taken after the last update
+	// step when the incremental snapshot there was a log version
+	// (-update-restore): the same state, restored for comparison.
+	FilesAfterUpdate *bkSnap   `json:"files_after_update,omitempty"`
+	Notes            []string  `json:"notes,omitempty"`
+	Finished         time.Time `json:"finished,omitzero"`
 }
 
 // bkSettings are the sizes the run used.
 type bkSettings struct {
-	Experiments  []string `json:"experiments"`
-	GrowSteps    int      `json:"grow_steps"`
-	GrowKeys     int64    `json:"grow_keys"`
-	UpdateSteps  int      `json:"update_steps"`
-	UpdatePct    float64  `json:"update_pct"`
-	BaseKeys     int64    `json:"base_keys"`
-	KeySize      int      `json:"key_size"`
-	ValSize      int      `json:"val_size"`
-	RestoreEvery int      `json:"restore_every"`
-	RestoreStart bool     `json:"restore_start"`
+	Experiments   []string `json:"experiments"`
+	GrowSteps     int      `json:"grow_steps"`
+	GrowKeys      int64    `json:"grow_keys"`
+	UpdateSteps   int      `json:"update_steps"`
+	UpdatePct     float64  `json:"update_pct"`
+	BaseKeys      int64    `json:"base_keys"`
+	KeySize       int      `json:"key_size"`
+	ValSize       int      `json:"val_size"`
+	RestoreEvery  int      `json:"restore_every"`
+	RestoreStart  bool     `json:"restore_start"`
+	UpdateRestore bool     `json:"update_restore"`
+	StrataFlags   []string `json:"strata_flags,omitempty"`
 }
 
 func runBackupBench(ctx context.Context, sub string, args []string) error {
@@ -373,7 +401,7 @@ func runBK(ctx context.Context, o bkOptions, command string, log *zap.Logger) (*
 		Commands: map[string][]string{},
 		Settings: bkSettings{Experiments: o.experiments, GrowSteps: o.growSteps, GrowKeys: o.growKeys, UpdateSteps: o.updateSteps,
 			UpdatePct: o.updatePct, BaseKeys: o.baseKeys, KeySize: len(load.YCSBKey(0)), ValSize: o.valSize,
-			RestoreEvery: o.restoreEvery, RestoreStart: o.restoreStart}}
+			RestoreEvery: o.restoreEvery, RestoreStart: o.restoreStart, UpdateRestore: o.updateRestore, StrataFlags: o.strataFlags}}
 	if tmpfs, err := onTmpfs(work); err == nil && tmpfs {
 		r.note("the work directory %s is on tmpfs: snapshots and restores never touch a disk", work)
 	}
@@ -496,7 +524,7 @@ func toolVersion(ctx context.Context, bin string) string {
 // startClusters starts one strata member and, with -etcd, one etcd member.
 func (r *bkRun) startClusters(ctx context.Context) error {
 	var err error
-	r.strata, err = cluster.Start(ctx, cluster.Spec{Name: "strata", Kind: cluster.KindStrata, Binary: r.o.strataBin},
+	r.strata, err = cluster.Start(ctx, cluster.Spec{Name: "strata", Kind: cluster.KindStrata, Binary: r.o.strataBin, ExtraArgs: r.o.strataFlags},
 		filepath.Join(r.work, "strata"), r.log)
 	if err != nil {
 		return err
@@ -606,11 +634,53 @@ func (r *bkRun) update(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if step == r.o.updateSteps && r.o.updateRestore {
+			if err := r.restoreStep(ctx, expUpdate, step, snaps); err != nil {
+				return err
+			}
+			if err := r.filesAfterUpdate(ctx, step, snaps); err != nil {
+				return err
+			}
+		}
 		r.dropSnapshots(snaps)
 		if err := r.write(); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// filesAfterUpdate takes and restores a files version of the state of the
+// last update step, if that step's incremental snapshot was a log version:
+// the same state restored both ways (report: FilesAfterUpdate).
+func (r *bkRun) filesAfterUpdate(ctx context.Context, step int, snaps []*bkSnap) error {
+	var inc *bkSnap
+	for _, s := range snaps {
+		if s.Method == methodIncremental && s.Kind == "log" {
+			inc = s
+		}
+	}
+	if inc == nil {
+		return nil
+	}
+	f := &bkSnap{Experiment: expUpdate, Step: step, Method: methodIncremental, Keys: inc.Keys, WrittenBytes: inc.WrittenBytes,
+		LiveBytes: inc.LiveBytes, LoadAvg: loadAvg()}
+	r.rep.FilesAfterUpdate = f
+	if err := r.incremental(ctx, f, "--kind=files"); err != nil {
+		f.Err = err.Error()
+		return fmt.Errorf("update step %d: a files version: %w", step, err)
+	}
+	res := bkRestore{Experiment: expUpdate + "-files", Step: step, Method: methodIncremental, Keys: f.Keys, LiveBytes: f.LiveBytes,
+		SnapshotBytes: f.FullBytes, LoadAvg: loadAvg()}
+	err := r.restoreOne(ctx, f, &res)
+	if err != nil {
+		res.Err = err.Error()
+	}
+	r.rep.Restores = append(r.rep.Restores, res)
+	if err != nil {
+		return fmt.Errorf("update step %d: restore the files version: %w", step, err)
+	}
+	r.log.Info("restore of a files version of the same state", zap.Int("step", step), zap.Float64("seconds", res.Seconds))
 	return nil
 }
 
@@ -752,17 +822,29 @@ func (r *bkRun) snapshotStep(ctx context.Context, exp string, step int) ([]*bkSn
 	return out, nil
 }
 
-// createLine is the line `strata backup create --endpoints` prints.
-var createLine = regexp.MustCompile(`^version (\d+) of .*: raft index \d+, term \d+, revision \d+, (\d+) files \((\d+) bytes\), uploaded (\d+) files \((\d+) bytes\) in `)
+// createResult is the result object `strata backup create --endpoints
+// --json` prints (cmd/strata/backup.go).
+type createResult struct {
+	Event       string `json:"event"`
+	Version     uint64 `json:"version"`
+	Kind        string `json:"kind"`
+	Base        uint64 `json:"base"`
+	Files       int    `json:"files"`
+	Size        int64  `json:"size"`
+	NewFiles    int    `json:"new_files"`
+	NewBytes    int64  `json:"new_bytes"`
+	EngineBytes int64  `json:"engine_bytes"`
+}
 
-// incremental takes a version with `strata backup create`.
-func (r *bkRun) incremental(ctx context.Context, s *bkSnap) error {
+// incremental takes a version with `strata backup create`, with extra
+// flags (--kind).
+func (r *bkRun) incremental(ctx context.Context, s *bkSnap, extra ...string) error {
 	_, before, err := treeSize(r.target)
 	if err != nil {
 		return err
 	}
-	args := []string{r.o.strataBin, "backup", "create", "--endpoints=" + r.strata.Endpoints()[0], "--target=file://" + r.target}
-	out, d, err := r.timed(ctx, "create "+methodIncremental, args)
+	args := append([]string{r.o.strataBin, "backup", "create", "--endpoints=" + r.strata.Endpoints()[0], "--target=file://" + r.target, "--json"}, extra...)
+	out, d, err := r.timed(ctx, "create "+methodIncremental+strings.Join(extra, " "), args)
 	if err != nil {
 		return err
 	}
@@ -772,17 +854,15 @@ func (r *bkRun) incremental(ctx context.Context, s *bkSnap) error {
 		return err
 	}
 	s.Bytes = after - before
-	m := createLine.FindStringSubmatch(strings.TrimSpace(string(out)))
-	if m == nil {
-		return fmt.Errorf("strata backup create printed %q, not the version line", out)
+	var res createResult
+	if err := json.Unmarshal(bytes.TrimSpace(out), &res); err != nil || res.Event != "result" || res.Version == 0 {
+		return fmt.Errorf("strata backup create --json printed %q, not a result object (%v)", out, err)
 	}
-	nums := make([]int64, 5)
-	for i := range nums {
-		if nums[i], err = strconv.ParseInt(m[i+1], 10, 64); err != nil {
-			return fmt.Errorf("strata backup create line %q: %w", out, err)
-		}
+	s.Version, s.Kind, s.Files, s.NewFiles, s.NewBytes = res.Version, res.Kind, res.Files, res.NewFiles, res.NewBytes
+	s.FullBytes = res.Size
+	if res.Kind == "log" {
+		s.Base, s.LogBytes, s.FullBytes = res.Base, res.Size, res.EngineBytes
 	}
-	s.Version, s.Files, s.FullBytes, s.NewFiles, s.NewBytes = uint64(nums[0]), int(nums[1]), nums[2], int(nums[3]), nums[4]
 	return nil
 }
 

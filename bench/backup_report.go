@@ -235,7 +235,8 @@ func uploads(b *strings.Builder, steps []int, by map[int]map[string]bkSnap, base
 			prev = nil
 			continue
 		}
-		if prev != nil && step > 0 {
+		// A log version uploads log objects, not files: it has no row.
+		if prev != nil && step > 0 && inc.Kind != "log" {
 			growth := inc.FullBytes - prev.FullBytes
 			rows = append(rows, fmt.Sprintf("| %d | %s | %d | %s | %s |", step, mb(inc.NewBytes), inc.NewFiles, mb(growth), mb(inc.NewBytes-growth)))
 		}
@@ -244,8 +245,9 @@ func uploads(b *strings.Builder, steps []int, by map[int]map[string]bkSnap, base
 	if len(rows) == 0 {
 		return
 	}
-	b.WriteString("\nWhat each incremental version uploaded: the version's growth over the previous one, and the rest (uploaded − growth), " +
-		"the size of the files the previous version named and this one does not (tables that compactions rewrote between the two; a flush only adds tables).\n\n")
+	b.WriteString("\nWhat each incremental files version uploaded: the version's growth over the previous one, and the rest (uploaded − growth), " +
+		"the size of the files the previous version named and this one does not (tables that compactions rewrote between the two; a flush only adds tables). " +
+		"Log versions have no row.\n\n")
 	b.WriteString("| step | uploaded MB | new files | version growth MB | uploaded − growth MB |\n|---|---|---|---|---|\n")
 	b.WriteString(strings.Join(rows, "\n") + "\n")
 }
@@ -254,8 +256,10 @@ func uploads(b *strings.Builder, steps []int, by map[int]map[string]bkSnap, base
 // the incremental backup, as a share of a full backup.
 func changeCost(b *strings.Builder, steps []int, by map[int]map[string]bkSnap) {
 	fmt.Fprintf(b, "\nWhat each step's change cost the incremental backup (its new bytes in the target), as a share of a full backup: "+
-		"the version's whole size (a full backup in the same format), strata's `etcdctl snapshot save` file, etcd's. Compass goal: at most %.0f%%.\n\n", bkGoalPct)
-	b.WriteString("| step | keys changed MB | incremental MB | new files | % of the whole version | % of strata's full snapshot | % of etcd's full snapshot | goal met |\n|---|---|---|---|---|---|---|---|\n")
+		"a files version of the same state (the version's whole size, or for a log version its checkpoint's bytes: a full backup in the same format), "+
+		"strata's `etcdctl snapshot save` file, etcd's. Kind: the version's (a log version names its files version, the base, and the raft log after it; "+
+		"replayed: the log a restore replays on the base). Compass goal: at most %.0f%%.\n\n", bkGoalPct)
+	b.WriteString("| step | keys changed MB | kind | incremental MB | new files or log objects | replayed MB | % of a full version | % of strata's full snapshot | % of etcd's full snapshot | goal met |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	prevWritten := int64(0)
 	for _, step := range steps {
 		row := by[step]
@@ -281,7 +285,16 @@ func changeCost(b *strings.Builder, steps []int, by map[int]map[string]bkSnap) {
 		if v > bkGoalPct {
 			met = "no"
 		}
-		fmt.Fprintf(b, "| %d | %s | %s | %d | %s | %s | %s | %s |\n", step, mb(inc.WrittenBytes-prevWritten), mb(inc.Bytes), inc.NewFiles, own, sf, ef, met)
+		kind, replayed := inc.Kind, "–"
+		if kind == "" {
+			kind = "files" // a run before log versions
+		}
+		if inc.Kind == "log" {
+			replayed = mb(inc.LogBytes)
+			kind = fmt.Sprintf("log on %d", inc.Base)
+		}
+		fmt.Fprintf(b, "| %d | %s | %s | %s | %d | %s | %s | %s | %s | %s |\n", step, mb(inc.WrittenBytes-prevWritten), kind, mb(inc.Bytes), inc.NewFiles,
+			replayed, own, sf, ef, met)
 		prevWritten = inc.WrittenBytes
 	}
 }
@@ -292,21 +305,44 @@ func restores(b *strings.Builder, rep *bkReport, pngs []string) {
 	}
 	b.WriteString("## Restore time by state size\n\n")
 	b.WriteString("Restore: the command's wall time into a new data dir. Start: a server started on that data dir, exec until a linearizable read answers (the restored key count is then checked).\n\n")
-	b.WriteString("| step | keys | live MB | method | snapshot MB | restore s | start s | restore + start s | restored data dir MB | load avg |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("Experiment update-files is a files version of the last update step's state, taken after its log version (`--kind files`) and restored for comparison.\n\n")
+	b.WriteString("| experiment | step | keys | live MB | method | version | snapshot MB | restore s | start s | restore + start s | restored data dir MB | load avg |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	rs := slices.Clone(rep.Restores)
 	sort.SliceStable(rs, func(i, j int) bool {
+		if rs[i].Experiment != rs[j].Experiment {
+			return rs[i].Experiment < rs[j].Experiment
+		}
 		if rs[i].Step != rs[j].Step {
 			return rs[i].Step < rs[j].Step
 		}
 		return slices.Index(bkMethods, rs[i].Method) < slices.Index(bkMethods, rs[j].Method)
 	})
+	// The kind of each incremental snapshot restored, by experiment and
+	// step.
+	kinds := map[string]string{}
+	for _, s := range rep.Snapshots {
+		if s.Method == methodIncremental && s.Kind != "" {
+			kinds[fmt.Sprint(s.Experiment, s.Step)] = s.Kind
+			if s.Kind == "log" {
+				kinds[fmt.Sprint(s.Experiment, s.Step)] = fmt.Sprintf("log on %d (replays %s MB)", s.Base, mb(s.LogBytes))
+			}
+		}
+	}
+	if f := rep.FilesAfterUpdate; f != nil {
+		kinds[fmt.Sprint(expUpdate+"-files", f.Step)] = "files"
+	}
 	for _, r := range rs {
+		kind := "–"
+		if r.Method == methodIncremental {
+			kind = kinds[fmt.Sprint(r.Experiment, r.Step)]
+		}
 		if r.Err != "" {
-			fmt.Fprintf(b, "| %d | %d | %s | %s | %s | failed: %s | | | | %s |\n", r.Step, r.Keys, mb(r.LiveBytes), r.Method, mb(r.SnapshotBytes), r.Err, r.LoadAvg)
+			fmt.Fprintf(b, "| %s | %d | %d | %s | %s | %s | %s | failed: %s | | | | %s |\n", r.Experiment, r.Step, r.Keys, mb(r.LiveBytes), r.Method, kind,
+				mb(r.SnapshotBytes), r.Err, r.LoadAvg)
 			continue
 		}
-		fmt.Fprintf(b, "| %d | %d | %s | %s | %s | %.2f | %.2f | %.2f | %s | %s |\n", r.Step, r.Keys, mb(r.LiveBytes), r.Method, mb(r.SnapshotBytes),
-			r.Seconds, r.StartSeconds, r.Seconds+r.StartSeconds, mb(r.DataDirBytes), r.LoadAvg)
+		fmt.Fprintf(b, "| %s | %d | %d | %s | %s | %s | %s | %.2f | %.2f | %.2f | %s | %s |\n", r.Experiment, r.Step, r.Keys, mb(r.LiveBytes), r.Method, kind,
+			mb(r.SnapshotBytes), r.Seconds, r.StartSeconds, r.Seconds+r.StartSeconds, mb(r.DataDirBytes), r.LoadAvg)
 	}
 	if f := pngNamed(pngs, "backup-restore.png"); f != "" {
 		fmt.Fprintf(b, "\n![restore](%s)\n", filepath.Base(f))
@@ -419,7 +455,8 @@ func plotBK(rep *bkReport, dir string) ([]string, error) {
 			for _, m := range ms {
 				var xys plotter.XYs
 				for _, r := range rep.Restores {
-					if r.Method == m && r.Err == "" {
+					// By state size: the growing state's restores only.
+					if r.Method == m && r.Err == "" && r.Experiment == expGrow {
 						xys = append(xys, plotter.XY{X: float64(r.LiveBytes) / 1e6, Y: pn.f(r)})
 					}
 				}

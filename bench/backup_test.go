@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,19 +54,25 @@ func TestSmokeBackup(t *testing.T) {
 			t.Errorf("%s: step 1 %d bytes, step 2 %d bytes (cumulative %d); want a larger second snapshot", m, a.Bytes, b.Bytes, b.CumBytes)
 		}
 	}
-	if len(rep.Restores) != 3 {
-		t.Fatalf("%d restores, want 3 (step 2 of grow)", len(rep.Restores))
+	// Step 2 of grow, the last update step, and a files version of its
+	// state if the incremental snapshot there was a log version.
+	wantRestores := 6
+	if rep.FilesAfterUpdate != nil {
+		wantRestores = 7
+	}
+	if len(rep.Restores) != wantRestores {
+		t.Fatalf("%d restores, want %d", len(rep.Restores), wantRestores)
 	}
 	for _, r := range rep.Restores {
 		if r.Err != "" || r.Seconds <= 0 || r.StartSeconds <= 0 || r.Keys != 2*o.growKeys {
-			t.Errorf("restore %s: %+v", r.Method, r)
+			t.Errorf("restore %s %s: %+v", r.Experiment, r.Method, r)
 		}
 	}
 	md, err := os.ReadFile(filepath.Join(o.out, "backup.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"## Growing state", "## Large state, small updates", "% of the whole version", "## Restore time by state size", "strata backup create"} {
+	for _, s := range []string{"## Growing state", "## Large state, small updates", "% of a full version", "## Restore time by state size", "strata backup create"} {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("backup.md lacks %q", s)
 		}
@@ -105,5 +112,25 @@ func TestSmokeBackupUpdateOnly(t *testing.T) {
 	}
 	if base, s1 := by[0][methodIncremental], by[1][methodIncremental]; base.CumBytes != 0 || s1.CumBytes != s1.Bytes || s1.Keys != o.baseKeys {
 		t.Errorf("base %+v, step 1 %+v: step 0 is not counted", base, s1)
+	}
+	// The member's default policy: a files version at step 0, then log
+	// versions on it, each uploading less than a full version, and the
+	// last step's snapshots restored (strata's two, no etcd here) beside a
+	// files version of the same state.
+	base := by[0][methodIncremental]
+	for _, step := range steps[1:] {
+		if s := by[step][methodIncremental]; s.Kind != "log" || s.Base != base.Version || s.LogBytes <= 0 || s.Bytes <= 0 || s.Bytes*20 > s.FullBytes {
+			t.Errorf("update step %d: %+v; want a log version on version %d uploading under 5%% of a full version", step, s, base.Version)
+		}
+	}
+	if f := rep.FilesAfterUpdate; f == nil || f.Kind != "files" || f.Err != "" || len(rep.Restores) != 3 {
+		t.Errorf("files version after the update: %+v, restores %+v; want one, restored beside the log version", f, rep.Restores)
+	}
+	md, err := os.ReadFile(filepath.Join(o.out, "backup.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(md), fmt.Sprintf("| log on %d |", base.Version)) || !strings.Contains(string(md), "| update-files | 2 |") {
+		t.Errorf("backup.md does not show the log versions and the files version restored:\n%s", md)
 	}
 }

@@ -18,9 +18,10 @@ import (
 
 const backupUsage = `usage:
   strata backup create --data-dir DIR --target URL   back up a stopped member's engine (a new version)
-  strata backup create --endpoints URL [--target URL] [--user NAME[:PASSWORD]] [--cacert F --cert F --key F]
+  strata backup create --endpoints URL [--target URL] [--kind files|log] [--user NAME[:PASSWORD]] [--cacert F --cert F --key F]
                                                      ask a running member for a version (default target:
-                                                     its --backup-target; it uses its own --s3-* settings)
+                                                     its --backup-target; it uses its own --s3-* settings;
+                                                     a files or a log version as its policy says, or --kind)
   strata backup list   --target URL [--json]         the versions, oldest first
   strata backup verify --target URL [--version N]    check every file of a version (default the latest)
                                                      and every archived raft log object
@@ -74,6 +75,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "create":
 		dataDir := fs.String("data-dir", "", "The data directory of a stopped member.")
+		kind := fs.String("kind", "", "With --endpoints: files (the engine's files) or log (the raft log since the target's last version, on its files version); default: as the member's --backup-log-ratio and --backup-full-every say.")
 		asJSON := fs.Bool("json", false, "Print JSON lines on stdout for scripts: progress events, then the result (or an error) object.")
 		if code := parse(); code >= 0 {
 			return code
@@ -84,22 +86,40 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stderr, "strata backup create: give --data-dir (a stopped member) or --endpoints (a running one), not both")
 				return 2
 			}
+			if k := backup.Kind(*kind); k != "" && k != backup.KindFiles && k != backup.KindLog {
+				fmt.Fprintf(stderr, "strata backup create: --kind %q: want files or log\n", *kind)
+				return 2
+			}
 			// The member does the work: no progress, only the result.
-			resp, err := online.create(ctx, tf.url)
+			resp, err := online.create(ctx, tf.url, backup.Kind(*kind))
 			if err != nil {
 				progress.fail(err)
 				return fail(err)
 			}
 			if *asJSON {
-				progress.result(map[string]any{"version": resp.Version, "target": resp.Target, "member_id": fmt.Sprintf("%x", resp.MemberID),
+				fields := map[string]any{"version": resp.Version, "kind": resp.Kind, "target": resp.Target, "member_id": fmt.Sprintf("%x", resp.MemberID),
 					"raft_index": resp.RaftIndex, "raft_term": resp.RaftTerm, "revision": resp.Revision, "files": resp.Files, "size": resp.Size,
-					"new_files": resp.NewFiles, "new_bytes": resp.NewBytes, "duration_seconds": resp.Duration.Seconds()})
+					"new_files": resp.NewFiles, "new_bytes": resp.NewBytes, "duration_seconds": resp.Duration.Seconds()}
+				if resp.Kind == backup.KindLog {
+					fields["base"], fields["engine_bytes"] = resp.Base, resp.EngineBytes
+				}
+				progress.result(fields)
+				return 0
+			}
+			if resp.Kind == backup.KindLog {
+				fmt.Fprintf(stdout, "version %d of %s by member %x: a log version on version %d: raft index %d, term %d, revision %d, %d log objects (%d bytes; the engine holds %d), uploaded %d log objects (%d bytes) in %s\n",
+					resp.Version, resp.Target, resp.MemberID, resp.Base, resp.RaftIndex, resp.RaftTerm, resp.Revision, resp.Files, resp.Size, resp.EngineBytes,
+					resp.NewFiles, resp.NewBytes, resp.Duration.Round(time.Millisecond))
 				return 0
 			}
 			fmt.Fprintf(stdout, "version %d of %s by member %x: raft index %d, term %d, revision %d, %d files (%d bytes), uploaded %d files (%d bytes) in %s\n",
 				resp.Version, resp.Target, resp.MemberID, resp.RaftIndex, resp.RaftTerm, resp.Revision, resp.Files, resp.Size, resp.NewFiles,
 				resp.NewBytes, resp.Duration.Round(time.Millisecond))
 			return 0
+		}
+		if *kind == string(backup.KindLog) {
+			fmt.Fprintln(stderr, "strata backup create: --kind log needs --endpoints: a stopped member's versions are files versions (its log is not read)")
+			return 2
 		}
 		if *dataDir == "" {
 			fmt.Fprintln(stderr, "strata backup create: --data-dir (a stopped member) or --endpoints (a running one) is required")
@@ -150,10 +170,16 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "VERSION\tCREATED\tINDEX\tTERM\tREVISION\tCOMPACT-REVISION\tFILES\tSIZE\tNEW-FILES\tNEW-BYTES")
+		// FILES and SIZE are what the version names: engine files, or a
+		// log version's log objects (its base is another line).
+		fmt.Fprintln(tw, "VERSION\tKIND\tBASE\tCREATED\tINDEX\tTERM\tREVISION\tCOMPACT-REVISION\tFILES\tSIZE\tNEW-FILES\tNEW-BYTES")
 		for _, m := range list {
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", m.Version, m.Created.Format(time.RFC3339), m.RaftIndex, m.RaftTerm,
-				m.Revision, m.CompactRevision, len(m.Files), m.Size(), m.NewFiles, m.NewBytes)
+			base, files, size := "-", len(m.Files), m.Size()
+			if m.IsLog() {
+				base, files, size = fmt.Sprint(m.Base), len(m.Log), m.LogSize()
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", m.Version, m.Kind, base, m.Created.Format(time.RFC3339), m.RaftIndex, m.RaftTerm,
+				m.Revision, m.CompactRevision, files, size, m.NewFiles, m.NewBytes)
 		}
 		if err := tw.Flush(); err != nil {
 			return fail(err)
@@ -186,7 +212,12 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 			}
 			return fail(err)
 		}
-		fmt.Fprintf(stdout, "version %d of %s: %d files (%d bytes) match their sha256\n", rep.Version, t, rep.Files, rep.Bytes)
+		if rep.Base != 0 {
+			fmt.Fprintf(stdout, "version %d of %s, a log version on version %d: %d files of the base and %d log objects (%d bytes) match their sha256\n",
+				rep.Version, t, rep.Base, rep.Files, rep.LogObjects, rep.Bytes)
+		} else {
+			fmt.Fprintf(stdout, "version %d of %s: %d files (%d bytes) match their sha256\n", rep.Version, t, rep.Files, rep.Bytes)
+		}
 		lrep, err := backup.VerifyLog(ctx, t)
 		if err != nil {
 			for _, b := range lrep.Bad {
@@ -270,11 +301,14 @@ func restoreFromTarget(tf *targetFlags, version uint64, cfg backup.RestoreConfig
 		return fail(err)
 	}
 	m := res.Manifest
-	fields := map[string]any{"version": m.Version, "target": t.String(), "raft_index": m.RaftIndex, "revision": m.Revision,
+	fields := map[string]any{"version": m.Version, "kind": m.Kind, "target": t.String(), "raft_index": m.RaftIndex, "revision": m.Revision,
 		"records": res.Records, "data_dir": cfg.DataDir, "member_id": fmt.Sprintf("%x", res.MemberID), "cluster_id": fmt.Sprintf("%x", res.ClusterID),
 		"duration_seconds": time.Since(start).Seconds()}
 	if res.ReplayedTo != 0 {
 		fields["replayed_to"] = res.ReplayedTo
+	}
+	if m.IsLog() {
+		fields["base"] = m.Base
 	}
 	if cfg.ToRevision != 0 {
 		fields["to_revision"] = cfg.ToRevision
@@ -310,6 +344,11 @@ func restoreFromTarget(tf *targetFlags, version uint64, cfg backup.RestoreConfig
 			what, m.Version, t, m.RaftIndex, m.Revision, res.Source, res.ReplayedTo, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
 		return 0
 	}
+	if m.IsLog() {
+		fmt.Fprintf(stdout, "restored version %d of %s (a log version: version %d, then its log to raft index %d, revision %d; %d records) into %s: member %x of cluster %x\n",
+			m.Version, t, m.Base, m.RaftIndex, m.Revision, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
+		return 0
+	}
 	fmt.Fprintf(stdout, "restored version %d of %s (raft index %d, revision %d, %d records) into %s: member %x of cluster %x\n",
 		m.Version, t, m.RaftIndex, m.Revision, res.Records, cfg.DataDir, res.MemberID, res.ClusterID)
 	return 0
@@ -324,6 +363,8 @@ type memberBackupFlags struct {
 	keepLast    int
 	keepWithin  time.Duration
 	keepExp     bool
+	logRatio    float64
+	fullEvery   int
 }
 
 func (f *memberBackupFlags) register(fs *flag.FlagSet) {
@@ -333,10 +374,20 @@ func (f *memberBackupFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.keepLast, "backup-keep-last", 0, "strata: after each version of --backup-interval, prune the target to the newest N versions (0: no such rule).")
 	fs.DurationVar(&f.keepWithin, "backup-keep-within", 0, "strata: after each version of --backup-interval, keep the versions created within this duration (0: no such rule). The newest is always kept.")
 	fs.BoolVar(&f.keepExp, "backup-keep-exponential", false, "strata: after each version of --backup-interval, keep the newest version of every hour for 24 h, of every day for 7 days and of every week for 4 weeks (UTC), as `strata backup prune --keep-exponential`.")
+	fs.Float64Var(&f.logRatio, "backup-log-ratio", defaultLogRatio, "strata: a version is a log version (the raft log since the target's last version, on its last files version) while that log, replayed from the files version, stays at most this fraction of the files version's bytes, and the member's log still holds it; else a files version (0: files versions only). Bounds what a restore replays (docs/backup.md, \"Log versions\").")
+	fs.IntVar(&f.fullEvery, "backup-full-every", 0, "strata: also make every Nth version after a files version a files version again (1: files versions only; 0: no such rule).")
 	f.target.registerS3(fs)
 }
 
+// defaultLogRatio is --backup-log-ratio's default: a restore of a log
+// version replays at most a quarter of its files version's bytes in log
+// entries (docs/backup.md, "Log versions", gives the measured cost).
+const defaultLogRatio = 0.25
+
 func (f *memberBackupFlags) apply(cfg *member.Config) error {
+	if f.logRatio < 0 || f.fullEvery < 0 {
+		return fmt.Errorf("--backup-log-ratio %g, --backup-full-every %d: want 0 or more", f.logRatio, f.fullEvery)
+	}
 	if f.keepLast < 0 || f.keepWithin < 0 {
 		return fmt.Errorf("--backup-keep-last %d, --backup-keep-within %s: want 0 or more", f.keepLast, f.keepWithin)
 	}
@@ -348,7 +399,8 @@ func (f *memberBackupFlags) apply(cfg *member.Config) error {
 	}
 	cfg.Backup = backup.Options{
 		Target: f.target.url, TargetOptions: f.target.opts, Interval: f.interval, LogInterval: f.logInterval,
-		Keep: backup.Retention{KeepLast: f.keepLast, KeepWithin: f.keepWithin, Exponential: f.keepExp},
+		Keep:   backup.Retention{KeepLast: f.keepLast, KeepWithin: f.keepWithin, Exponential: f.keepExp},
+		Policy: backup.Policy{LogRatio: f.logRatio, FullEvery: f.fullEvery},
 	}
 	return nil
 }

@@ -36,8 +36,9 @@ func (f *onlineFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timeout, "command-timeout", 30*time.Minute, "How long the version may take.")
 }
 
-// create asks the member for a version into target (empty: its own).
-func (f *onlineFlags) create(ctx context.Context, target string) (*backup.CreateResponse, error) {
+// create asks the member for a version of kind (empty: as its policy
+// says) into target (empty: its own).
+func (f *onlineFlags) create(ctx context.Context, target string, kind backup.Kind) (*backup.CreateResponse, error) {
 	cfg := clientv3.Config{Endpoints: splitURLs(f.endpoints), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
 	if f.cacert != "" || f.cert != "" || strings.HasPrefix(f.endpoints, "https://") {
 		tc, err := tlsconfig.Info{CertFile: f.cert, KeyFile: f.key, TrustedCAFile: f.cacert}.ClientConfig()
@@ -63,7 +64,7 @@ func (f *onlineFlags) create(ctx context.Context, target string) (*backup.Create
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	resp, err := backup.CreateRemote(ctx, cli.ActiveConnection(), &backup.CreateRequest{Target: target})
+	resp, err := backup.CreateRemote(ctx, cli.ActiveConnection(), &backup.CreateRequest{Target: target, Kind: kind})
 	if err != nil {
 		return nil, fmt.Errorf("member at %s: %w", f.endpoints, err)
 	}

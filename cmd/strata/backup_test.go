@@ -32,10 +32,12 @@ func TestBackupCommandLine(t *testing.T) {
 		{name: "user without password", args: []string{"create", "--endpoints=http://127.0.0.1:1", "--user=root"}, code: 1, stderrPart: "--user needs a password"},
 		{name: "stray argument", args: []string{"verify", "--target=" + target, "3"}, code: 2, stderrPart: "unexpected arguments"},
 		{name: "bad target", args: []string{"list", "--target=ftp://x"}, code: 1, stderrPart: "want a file:// or s3:// URL"},
-		{name: "list of an empty target", args: []string{"list", "--target=" + target}, code: 0, stdout: "VERSION  CREATED"},
+		{name: "list of an empty target", args: []string{"list", "--target=" + target}, code: 0, stdout: "VERSION  KIND  BASE  CREATED"},
 		{name: "list --json of an empty target", args: []string{"list", "--target=" + target, "--json"}, code: 0, stdout: "[]"},
 		{name: "verify of an empty target", args: []string{"verify", "--target=" + target}, code: 1, stderrPart: "holds no backup version"},
 		{name: "prune without retention", args: []string{"prune", "--target=" + target}, code: 1, stderrPart: "no retention given"},
+		{name: "unknown kind", args: []string{"create", "--endpoints=http://127.0.0.1:1", "--kind=delta"}, code: 2, stderrPart: `--kind "delta": want files or log`},
+		{name: "log version of a stopped member", args: []string{"create", "--target=" + target, "--data-dir=x", "--kind=log"}, code: 2, stderrPart: "--kind log needs --endpoints"},
 		{name: "create of a missing data dir", args: []string{"create", "--target=" + target, "--data-dir=" + t.TempDir() + "/none"}, code: 1, stderrPart: "not a strata data directory"},
 	}
 	for _, tc := range tests {
@@ -91,20 +93,26 @@ func TestMemberBackupFlags(t *testing.T) {
 		wantErr string
 		check   func(cfg member.Config) bool
 	}{
-		{name: "off by default", check: func(cfg member.Config) bool { return reflect.DeepEqual(cfg.Backup, backup.Options{}) }},
+		{name: "off by default, log versions on once a target is given", check: func(cfg member.Config) bool {
+			return reflect.DeepEqual(cfg.Backup, backup.Options{Policy: backup.Policy{LogRatio: defaultLogRatio}})
+		}},
 		{
 			name: "every flag",
 			args: []string{"--backup-target=s3://b/p", "--backup-interval=1h", "--backup-log-interval=1m", "--backup-keep-last=3", "--backup-keep-within=24h",
-				"--backup-keep-exponential", "--s3-endpoint=http://127.0.0.1:9000", "--s3-region=r", "--s3-access-key=a", "--s3-secret-key=s"},
+				"--backup-keep-exponential", "--s3-endpoint=http://127.0.0.1:9000", "--s3-region=r", "--s3-access-key=a", "--s3-secret-key=s",
+				"--backup-log-ratio=0.5", "--backup-full-every=6"},
 			check: func(cfg member.Config) bool {
 				return reflect.DeepEqual(cfg.Backup, backup.Options{Target: "s3://b/p", Interval: time.Hour, LogInterval: time.Minute,
 					Keep:          backup.Retention{KeepLast: 3, KeepWithin: 24 * time.Hour, Exponential: true},
+					Policy:        backup.Policy{LogRatio: 0.5, FullEvery: 6},
 					TargetOptions: backup.TargetOptions{Endpoint: "http://127.0.0.1:9000", Region: "r", AccessKey: "a", SecretKey: "s"}})
 			},
 		},
 		{name: "keep without interval", args: []string{"--backup-target=file:///x", "--backup-keep-last=3"}, wantErr: "--backup-interval"},
 		{name: "exponential without interval", args: []string{"--backup-target=file:///x", "--backup-keep-exponential"}, wantErr: "--backup-interval"},
 		{name: "negative keep", args: []string{"--backup-target=file:///x", "--backup-interval=1h", "--backup-keep-last=-1"}, wantErr: "want 0 or more"},
+		{name: "negative log ratio", args: []string{"--backup-target=file:///x", "--backup-log-ratio=-0.1"}, wantErr: "want 0 or more"},
+		{name: "negative full-every", args: []string{"--backup-target=file:///x", "--backup-full-every=-1"}, wantErr: "want 0 or more"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
