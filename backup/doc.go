@@ -10,9 +10,10 @@
 // files the target lacks, named by their content hash, and then one small
 // manifest naming every file of the version (seed 004, Gavalas,
 // "Incremental Snapshotting in Transactional Dataflow SFaaS Systems",
-// sections 2.3 and 3.5). Each version is complete on its own: restoring
-// one needs no chain of deltas, and deleting an old version only frees the
-// files no kept version names.
+// sections 2.3 and 3.5). Such a files version is complete on its own:
+// restoring one needs no chain of deltas, and deleting an old version only
+// frees the files no kept version names. A log version (below) needs one
+// files version and the log after it, never a chain.
 //
 // # Log versions
 //
