@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/strata-kv/strata/engine"
 	"github.com/strata-kv/strata/engine/enginetest"
@@ -536,16 +537,26 @@ func TestCompactAllReclaims(t *testing.T) {
 	if err := it.Close(); err != nil || n != 10 {
 		t.Fatalf("old iterator: %d keys, %v", n, err)
 	}
-	var onDisk int64
-	for _, data := range readFiles(t, dir) {
-		onDisk += int64(len(data))
+	// The last reader of an obsolete file removes it: the iterator closed
+	// above, or the background hinter, which may still hold one for a
+	// moment; so wait, bounded, for the directory to match the set.
+	var onDisk, set int64
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		onDisk = 0
+		for _, data := range readFiles(t, dir) {
+			onDisk += int64(len(data))
+		}
+		e.mu.RLock()
+		set = 0
+		for _, s := range e.mu.segs {
+			set += s.size
+		}
+		e.mu.RUnlock()
+		if onDisk == set || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval
 	}
-	e.mu.RLock()
-	var set int64
-	for _, s := range e.mu.segs {
-		set += s.size
-	}
-	e.mu.RUnlock()
 	if onDisk != set {
 		t.Fatalf("directory holds %d bytes of data files, the engine's set %d: old files not removed", onDisk, set)
 	}

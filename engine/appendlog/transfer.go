@@ -2,8 +2,10 @@ package appendlog
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -348,6 +350,13 @@ func (e *Engine) CrashCopy(dst string, tear func(synced, unsynced []byte) []byte
 	}
 	for _, de := range ents {
 		data, err := os.ReadFile(filepath.Join(e.dir, de.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			// An obsolete file whose last reader (the hinter, which holds
+			// none of the locks taken above when it lets go) removed it
+			// since ReadDir. A crash now may or may not find it; recovery
+			// ignores an obsolete file either way (segment.unref).
+			continue
+		}
 		if err != nil {
 			return 0, fmt.Errorf("crash copy: %w", err)
 		}
