@@ -569,6 +569,8 @@ func (b *batch) DeleteRange(start, end []byte) error {
 	b.ownRangeDel = true
 	return b.b.DeleteRange(start, end, nil)
 }
+
+// Empty implements engine.Batch.
 func (b *batch) Empty() bool { return b.b.Empty() }
 
 func (b *batch) Commit(appliedIndex uint64) error {
