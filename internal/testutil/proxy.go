@@ -118,11 +118,15 @@ func (p *Proxy) SetSourceOf(f func(remote net.Addr) string) {
 // BlockSource closes the forwarded connections dialed by source and
 // refuses its new ones until UnblockSource.
 //
+// While any source is blocked the proxy fails closed: a connection whose
+// dialer cannot be named is cut and refused as if it were the blocked one.
 // A connection whose dialer could not be named when it was accepted is
-// looked up again here: one read of /proc/net/tcp can miss a socket while
-// the table changes, and a connection left unnamed would survive every
-// BlockSource (with etcd, whose members read their peers' messages on
-// connections they dialed, an isolated member would keep its leader).
+// looked up again here first, but a lookup can miss a socket at any time
+// (one read of /proc/net/tcp skips entries while the table changes), and a
+// connection let through unnamed would survive the block: with etcd, whose
+// members read their peers' messages on connections they dialed, an
+// isolated member would keep hearing its leader. A member that is not
+// blocked and was refused this way redials, and is named the next time.
 func (p *Proxy) BlockSource(source string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -132,7 +136,7 @@ func (p *Proxy) BlockSource(source string) {
 			f.source = p.mu.sourceOf(f.dialer)
 			p.mu.conns[c] = f
 		}
-		if f.source == source {
+		if f.source == source || f.source == "" {
 			c.Close()
 		}
 	}
@@ -225,11 +229,13 @@ func (p *Proxy) forward(in net.Conn, sourceOf func(net.Addr) string) {
 
 // track registers a forwarded pair unless the proxy was blackholed or
 // closed, or its source blocked, meanwhile (or before: the source is known
-// only after accepting).
+// only after accepting). An unnamed source is refused while any source is
+// blocked (BlockSource says why).
 func (p *Proxy) track(in, out net.Conn, source string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.mu.blackholed || p.mu.closed || p.mu.blocked[source] {
+	unnamedWhileBlocking := source == "" && len(p.mu.blocked) > 0
+	if p.mu.blackholed || p.mu.closed || p.mu.blocked[source] || unnamedWhileBlocking {
 		return false
 	}
 	f := forwarded{source: source, dialer: in.RemoteAddr()}

@@ -187,6 +187,44 @@ func TestProxyBlockSourceResolvesLate(t *testing.T) {
 	}
 }
 
+// TestProxyBlockSourceFailsClosed covers a dialer that is never named
+// (every lookup of its socket misses): while a source is blocked, such a
+// connection is cut and a new one refused, since it may be the blocked
+// source's; once nothing is blocked it passes again.
+func TestProxyBlockSourceFailsClosed(t *testing.T) {
+	p, err := NewProxy(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetSourceOf(func(net.Addr) string { return "" })
+	p.Start()
+	defer p.Close()
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatalf("dial proxy: %v", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	open := dial()
+	if err := roundTrip(open, "x"); err != nil {
+		t.Fatal(err)
+	}
+	p.BlockSource("a")
+	if err := roundTrip(open, "cut"); err == nil {
+		t.Error("an unnamed connection still carries data while a source is blocked")
+	}
+	if err := roundTrip(dial(), "refused"); err == nil {
+		t.Error("a new unnamed connection carries data while a source is blocked")
+	}
+	p.UnblockSource("a")
+	if err := roundTrip(dial(), "after"); err != nil {
+		t.Errorf("after UnblockSource: %v", err)
+	}
+}
+
 func TestSocketOwner(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
