@@ -717,3 +717,45 @@ func TestRun(t *testing.T) {
 		t.Error("Run with interval 0 started")
 	}
 }
+
+// TestOpenTargetMustExist: a reader's open (MustExist) refuses a file://
+// directory that is missing or is a file, creating nothing, and opens an
+// existing one without writing to it; a writer's open creates it.
+func TestOpenTargetMustExist(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	missing := filepath.Join(root, "missing")
+	if _, err := OpenTarget(ctx, "file://"+missing, TargetOptions{MustExist: true}); err == nil || !strings.Contains(err.Error(), "no such directory") {
+		t.Errorf("MustExist open of a missing directory: %v, want no such directory", err)
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Error("MustExist open created the missing directory")
+	}
+	file := filepath.Join(root, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenTarget(ctx, "file://"+file, TargetOptions{MustExist: true}); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("MustExist open of a file: %v, want not a directory", err)
+	}
+	empty := filepath.Join(root, "empty")
+	if err := os.Mkdir(empty, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	tg, err := OpenTarget(ctx, "file://"+empty, TargetOptions{MustExist: true})
+	if err != nil {
+		t.Fatalf("MustExist open of an existing directory: %v", err)
+	}
+	if objs, err := tg.List(ctx, ""); err != nil || len(objs) != 0 {
+		t.Errorf("List of an empty target: %v, %v", objs, err)
+	}
+	if entries, err := os.ReadDir(empty); err != nil || len(entries) != 0 {
+		t.Errorf("MustExist open wrote to the target: %v, %v", entries, err)
+	}
+	if _, err := OpenTarget(ctx, "file://"+missing, TargetOptions{}); err != nil {
+		t.Fatalf("a writer's open of a missing directory: %v", err)
+	}
+	if _, err := os.Stat(missing); err != nil {
+		t.Errorf("a writer's open did not create the directory: %v", err)
+	}
+}

@@ -74,10 +74,17 @@ type TargetOptions struct {
 	AccessKey, SecretKey string
 	// Insecure uses http for an Endpoint given without a scheme.
 	Insecure bool
+	// MustExist opens a file:// target only if its directory exists, and
+	// without writing to it. Commands that only read or delete (list,
+	// verify, prune, restore) set it, so that a mistyped path is refused
+	// rather than answered as an empty target created on the spot. (An
+	// s3:// bucket must always exist; a prefix with no objects is an
+	// empty target either way.)
+	MustExist bool
 }
 
 // OpenTarget opens the target a URL names: file:///abs/dir (created if
-// missing) or s3://bucket/prefix. An S3 bucket must exist: a target that
+// missing, unless opts.MustExist) or s3://bucket/prefix. An S3 bucket must exist: a target that
 // cannot be reached, or refuses the credentials, is an error here rather
 // than in the middle of a backup.
 func OpenTarget(ctx context.Context, rawURL string, opts TargetOptions) (Target, error) {
@@ -92,6 +99,9 @@ func OpenTarget(ctx context.Context, rawURL string, opts TargetOptions) (Target,
 		}
 		if u.Path == "" {
 			return nil, fmt.Errorf("backup target %q: no directory", rawURL)
+		}
+		if opts.MustExist {
+			return openExistingFileTarget(u.Path)
 		}
 		return NewFileTarget(u.Path)
 	case "s3":
@@ -128,6 +138,27 @@ func NewFileTarget(dir string) (*FileTarget, error) {
 	}
 	if err := datadir.MkdirAllSynced(vfs.Default, filepath.Join(dir, tmpDir)); err != nil {
 		return nil, fmt.Errorf("backup target %s: %w", dir, err)
+	}
+	return &FileTarget{dir: dir}, nil
+}
+
+// openExistingFileTarget opens dir as a target if it is a directory,
+// writing nothing (Put fails without the tmp/ directory a writer's open
+// creates).
+func openExistingFileTarget(dir string) (*FileTarget, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("backup target %s: %w", dir, err)
+	}
+	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("backup target file://%s: no such directory", filepath.ToSlash(dir))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("backup target %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("backup target file://%s: not a directory", filepath.ToSlash(dir))
 	}
 	return &FileTarget{dir: dir}, nil
 }

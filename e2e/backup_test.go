@@ -475,6 +475,7 @@ func TestBackupBadInput(t *testing.T) {
 		{"a time before the oldest version", []string{"restore", "--from=" + target, "--to-time=2000-01-01T00:00:00Z"}, "is before the oldest version (version 1, created "},
 		{"a time after the archive's reach", []string{"restore", "--from=" + target, "--to-time=" + time.Now().Add(time.Hour).Format(time.RFC3339)},
 			"is after the last archived sample: the archive reaches "},
+		{"a target directory that does not exist", []string{"restore", "--from=" + target + "-mistyped"}, "no such directory"},
 	} {
 		dataDir := filepath.Join(t.TempDir(), "new")
 		args := tc.args
@@ -496,6 +497,9 @@ func TestBackupBadInput(t *testing.T) {
 		t.Errorf("the non-empty data dir after the refused restore: %v, %v", entries, err)
 	} else if raw, err := os.ReadFile(filepath.Join(nonEmpty, "keep")); err != nil || string(raw) != "mine" {
 		t.Errorf("the non-empty data dir's file after the refused restore: %q, %v", raw, err)
+	}
+	if _, err := os.Stat(dir + "-mistyped"); err == nil {
+		t.Errorf("a restore from a missing target created %s-mistyped", dir)
 	}
 	if after := treeDigest(t, dir); after != before {
 		t.Errorf("the target changed under refused commands:\nbefore:\n%s\nafter:\n%s", before, after)

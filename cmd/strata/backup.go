@@ -150,7 +150,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		if code := parse(); code >= 0 {
 			return code
 		}
-		t, err := tf.open(ctx)
+		t, err := tf.openExisting(ctx)
 		if err != nil {
 			return fail(err)
 		}
@@ -201,7 +201,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		if code := parse(); code >= 0 {
 			return code
 		}
-		t, err := tf.open(ctx)
+		t, err := tf.openExisting(ctx)
 		if err != nil {
 			return fail(err)
 		}
@@ -236,7 +236,7 @@ func runBackup(args []string, stdout, stderr io.Writer) int {
 		if code := parse(); code >= 0 {
 			return code
 		}
-		t, err := tf.open(ctx)
+		t, err := tf.openExisting(ctx)
 		if err != nil {
 			return fail(err)
 		}
@@ -273,10 +273,22 @@ func (f *targetFlags) registerS3(fs *flag.FlagSet) {
 	fs.BoolVar(&f.opts.Insecure, "s3-insecure", false, "Use http for an --s3-endpoint given without a scheme.")
 }
 
+// open opens the target to write versions to: a file:// directory is
+// created if missing.
 func (f *targetFlags) open(ctx context.Context) (backup.Target, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	return backup.OpenTarget(ctx, f.url, f.opts)
+}
+
+// openExisting opens the target to read (or prune) what it holds: a
+// file:// directory that does not exist is refused, not created.
+func (f *targetFlags) openExisting(ctx context.Context) (backup.Target, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	opts := f.opts
+	opts.MustExist = true
+	return backup.OpenTarget(ctx, f.url, opts)
 }
 
 // restoreFromTarget is `strata restore --from URL`: a version of an
@@ -289,7 +301,7 @@ func restoreFromTarget(tf *targetFlags, version uint64, cfg backup.RestoreConfig
 		fmt.Fprintf(stderr, "strata restore: %v\n", err)
 		return 1
 	}
-	t, err := tf.open(ctx)
+	t, err := tf.openExisting(ctx)
 	if err != nil {
 		return fail(err)
 	}

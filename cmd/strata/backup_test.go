@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -13,9 +16,13 @@ import (
 )
 
 // TestBackupCommandLine: the backup subcommands' refusals and their output
-// on an empty target.
+// on an empty target. A target the readers (list, verify, prune) are
+// pointed at must exist: a mistyped directory is refused, not created.
 func TestBackupCommandLine(t *testing.T) {
-	target := "file://" + filepath.Join(t.TempDir(), "target")
+	target := "file://" + t.TempDir()
+	missingDir := filepath.Join(t.TempDir(), "missing")
+	missing := "file://" + missingDir
+	writeTarget := "file://" + filepath.Join(t.TempDir(), "created") // create makes its target
 	tests := []struct {
 		name       string
 		args       []string
@@ -38,7 +45,10 @@ func TestBackupCommandLine(t *testing.T) {
 		{name: "prune without retention", args: []string{"prune", "--target=" + target}, code: 1, stderrPart: "no retention given"},
 		{name: "unknown kind", args: []string{"create", "--endpoints=http://127.0.0.1:1", "--kind=delta"}, code: 2, stderrPart: `--kind "delta": want files or log`},
 		{name: "log version of a stopped member", args: []string{"create", "--target=" + target, "--data-dir=x", "--kind=log"}, code: 2, stderrPart: "--kind log needs --endpoints"},
-		{name: "create of a missing data dir", args: []string{"create", "--target=" + target, "--data-dir=" + t.TempDir() + "/none"}, code: 1, stderrPart: "not a strata data directory"},
+		{name: "create of a missing data dir", args: []string{"create", "--target=" + writeTarget, "--data-dir=" + t.TempDir() + "/none"}, code: 1, stderrPart: "not a strata data directory"},
+		{name: "list of a missing target", args: []string{"list", "--target=" + missing}, code: 1, stderrPart: "backup target " + missing + ": no such directory"},
+		{name: "verify of a missing target", args: []string{"verify", "--target=" + missing}, code: 1, stderrPart: "no such directory"},
+		{name: "prune of a missing target", args: []string{"prune", "--target=" + missing, "--keep-last=1"}, code: 1, stderrPart: "no such directory"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,6 +59,12 @@ func TestBackupCommandLine(t *testing.T) {
 					tc.args, code, stdout.String(), stderr.String(), tc.code, tc.stdout, tc.stderrPart)
 			}
 		})
+	}
+	if _, err := os.Stat(missingDir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the readers created the missing target %s (stat: %v)", missingDir, err)
+	}
+	if entries, err := os.ReadDir(strings.TrimPrefix(target, "file://")); err != nil || len(entries) != 0 {
+		t.Errorf("list, verify and prune of an empty target wrote to it: %v, %v", entries, err)
 	}
 }
 
