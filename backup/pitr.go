@@ -82,6 +82,14 @@ func (g replayGoal) String() string {
 	return fmt.Sprintf("index %d", g.index)
 }
 
+// replayRunEntries and replayRunBytes bound the entries a replay hands
+// the applier at once (one engine batch): enough that the round trip per
+// run is noise, few enough that a run of large values stays a few MiB.
+const (
+	replayRunEntries = 1024
+	replayRunBytes   = 4 << 20
+)
+
 // replayTo applies the committed entries after version m, read from src
 // up to index last (the end of the run src holds: heldRun), to the staged
 // engine in engineDir, one at a time as a member applies them (an applier
@@ -89,7 +97,8 @@ func (g replayGoal) String() string {
 // revision goal.rev (each entry adds at most one revision, so the replay
 // stops exactly there: docs/backup.md, "Point-in-time restore"), or entry
 // goal.index applied. It returns the index of the last entry applied.
-func replayTo(ctx context.Context, src EntrySource, engineDir string, m *Manifest, goal replayGoal, last uint64, held []LogRange, logger *zap.Logger) (uint64, error) {
+// progress, if it implements ReplayProgress, is told how far it is.
+func replayTo(ctx context.Context, src EntrySource, engineDir string, m *Manifest, goal replayGoal, last uint64, held []LogRange, progress Progress, logger *zap.Logger) (uint64, error) {
 	eng, err := pebbleengine.Open(engineDir, pebbleengine.Options{Logger: logger.Named("engine")})
 	if err != nil {
 		return 0, fmt.Errorf("open the downloaded engine: %w", err)
@@ -146,27 +155,56 @@ func replayTo(ctx context.Context, src EntrySource, engineDir string, m *Manifes
 		return nil
 	}
 	applied := m.RaftIndex
+	// Entries go to the applier in runs, as a member's node hands them
+	// over (one engine batch a run), not one at a time, which cost a
+	// round trip to the applier per entry. A run never passes the goal:
+	// each entry adds at most one revision, so a run is handed over as
+	// soon as the revisions it may add could reach goal.rev (or its last
+	// entry is goal.index), and reached is asked again before the next
+	// entry joins one.
+	var run []*raftpb.Entry
+	runBytes := 0
+	runMayReach := func() bool {
+		if goal.rev != 0 {
+			return store.Rev()+int64(len(run)) >= goal.rev
+		}
+		return applied+uint64(len(run)) >= goal.index
+	}
+	tracker := newReplayTracker(progress, m, goal, store.Rev)
+	applyRun := func() error {
+		if len(run) == 0 {
+			return nil
+		}
+		last := run[len(run)-1].GetIndex()
+		select {
+		case in <- node.Committed{Entries: run}:
+		case err := <-runErr:
+			return fmt.Errorf("apply entries %d-%d: %w", run[0].GetIndex(), last, err)
+		}
+		if err := app.WaitApplied(ctx, last); err != nil {
+			return fmt.Errorf("apply entries %d-%d: %w", run[0].GetIndex(), last, err)
+		}
+		applied, run, runBytes = last, nil, 0
+		tracker.update(applied)
+		return nil
+	}
 	onEntry := func(e *raftpb.Entry) (bool, error) {
 		if reached(applied) {
 			return true, nil
 		}
-		if e.GetIndex() != applied+1 {
-			return false, fmt.Errorf("%w: entry %d follows entry %d", ErrCorrupt, e.GetIndex(), applied)
+		if want := applied + uint64(len(run)) + 1; e.GetIndex() != want {
+			return false, fmt.Errorf("%w: entry %d follows entry %d", ErrCorrupt, e.GetIndex(), want-1)
 		}
 		if app == nil {
 			if err := setup(); err != nil {
 				return false, err
 			}
 		}
-		select {
-		case in <- node.Committed{Entries: []*raftpb.Entry{e}}:
-		case err := <-runErr:
-			return false, fmt.Errorf("apply entry %d: %w", e.GetIndex(), err)
+		run = append(run, e)
+		runBytes += len(e.GetData())
+		if len(run) >= replayRunEntries || runBytes >= replayRunBytes || runMayReach() {
+			return false, applyRun()
 		}
-		if err := app.WaitApplied(ctx, e.GetIndex()); err != nil {
-			return false, fmt.Errorf("apply entry %d: %w", e.GetIndex(), err)
-		}
-		applied = e.GetIndex()
 		return false, nil
 	}
 	onBatch := func(b *logcompact.Batch) (bool, error) {
@@ -198,12 +236,16 @@ func replayTo(ctx context.Context, src EntrySource, engineDir string, m *Manifes
 			return false, fmt.Errorf("replay compacted batch %d-%d: %w", b.FirstIndex, b.LastIndex, err)
 		}
 		applied = b.LastIndex
+		tracker.update(applied)
 		return false, nil
 	}
 	if bs, ok := src.(BatchSource); ok {
 		err = bs.EntriesOrBatches(ctx, uint64(m.ClusterID), m.RaftIndex+1, last, onEntry, onBatch)
 	} else {
 		err = src.Entries(ctx, uint64(m.ClusterID), m.RaftIndex+1, last, onEntry)
+	}
+	if err == nil {
+		err = applyRun() // what the source ended with
 	}
 	if rerr := stopRun(); err == nil && rerr != nil {
 		err = fmt.Errorf("apply: %w", rerr)

@@ -201,12 +201,20 @@ func TestPointInTime(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "restored")
 		cfg := restoreConfig(dir, 0)
 		cfg.ToRevision = rev
+		progress := &replayRecorder{}
+		cfg.Progress = progress
 		res, err := Restore(ctx, target, cfg)
 		if err != nil {
 			if _, serr := os.Stat(dir); serr == nil {
 				t.Errorf("a refused restore to revision %d left %s", rev, dir)
 			}
 			return res, "", err
+		}
+		// The replay's progress: told once what is to go, then told it
+		// all, in revisions.
+		if want := rev - res.Manifest.Revision; res.ReplayedTo != 0 &&
+			(progress.calls != 1 || progress.unit != "revisions" || progress.steps != want || progress.done != want) {
+			t.Errorf("restore to revision %d from revision %d: replay progress %+v; want %d revisions told and done", rev, res.Manifest.Revision, progress, want)
 		}
 		s := openRestored(t, dir)
 		return res, answer(t, s.Rev(), kvs(t, s), s.HashKV), nil
@@ -279,6 +287,21 @@ func TestPointInTime(t *testing.T) {
 		t.Errorf("after prune: %v, %v, report %+v", logs, err, rep)
 	}
 }
+
+// replayRecorder is a Progress that records what it is told of a
+// replay (ReplayProgress).
+type replayRecorder struct {
+	noProgress
+	calls       int
+	steps, done int64
+	unit        string
+}
+
+func (r *replayRecorder) Replaying(steps int64, unit string) {
+	r.calls++
+	r.steps, r.unit = steps, unit
+}
+func (r *replayRecorder) Replayed(steps int64) { r.done += steps }
 
 // TestArchiveGap: archiving continues from the last archived entry while
 // the log holds it; a log truncated past it is a gap, counted, and the

@@ -184,13 +184,13 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 		progress.Done(1, 0)
 	}
 	if m.IsLog() {
-		if err := replayVersion(ctx, t, engineDir, files, m, cfg.Logger); err != nil {
+		if err := replayVersion(ctx, t, engineDir, files, m, progress, cfg.Logger); err != nil {
 			return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
 		}
 	}
 	applied, replayed := m.RaftIndex, uint64(0)
 	if replay {
-		if replayed, err = replayTo(ctx, cfg.Source, engineDir, m, goal, runLast, held, cfg.Logger); err != nil {
+		if replayed, err = replayTo(ctx, cfg.Source, engineDir, m, goal, runLast, held, progress, cfg.Logger); err != nil {
 			return RestoreResult{}, fmt.Errorf("restore to %s: %w", goal, err)
 		}
 		applied = replayed
@@ -219,14 +219,14 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 // revision and compact revision m recorded from the live member's
 // checkpoint at that index: a log that replays to another state is
 // refused as corrupt.
-func replayVersion(ctx context.Context, t Target, engineDir string, base, m *Manifest, logger *zap.Logger) error {
+func replayVersion(ctx context.Context, t Target, engineDir string, base, m *Manifest, progress Progress, logger *zap.Logger) error {
 	if m.RaftIndex > base.RaftIndex {
 		src := versionLog{t: t, m: m}
 		held, err := src.Held(ctx, uint64(m.ClusterID))
 		if err != nil {
 			return err
 		}
-		if _, err := replayTo(ctx, src, engineDir, base, replayGoal{index: m.RaftIndex}, m.RaftIndex, held, logger); err != nil {
+		if _, err := replayTo(ctx, src, engineDir, base, replayGoal{index: m.RaftIndex}, m.RaftIndex, held, progress, logger); err != nil {
 			return fmt.Errorf("replay the log after base version %d: %w", base.Version, err)
 		}
 	}

@@ -52,6 +52,12 @@ type progressRenderer struct {
 	bytes, totalBytes int64
 	// pending: something changed since the last line or event was shown.
 	pending bool
+
+	// The log replay of a restore, once Replaying was called: what is
+	// shown from then on.
+	replaying               bool
+	replayDone, replayTotal int64
+	replayUnit              string
 }
 
 // newProgress returns the renderer of op: JSON lines on stdout with
@@ -93,6 +99,23 @@ func (r *progressRenderer) Total(files int, bytes int64) {
 func (r *progressRenderer) Done(files int, bytes int64) {
 	r.files += files
 	r.bytes += bytes
+	r.pending = true
+	r.show(false)
+}
+
+// Replaying implements backup.ReplayProgress: the files are all there,
+// and the restore now replays the log. What was shown of the files is
+// finished, and the replay is shown from here with its own rate and ETA.
+func (r *progressRenderer) Replaying(steps int64, unit string) {
+	r.finish()
+	r.replaying, r.replayTotal, r.replayDone, r.replayUnit = true, steps, 0, unit
+	r.started, r.start = true, r.now()
+	r.show(true)
+}
+
+// Replayed implements backup.ReplayProgress.
+func (r *progressRenderer) Replayed(steps int64) {
+	r.replayDone += steps
 	r.pending = true
 	r.show(false)
 }
@@ -164,12 +187,16 @@ func (r *progressRenderer) writeJSON(v any) {
 // stats returns the rate (bytes a second since Total) and the estimated
 // time left; ok is false while nothing can be estimated.
 func (r *progressRenderer) stats(now time.Time) (rate float64, eta time.Duration, ok bool) {
+	done, total := r.bytes, r.totalBytes
+	if r.replaying {
+		done, total = r.replayDone, r.replayTotal
+	}
 	elapsed := now.Sub(r.start).Seconds()
-	if elapsed <= 0 || r.bytes == 0 {
+	if elapsed <= 0 || done == 0 {
 		return 0, 0, false
 	}
-	rate = float64(r.bytes) / elapsed
-	left := r.totalBytes - r.bytes
+	rate = float64(done) / elapsed
+	left := total - done
 	if left < 0 {
 		left = 0
 	}
@@ -178,6 +205,12 @@ func (r *progressRenderer) stats(now time.Time) (rate float64, eta time.Duration
 
 // percent is the share of the bytes done, in whole percent.
 func (r *progressRenderer) percent() int {
+	if r.replaying {
+		if r.replayTotal <= 0 {
+			return 100
+		}
+		return int(100 * r.replayDone / r.replayTotal)
+	}
 	if r.totalBytes <= 0 {
 		if r.totalFiles > 0 {
 			return 100 * r.files / r.totalFiles
@@ -194,6 +227,13 @@ func (r *progressRenderer) barLine(now time.Time) string {
 	pct := min(r.percent(), 100)
 	fill := barWidth * pct / 100
 	bar := strings.Repeat("#", fill) + strings.Repeat(".", barWidth-fill)
+	if r.replaying {
+		s := fmt.Sprintf("%s: replay [%s] %3d%% %d/%d %s", r.op, bar, pct, r.replayDone, r.replayTotal, r.replayUnit)
+		if rate, eta, ok := r.stats(now); ok {
+			s += fmt.Sprintf(" %.0f/s ETA %s", rate, eta)
+		}
+		return s
+	}
 	s := fmt.Sprintf("%s [%s] %3d%% %s/%s %d/%d files", r.op, bar, pct, humanBytes(r.bytes), humanBytes(r.totalBytes), r.files, r.totalFiles)
 	if rate, eta, ok := r.stats(now); ok {
 		s += fmt.Sprintf(" %s/s ETA %s", humanBytes(int64(rate)), eta)
@@ -202,6 +242,13 @@ func (r *progressRenderer) barLine(now time.Time) string {
 }
 
 func (r *progressRenderer) plainLine(now time.Time) string {
+	if r.replaying {
+		s := fmt.Sprintf("%s: replay %d%%, %d of %d %s", r.op, r.percent(), r.replayDone, r.replayTotal, r.replayUnit)
+		if rate, eta, ok := r.stats(now); ok {
+			s += fmt.Sprintf(", %.0f %s/s, ETA %s", rate, r.replayUnit, eta)
+		}
+		return s
+	}
 	s := fmt.Sprintf("%s: %d%% %s of %s, %d of %d files", r.op, r.percent(), humanBytes(r.bytes), humanBytes(r.totalBytes), r.files, r.totalFiles)
 	if rate, eta, ok := r.stats(now); ok {
 		s += fmt.Sprintf(", %s/s, ETA %s", humanBytes(int64(rate)), eta)
@@ -219,17 +266,31 @@ type progressEvent struct {
 	TotalBytes     int64   `json:"total_bytes"`
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
 	BytesPerSecond float64 `json:"bytes_per_second"`
-	// ETASeconds is absent while nothing was transferred.
+	// ETASeconds is absent while nothing was transferred (or replayed).
 	ETASeconds *float64 `json:"eta_seconds,omitempty"`
+	// Stage is "replay" during a restore's log replay, with Done of
+	// Total Units ("revisions" or "entries") and the rate in units a
+	// second; absent while files are transferred.
+	Stage          string  `json:"stage,omitempty"`
+	Done           int64   `json:"done,omitempty"`
+	Total          int64   `json:"total,omitempty"`
+	Unit           string  `json:"unit,omitempty"`
+	UnitsPerSecond float64 `json:"units_per_second,omitempty"`
 }
 
 func (r *progressRenderer) event(now time.Time) progressEvent {
 	e := progressEvent{Event: "progress", Operation: r.op, Files: r.files, TotalFiles: r.totalFiles, Bytes: r.bytes,
 		TotalBytes: r.totalBytes, ElapsedSeconds: now.Sub(r.start).Seconds()}
-	if rate, eta, ok := r.stats(now); ok {
+	rate, eta, ok := r.stats(now)
+	if ok {
 		s := eta.Seconds()
-		e.BytesPerSecond, e.ETASeconds = rate, &s
+		e.ETASeconds = &s
 	}
+	if r.replaying {
+		e.Stage, e.Done, e.Total, e.Unit, e.UnitsPerSecond = "replay", r.replayDone, r.replayTotal, r.replayUnit, rate
+		return e
+	}
+	e.BytesPerSecond = rate
 	return e
 }
 

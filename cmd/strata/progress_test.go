@@ -100,6 +100,65 @@ func TestProgressRenderer(t *testing.T) {
 	}
 }
 
+// TestProgressRendererReplay: after the files, a restore's log replay is
+// shown as its own stage (done of total revisions or entries, its own
+// rate and ETA), in every mode, and the result comes after it.
+func TestProgressRendererReplay(t *testing.T) {
+	render := func(mode progressMode) string {
+		var out bytes.Buffer
+		t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+		clock := t0
+		r := &progressRenderer{out: &out, mode: mode, op: "restore", now: func() time.Time { return clock }}
+		r.Total(1, 1<<20)
+		clock = t0.Add(time.Second)
+		r.Done(1, 1<<20)
+		clock = t0.Add(2 * time.Second)
+		r.Replaying(1000, "revisions")
+		clock = t0.Add(3 * time.Second)
+		r.Replayed(250)
+		clock = t0.Add(4 * time.Second)
+		r.Replayed(750)
+		r.result(map[string]any{"version": 3})
+		return out.String()
+	}
+	for _, tc := range []struct {
+		mode progressMode
+		want string
+	}{
+		{progressBar, "\rrestore [........................]   0% 0 B/1.0 MiB 0/1 files\x1b[K" +
+			"\rrestore [########################] 100% 1.0 MiB/1.0 MiB 1/1 files 1.0 MiB/s ETA 0s\x1b[K\n" +
+			"\rrestore: replay [........................]   0% 0/1000 revisions\x1b[K" +
+			"\rrestore: replay [######..................]  25% 250/1000 revisions 250/s ETA 3s\x1b[K" +
+			"\rrestore: replay [########################] 100% 1000/1000 revisions 500/s ETA 0s\x1b[K" +
+			"\n"},
+		{progressLines, "restore: 0% 0 B of 1.0 MiB, 0 of 1 files\n" +
+			"restore: 100% 1.0 MiB of 1.0 MiB, 1 of 1 files, 1.0 MiB/s, ETA 0s\n" +
+			"restore: replay 0%, 0 of 1000 revisions\n" +
+			"restore: replay 25%, 250 of 1000 revisions, 250 revisions/s, ETA 3s\n" +
+			"restore: replay 100%, 1000 of 1000 revisions, 500 revisions/s, ETA 0s\n"},
+	} {
+		if got := render(tc.mode); got != tc.want {
+			t.Errorf("mode %d:\n got %q\nwant %q", tc.mode, got, tc.want)
+		}
+	}
+	lines := strings.Split(strings.TrimSuffix(render(progressJSON), "\n"), "\n")
+	var last map[string]any
+	for _, l := range lines[:len(lines)-1] {
+		last = nil
+		if err := json.Unmarshal([]byte(l), &last); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+	}
+	for k, v := range map[string]any{"event": "progress", "stage": "replay", "done": 1000.0, "total": 1000.0, "unit": "revisions", "units_per_second": 500.0, "eta_seconds": 0.0} {
+		if last[k] != v {
+			t.Errorf("the last replay event: %s = %v, want %v (%v)", k, last[k], v, last)
+		}
+	}
+	if !strings.Contains(lines[len(lines)-1], `"event":"result"`) {
+		t.Errorf("the last JSON line is not the result: %q", lines[len(lines)-1])
+	}
+}
+
 // TestHumanBytes: sizes as a progress line writes them.
 func TestHumanBytes(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB", 5 << 30: "5.0 GiB", 3 << 40: "3.0 TiB", 5000 << 40: "5000.0 TiB"} {
