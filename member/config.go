@@ -32,6 +32,16 @@ type Config struct {
 	InitialCluster      map[string][]string
 	InitialClusterState string
 	InitialClusterToken string
+	// Discover, if set, is etcd's v3 discovery (--discovery-token, package
+	// discovery): it registers this member and returns the cluster to
+	// bootstrap, which replaces InitialCluster (then only this member's
+	// entry); InitialClusterToken must be the discovery token, from which
+	// etcd derives the IDs. Start calls it only while the member has no
+	// cluster yet: on an empty data directory, and again on one whose raft
+	// log is still empty (a crash after the identity was recorded), where a
+	// registered member gets the same cluster back. It may block until the
+	// cluster's size have registered.
+	Discover func() (map[string][]string, error)
 	// ForceNewCluster is etcd's --force-new-cluster: a member restarted on
 	// its data directory becomes the only member of its cluster, keeping
 	// its member ID, cluster ID and committed data (node.Config). On an

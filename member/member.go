@@ -135,6 +135,26 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	m.lock = lock
 
+	// Discovery before the identity: the identity of a new member is
+	// derived from the cluster discovery returns. etcd's rules: discovery
+	// only bootstraps, so beside --initial-cluster-state=existing on an
+	// empty data directory it is refused, and on a data directory that
+	// holds a member it is ignored.
+	ranDiscovery := false
+	if cfg.Discover != nil {
+		_, initialized, err := datadir.ReadID(cfg.FS, cfg.DataDir)
+		switch {
+		case err != nil:
+			return nil, err
+		case !initialized && cfg.InitialClusterState == "existing":
+			return nil, errors.New("discovery URL should not be set when joining existing initial cluster")
+		case !initialized:
+			if cfg.InitialCluster, err = cfg.Discover(); err != nil {
+				return nil, err
+			}
+			ranDiscovery = true
+		}
+	}
 	id, discovered, err := membership.LoadIdentity(cfg.FS, cfg.DataDir, cfg.Engine, cfg.InitialClusterState, cfg.InitialClusterToken,
 		membership.JoinConfig{Name: cfg.Name, InitialCluster: cfg.InitialCluster, AdvertisePeerURLs: cfg.AdvertisePeerURLs,
 			PeerTLS: cfg.TLS.Peer, Logger: cfg.Logger})
@@ -187,7 +207,28 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, err
 	}
 	var peers []raft.Peer
-	if last, _ := m.log.LastIndex(); last == 0 && !joined {
+	last, _ := m.log.LastIndex()
+	if cfg.Discover != nil && !ranDiscovery {
+		if last == 0 && !joined {
+			// The identity was recorded but the member crashed before its
+			// first entries: ask again for the cluster the identity was
+			// derived from (this member's registration is still there).
+			if cfg.InitialCluster, err = cfg.Discover(); err != nil {
+				return nil, err
+			}
+			again, err := datadir.BootstrapID(cfg.Name, cfg.InitialCluster, cfg.InitialClusterToken)
+			if err != nil {
+				return nil, err
+			}
+			if again.ClusterID != m.clusterID || again.MemberID != m.memberID {
+				return nil, fmt.Errorf("discovery returned cluster %x (member %x), but the data directory records cluster %x (member %x): use a new token and an empty data directory",
+					again.ClusterID, again.MemberID, m.clusterID, m.memberID)
+			}
+		} else {
+			cfg.Logger.Warn("discovery token is ignored since cluster already initialized; valid logs are found", zap.String("data-dir", cfg.DataDir))
+		}
+	}
+	if last == 0 && !joined {
 		peers, err = membership.BootstrapPeers(cfg.InitialCluster, cfg.InitialClusterToken)
 		if err != nil {
 			return nil, err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -95,18 +96,8 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 			}
 			continue
 		case "discovery-config":
-			// Only the values that would start discovery matter: the
-			// flags refuse them.
-			sub, _ := value.(map[any]any)
-			if tok, ok := sub["token"]; ok && tok != nil {
-				if err := setFromConfig(fs, "discovery-token", "discovery-config.token", tok); err != nil {
-					return fmt.Errorf("config file %s: %w", path, err)
-				}
-			}
-			if client, ok := sub["client"].(map[any]any); ok && client["endpoints"] != nil {
-				if err := setFromConfig(fs, "discovery-endpoints", "discovery-config.client.endpoints", client["endpoints"]); err != nil {
-					return fmt.Errorf("config file %s: %w", path, err)
-				}
+			if err := applyDiscoveryConfig(fs, value); err != nil {
+				return fmt.Errorf("config file %s: %w", path, err)
 			}
 			continue
 		}
@@ -119,6 +110,66 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 		}
 	}
 	return nil
+}
+
+// discoveryConfigKeys map the keys of discovery-config (etcd's
+// v3discovery.DiscoveryConfig: the token, and clientv3.ConfigSpec under
+// "client") to the --discovery-* flags. A key mapped to "" is accepted and
+// ignored: the client's message size limits, which the few small messages
+// of discovery never reach.
+var discoveryConfigKeys = map[string]string{
+	"token":                                  "discovery-token",
+	"client.endpoints":                       "discovery-endpoints",
+	"client.dial-timeout":                    "discovery-dial-timeout",
+	"client.request-timeout":                 "discovery-request-timeout",
+	"client.keepalive-time":                  "discovery-keepalive-time",
+	"client.keepalive-timeout":               "discovery-keepalive-timeout",
+	"client.secure.cert":                     "discovery-cert",
+	"client.secure.key":                      "discovery-key",
+	"client.secure.cacert":                   "discovery-cacert",
+	"client.secure.insecure-transport":       "discovery-insecure-transport",
+	"client.secure.insecure-skip-tls-verify": "discovery-insecure-skip-tls-verify",
+	"client.auth.username":                   "discovery-user",
+	"client.auth.password":                   "discovery-password",
+	"client.max-request-bytes":               "",
+	"client.max-recv-bytes":                  "",
+}
+
+// applyDiscoveryConfig sets the --discovery-* flags from the file's
+// discovery-config block. A key strata does not map (client.secure.server-name,
+// client.auth.token: no flag carries them) is refused rather than ignored,
+// since ignoring it would change whom discovery trusts or how it
+// authenticates.
+func applyDiscoveryConfig(fs *flag.FlagSet, value any) error {
+	var walk func(prefix string, v any) error
+	walk = func(prefix string, v any) error {
+		if sub, ok := v.(map[any]any); ok {
+			for k, sv := range sub {
+				if err := walk(prefix+fmt.Sprint(k)+".", sv); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		key := strings.TrimSuffix(prefix, ".")
+		name, ok := discoveryConfigKeys[key]
+		switch {
+		case v == nil:
+			return nil // as etcd: an empty value leaves the default
+		case !ok:
+			return fmt.Errorf("discovery-config.%s: strata does not support it", key)
+		case name == "":
+			return nil
+		}
+		return setFromConfig(fs, name, "discovery-config."+key, v)
+	}
+	if value == nil {
+		return nil
+	}
+	if _, ok := value.(map[any]any); !ok {
+		return errors.New("invalid discovery-config")
+	}
+	return walk("", value)
 }
 
 // setFromConfig sets flag name from a YAML value found at key: a sequence

@@ -31,9 +31,8 @@ type noEffect struct {
 
 // Reasons shared by several flags.
 const (
-	whyBbolt     = "etcd's bbolt backend setting; strata commits one engine batch per applied run of raft entries, and its own bbolt engine (--engine bbolt) writes them to bbolt in its flushes"
-	whyDiscovery = "used only by discovery, which strata refuses (bootstrap with --initial-cluster)"
-	whyTracing   = "strata exports no OpenTelemetry traces"
+	whyBbolt   = "etcd's bbolt backend setting; strata commits one engine batch per applied run of raft entries, and its own bbolt engine (--engine bbolt) writes them to bbolt in its flushes"
+	whyTracing = "strata exports no OpenTelemetry traces"
 )
 
 // etcdNoEffect are etcd 3.7's flags (and 3.6's --experimental-* names)
@@ -55,17 +54,6 @@ var etcdNoEffect = []noEffect{
 		why: "strata's peers talk over gRPC streams with keepalives, not rafthttp connections"},
 	{name: "raft-write-timeout", def: "5s", kind: "duration", help: "Write timeout set on each rafthttp connection",
 		why: "strata's peers talk over gRPC streams with keepalives, not rafthttp connections"},
-	{name: "discovery-dial-timeout", def: "2s", kind: "duration", help: "V3 discovery: dial timeout for client connections.", why: whyDiscovery},
-	{name: "discovery-request-timeout", def: "5s", kind: "duration", help: "V3 discovery: timeout for discovery requests (excluding dial timeout).", why: whyDiscovery},
-	{name: "discovery-keepalive-time", def: "2s", kind: "duration", help: "V3 discovery: keepalive time for client connections.", why: whyDiscovery},
-	{name: "discovery-keepalive-timeout", def: "6s", kind: "duration", help: "V3 discovery: keepalive timeout for client connections.", why: whyDiscovery},
-	{name: "discovery-insecure-transport", def: "true", kind: "bool", help: "V3 discovery: disable transport security for client connections.", why: whyDiscovery},
-	{name: "discovery-insecure-skip-tls-verify", def: "false", kind: "bool", help: "V3 discovery: skip server certificate verification.", why: whyDiscovery},
-	{name: "discovery-cert", def: "", kind: "string", help: "V3 discovery: identify secure client using this TLS certificate file.", why: whyDiscovery},
-	{name: "discovery-key", def: "", kind: "string", help: "V3 discovery: identify secure client using this TLS key file.", why: whyDiscovery},
-	{name: "discovery-cacert", def: "", kind: "string", help: "V3 discovery: verify certificates of TLS-enabled secure servers using this CA bundle.", why: whyDiscovery},
-	{name: "discovery-user", def: "", kind: "string", help: "V3 discovery: username[:password] for authentication.", why: whyDiscovery},
-	{name: "discovery-password", def: "", kind: "string", help: "V3 discovery: password for authentication.", why: whyDiscovery},
 	{name: "compact-hash-check-time", def: "1m0s", kind: "duration", help: "Duration of time between leader checks followers compaction hashes.",
 		why:     "the CompactHashCheck gate has no effect in strata (its hashes are checked with --corrupt-check-time); etcd's rule that it be positive still holds",
 		aliases: []string{"experimental-compact-hash-check-time"}},
@@ -192,23 +180,24 @@ func (n *numValue) Set(v string) error {
 // refusedFlags are etcd flags strata accepts only at their defaults: a
 // value that turns them on would mislead about the cluster's topology or
 // its data's safety, so strata refuses it and says why.
+//
+// v3 discovery (--discovery-token, --discovery-endpoints) is implemented
+// (discoveryFlags); v2 discovery, its proxy and DNS discovery are not.
 type refusedFlags struct {
-	discovery, discoveryToken, discoveryEndpoints, discoverySRV string
-	discoverySRVName, discoveryProxy, discoveryFallback         string
-	unsafeNoFsync                                               bool
-	v2Deprecation                                               string
+	discovery, discoverySRV, discoverySRVName string
+	discoveryProxy, discoveryFallback         string
+	unsafeNoFsync                             bool
+	v2Deprecation                             string
 }
 
 func (r *refusedFlags) register(fs *flag.FlagSet) {
 	const refused = " strata: refused unless empty: "
-	const noDiscovery = "strata does not implement discovery; bootstrap with --initial-cluster."
+	const noDiscovery = "strata implements only v3 discovery (--discovery-token, --discovery-endpoints); otherwise bootstrap with --initial-cluster."
 	fs.StringVar(&r.discovery, "discovery", "", "Discovery URL used to bootstrap the cluster for v2 discovery (etcd 3.7 no longer accepts it)."+refused+noDiscovery)
-	fs.StringVar(&r.discoveryToken, "discovery-token", "", "V3 discovery: discovery token for the etcd cluster to be bootstrapped."+refused+noDiscovery)
-	fs.StringVar(&r.discoveryEndpoints, "discovery-endpoints", "", "V3 discovery: List of gRPC endpoints of the discovery service."+refused+noDiscovery)
 	fs.StringVar(&r.discoverySRV, "discovery-srv", "", "DNS srv domain used to bootstrap the cluster."+refused+noDiscovery)
 	fs.StringVar(&r.discoverySRVName, "discovery-srv-name", "", "Suffix to the dns srv name queried when bootstrapping."+refused+noDiscovery)
 	fs.StringVar(&r.discoveryProxy, "discovery-proxy", "", "HTTP proxy to use for traffic to discovery service (etcd 3.7 no longer accepts it)."+refused+noDiscovery)
-	fs.StringVar(&r.discoveryFallback, "discovery-fallback", "exit", "Expected behavior ('exit') when discovery services fails. Note that v2 proxy is removed. strata: no effect: "+whyDiscovery+".")
+	fs.StringVar(&r.discoveryFallback, "discovery-fallback", "exit", "Expected behavior ('exit') when discovery services fails. Note that v2 proxy is removed. strata: implemented: a member whose v3 discovery fails exits, as etcd's does; 'proxy' is refused with etcd's error.")
 	fs.BoolVar(&r.unsafeNoFsync, "unsafe-no-fsync", false, "Disables fsync, unsafe, will cause data loss. strata: refused if true: the raft log is strata's only write-ahead log, and strata always syncs it.")
 	fs.StringVar(&r.v2Deprecation, "v2-deprecation", "write-only", "Phase of v2store deprecation: not-yet, write-only, write-only-skip-check, write-only-drop-data or gone. strata: no effect: strata has no v2 store (etcd too enforces its default, ignoring the value).")
 }
@@ -216,11 +205,11 @@ func (r *refusedFlags) register(fs *flag.FlagSet) {
 // check refuses the values strata does not implement, naming the flag.
 func (r *refusedFlags) check() error {
 	for _, f := range []struct{ name, value string }{
-		{"discovery", r.discovery}, {"discovery-token", r.discoveryToken}, {"discovery-endpoints", r.discoveryEndpoints},
-		{"discovery-srv", r.discoverySRV}, {"discovery-srv-name", r.discoverySRVName}, {"discovery-proxy", r.discoveryProxy},
+		{"discovery", r.discovery}, {"discovery-srv", r.discoverySRV}, {"discovery-srv-name", r.discoverySRVName},
+		{"discovery-proxy", r.discoveryProxy},
 	} {
 		if f.value != "" {
-			return fmt.Errorf("--%s=%s: strata does not implement discovery; bootstrap with --initial-cluster", f.name, f.value)
+			return fmt.Errorf("--%s=%s: strata does not implement v2 or DNS discovery; use v3 discovery (--discovery-token, --discovery-endpoints) or bootstrap with --initial-cluster", f.name, f.value)
 		}
 	}
 	switch r.discoveryFallback {

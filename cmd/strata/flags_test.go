@@ -70,7 +70,7 @@ func TestEtcdFlagsAccepted(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range []string{"discovery", "discovery-token", "discovery-endpoints", "discovery-srv", "discovery-srv-name", "discovery-proxy", "unsafe-no-fsync"} {
+	for _, n := range []string{"discovery", "discovery-srv", "discovery-srv-name", "discovery-proxy", "unsafe-no-fsync"} {
 		if fl := fs.Lookup(n); fl == nil || !strings.Contains(fl.Usage, "strata: refused") {
 			t.Errorf("--%s: help does not say what strata refuses", n)
 		}
@@ -92,9 +92,14 @@ func TestFlagRefusals(t *testing.T) {
 		{name: "min above max", args: []string{"--tls-min-version=TLS1.3", "--tls-max-version=TLS1.2"}, wantErr: "min version (TLS1.3) is greater than max version (TLS1.2)"},
 		{name: "unknown cipher suite", args: []string{"--cipher-suites=FOO"}, wantErr: `unexpected TLS cipher suite "FOO"`},
 		{name: "suites with TLS 1.3 only", args: []string{"--tls-min-version=TLS1.3", "--cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}, wantErr: "cipher suites cannot be configured when only TLS1.3 is enabled"},
-		{name: "v2 discovery", args: []string{"--discovery=https://discovery.etcd.io/x"}, wantErr: "--discovery=https://discovery.etcd.io/x: strata does not implement discovery"},
-		{name: "v3 discovery", args: []string{"--discovery-endpoints=http://d:2379", "--discovery-token=t"}, wantErr: "strata does not implement discovery"},
-		{name: "DNS discovery", args: []string{"--discovery-srv=example.com"}, wantErr: "--discovery-srv=example.com: strata does not implement discovery"},
+		{name: "v2 discovery", args: []string{"--discovery=https://discovery.etcd.io/x"}, wantErr: "--discovery=https://discovery.etcd.io/x: strata does not implement v2 or DNS discovery"},
+		{name: "DNS discovery", args: []string{"--discovery-srv=example.com"}, wantErr: "--discovery-srv=example.com: strata does not implement v2 or DNS discovery"},
+		{name: "v3 discovery beside initial cluster", args: []string{"--discovery-endpoints=http://d:2379", "--discovery-token=t", "--initial-cluster=m1=http://a:2380"},
+			wantErr: `multiple discovery or bootstrap flags are set. Choose one of "initial-cluster", "discovery-endpoints" or "discovery-srv"`},
+		{name: "v3 discovery token alone", args: []string{"--discovery-token=t"}, wantErr: "both --discovery-token and --discovery-endpoints must be set"},
+		{name: "v3 discovery endpoints alone", args: []string{"--discovery-endpoints=http://d:2379"}, wantErr: "both --discovery-token and --discovery-endpoints must be set"},
+		{name: "v3 discovery empty endpoint", args: []string{"--discovery-endpoints=http://d:2379,", "--discovery-token=t"}, wantErr: "--discovery-endpoints must not contain empty endpoints"},
+		{name: "accepted: v3 discovery", args: []string{"--discovery-endpoints=http://d:2379", "--discovery-token=t"}},
 		{name: "discovery fallback proxy", args: []string{"--discovery-fallback=proxy"}, wantErr: `v2 proxy is deprecated, and --discovery-fallback can't be configured as "proxy"`},
 		{name: "no fsync", args: []string{"--unsafe-no-fsync=true"}, wantErr: "--unsafe-no-fsync: strata refuses"},
 		{name: "v2 deprecation value", args: []string{"--v2-deprecation=soon"}, wantErr: `invalid value "soon"`},
@@ -355,12 +360,13 @@ peer-transport-security:
 	}
 	t.Setenv("ETCD_CONFIG_FILE", "")
 	for name, tc := range map[string]struct{ body, wantErr string }{
-		"duration as a string": {"watch-progress-notify-interval: 10m\n", "a duration must be integer nanoseconds"},
-		"refused value":        {"unsafe-no-fsync: true\n", "--unsafe-no-fsync"},
-		"discovery":            {"discovery-config:\n  token: abc\n", "--discovery-token=abc: strata does not implement discovery"},
-		"bad TLS version":      {"tls-min-version: TLS1.1\n", `unexpected TLS version "TLS1.1"`},
-		"bad security block":   {"client-transport-security: yes\n", "invalid client-transport-security"},
-		"not YAML":             {"name: [\n", "config file"},
+		"duration as a string":  {"watch-progress-notify-interval: 10m\n", "a duration must be integer nanoseconds"},
+		"refused value":         {"unsafe-no-fsync: true\n", "--unsafe-no-fsync"},
+		"discovery token alone": {"discovery-config:\n  token: abc\n", "both --discovery-token and --discovery-endpoints must be set"},
+		"discovery server name": {"discovery-config:\n  client:\n    secure:\n      server-name: x\n", "discovery-config.client.secure.server-name: strata does not support it"},
+		"bad TLS version":       {"tls-min-version: TLS1.1\n", `unexpected TLS version "TLS1.1"`},
+		"bad security block":    {"client-transport-security: yes\n", "invalid client-transport-security"},
+		"not YAML":              {"name: [\n", "config file"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := write(strings.ReplaceAll(name, " ", "-")+".yaml", "data-dir: "+filepath.Join(dir, "x")+"\n"+tc.body)

@@ -116,6 +116,7 @@ type flags struct {
 	backup                                      memberBackupFlags
 	noEffect                                    *noEffectValues
 	refused                                     refusedFlags
+	discovery                                   discoveryFlags
 	// unrecognizedEnv are the ETCD_* variables no flag reads, to log.
 	unrecognizedEnv []string
 }
@@ -195,6 +196,7 @@ func newFlagSet(f *flags) *flag.FlagSet {
 		"Configures log rotation if enabled with a JSON logger config. MaxSize(MB), MaxAge(days,0=no limit), MaxBackups(0=no limit), LocalTime(use computers local time), Compress(gzip).")
 	f.noEffect = registerNoEffect(fs)
 	f.refused.register(fs)
+	f.discovery.register(fs)
 	f.corrupt.register(fs)
 	f.logCompaction.register(fs)
 	f.security.register(fs)
@@ -365,9 +367,17 @@ func (f *flags) config(logger *zap.Logger) (member.Config, error) {
 	if err := f.corrupt.gates.check(); err != nil {
 		return member.Config{}, err
 	}
+	// Before memberConfig, which fills in the default --initial-cluster.
+	dc, discover, err := f.discovery.config(f.initialCluster)
+	if err != nil {
+		return member.Config{}, err
+	}
 	cfg, err := f.memberConfig()
 	if err != nil {
 		return member.Config{}, err
+	}
+	if discover {
+		applyDiscovery(&cfg, dc, logger)
 	}
 	f.corrupt.apply(&cfg)
 	if err := f.logCompaction.apply(&cfg); err != nil {

@@ -59,6 +59,11 @@ type Options struct {
 	ClusterState string
 	// Token is --initial-cluster-token; "e2e-<name>" if empty.
 	Token string
+	// NoInitialCluster leaves out --initial-cluster and
+	// --initial-cluster-token, for a member that finds its cluster through
+	// discovery (--discovery-token in Flags): etcd refuses --initial-cluster
+	// beside it.
+	NoInitialCluster bool
 }
 
 // Process is one server subprocess and its data dir, kept across restarts.
@@ -139,13 +144,16 @@ func (p *Process) Args() []string {
 		"--advertise-client-urls=" + p.clientURL,
 		"--listen-peer-urls=" + p.peerURL,
 		"--initial-advertise-peer-urls=" + advertise,
-		"--initial-cluster=" + cmp.Or(p.opts.InitialCluster, p.opts.Name+"="+advertise),
 		"--initial-cluster-state=" + cmp.Or(p.opts.ClusterState, "new"),
-		"--initial-cluster-token=" + cmp.Or(p.opts.Token, "e2e-"+p.opts.Name),
 		// Short timeouts make the single member elect itself quickly;
 		// loopback has no latency worth a longer heartbeat.
 		"--heartbeat-interval=25",
 		"--election-timeout=250",
+	}
+	if !p.opts.NoInitialCluster {
+		args = append(args,
+			"--initial-cluster="+cmp.Or(p.opts.InitialCluster, p.opts.Name+"="+advertise),
+			"--initial-cluster-token="+cmp.Or(p.opts.Token, "e2e-"+p.opts.Name))
 	}
 	args = withEngine(p.opts.Binary, "", args) // STRATA_E2E_ENGINE; before the test's own flags
 	return append(args, p.opts.Flags...)
