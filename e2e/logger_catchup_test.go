@@ -24,7 +24,10 @@ import (
 // strata_snapshot_received_total on the new one), and it serves the same
 // keys, revisions and HashKV as the leader. Then a learner added without
 // the flag gets a snapshot from the leader (the control: the same cluster
-// does send one to an empty member).
+// does send one to an empty member). Before the control, the re-added
+// member is killed while the leader's log moves past its last entry, and
+// restarted: it copies the entries it missed from the logger, and again
+// no snapshot is sent.
 func TestLoggerCatchUp(t *testing.T) {
 	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3,
 		Flags: []string{"--snapshot-count=100", "--snapshot-catchup-entries=20", "--logger-retention"}})
@@ -101,6 +104,36 @@ func TestLoggerCatchUp(t *testing.T) {
 	rev := leaderRev(t, c.Members[l].Endpoint())
 	if want, got := hashKV(t, c.Members[l].Endpoint(), rev), hashKV(t, m.Endpoint(), rev); got != want {
 		t.Errorf("HashKV at revision %d: leader %d, new member %d", rev, want, got)
+	}
+
+	// A member down while the leader's log moved past its last entry
+	// copies what it missed from the logger when it restarts, and again
+	// gets no snapshot (kill -9: its log and HardState as they were).
+	mi := len(c.Members) - 1
+	downAt := metric(t, m.Endpoint(), "strata_raftlog_last_index", "")
+	m.Kill()
+	live = live[:len(live)-1]
+	writeRoundsUntil(t, cli, &round, 0, func() bool {
+		return metric(t, c.Members[l].Endpoint(), "strata_raftlog_first_index", "") > downAt+1
+	})
+	lp.waitCommit(t, memberCommit(t, c), 30*time.Second)
+	sentBefore = snapshotsSent()
+	c.RestartMembers(mi)
+	live = append(live, m)
+	putKeys(t, cli, 0, 200, 100, round)
+	round++
+	waitCaughtUp(t, c, l, mi)
+	if sent := snapshotsSent() - sentBefore; sent != 0 {
+		t.Errorf("%v snapshots sent to a member restarted with --catch-up-logger after the leader's log passed its last index %v; leader output:\n%s",
+			sent, downAt, c.Members[l].CurrentOutput())
+	}
+	if out := m.CurrentOutput(); !strings.Contains(out, "caught up from the logger") {
+		t.Errorf("the restarted member did not log \"caught up from the logger\":\n%s", out)
+	}
+	sameReads(t, c.Members[l].Endpoint(), m.Endpoint())
+	rev = leaderRev(t, c.Members[l].Endpoint())
+	if want, got := hashKV(t, c.Members[l].Endpoint(), rev), hashKV(t, m.Endpoint(), rev); got != want {
+		t.Errorf("HashKV at revision %d after the restart: leader %d, restarted member %d", rev, want, got)
 	}
 
 	// The control: an empty learner without the flag gets a snapshot.

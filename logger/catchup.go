@@ -15,9 +15,12 @@ import (
 var ErrCatchUp = errors.New("logger: cannot catch up from the logger")
 
 // CatchUpLog is the raft log of a member that catches up from a logger:
-// raftlog.Log's LastIndex and Append (one sync per call).
+// raftlog.Log's state, indexes and terms, and Append (one sync per call).
 type CatchUpLog interface {
+	InitialState() (*raftpb.HardState, *raftpb.ConfState, error)
+	FirstIndex() (uint64, error)
 	LastIndex() (uint64, error)
+	Term(i uint64) (uint64, error)
 	Append(entries []*raftpb.Entry, hs *raftpb.HardState) error
 }
 
@@ -47,8 +50,8 @@ type CatchUpResult struct {
 // Should compaction replace entries while they stream, Recover refuses
 // the rest (FailedPrecondition) and so does CatchUp, leaving a log that
 // is a committed prefix, as after a crash midway. A log
-// that is not empty is left as it is (a restart of a member that caught
-// up already): CatchUp returns a zero result.
+// that is not empty is a restart: CatchUp then brings it up to the
+// logger's commit index (catchUpRestart), or leaves it as it is.
 //
 // endpoint is the logger's client URL.
 func CatchUp(ctx context.Context, endpoint string, clusterID uint64, log CatchUpLog) (CatchUpResult, error) {
@@ -58,7 +61,8 @@ func CatchUp(ctx context.Context, endpoint string, clusterID uint64, log CatchUp
 // CatchUpTLS is CatchUp dialling an https endpoint with tlsCfg (DialTLS).
 func CatchUpTLS(ctx context.Context, endpoint string, tlsCfg *tls.Config, clusterID uint64, log CatchUpLog) (CatchUpResult, error) {
 	var res CatchUpResult
-	if last, err := log.LastIndex(); err != nil || last != 0 {
+	last, err := log.LastIndex()
+	if err != nil {
 		return res, err
 	}
 	c, err := DialTLS(endpoint, tlsCfg)
@@ -74,6 +78,9 @@ func CatchUpTLS(ctx context.Context, endpoint string, tlsCfg *tls.Config, cluste
 		return res, fmt.Errorf("%w: the logger answered %d clusters for %x", ErrCatchUp, len(sts), clusterID)
 	}
 	st := sts[0]
+	if last != 0 {
+		return catchUpRestart(ctx, c, endpoint, st, clusterID, log)
+	}
 	if st.FirstIndex != 1 || st.CommitIndex == 0 {
 		held := "nothing committed"
 		if st.CommitIndex >= st.FirstIndex && st.CommitIndex > 0 {
@@ -104,6 +111,93 @@ func CatchUpTLS(ctx context.Context, endpoint string, tlsCfg *tls.Config, cluste
 	})
 	if err != nil {
 		return res, fmt.Errorf("%w: the logger at %s: recover [1, %d] of cluster %x: %w", ErrCatchUp, endpoint, st.CommitIndex, clusterID, err)
+	}
+	return res, nil
+}
+
+// catchUpRestart brings the log of a member restarting with its data kept
+// up to the logger's commit index, so that a member that was down while
+// the leader truncated its log past the member's last entry gets the
+// entries it missed from the logger and not a snapshot from the leader
+// (issue 12, part 5). It returns a zero result, with no error, when the
+// logger is not ahead of the member's commit index, and ErrCatchUp when
+// the logger does not hold the entries from there (the leader's snapshot
+// remains the way; the member starts anyway).
+//
+// Only committed entries are appended, each batch with a HardState that
+// commits it, so every write leaves a log the member restarts from:
+//
+//  1. The copy starts after what this log knows to be committed: its
+//     HardState's commit index, or the entry before its first if the log
+//     was truncated past that (a truncation is below the engine's durable
+//     index, which is applied, which is committed).
+//  2. An entry of the logger whose index and term this log holds already
+//     is that same entry (raft's Log Matching property) and is skipped.
+//     At the first that differs, this log's entry was never committed (the
+//     logger's is): Append replaces this log from there on, as a follower
+//     does when its leader's entries conflict with its own.
+//  3. The HardState keeps this member's term and vote unless an entry's
+//     term is higher (then the vote, cast in an older term, is dropped):
+//     a member must never go back in term, nor vote twice in one.
+func catchUpRestart(ctx context.Context, c *Client, endpoint string, st *ClusterStatus, clusterID uint64, log CatchUpLog) (CatchUpResult, error) {
+	var res CatchUpResult
+	hs, _, err := log.InitialState()
+	if err != nil {
+		return res, err
+	}
+	first, err := log.FirstIndex()
+	if err != nil {
+		return res, err
+	}
+	last, err := log.LastIndex()
+	if err != nil {
+		return res, err
+	}
+	from := max(hs.GetCommit(), first-1) + 1
+	if st.CommitIndex < from {
+		return res, nil
+	}
+	if st.FirstIndex > from || (st.CompactedBatches > 0 && st.CompactedLast >= from) {
+		return res, fmt.Errorf("%w: the logger at %s holds committed entries %d-%d of cluster %x (compacted batches up to %d); this member's log needs them from %d",
+			ErrCatchUp, endpoint, st.FirstIndex, st.CommitIndex, clusterID, st.CompactedLast, from)
+	}
+	term, vote := hs.GetTerm(), hs.GetVote()
+	// appending: this log's own entries are behind us (they all matched,
+	// or one differed and Append replaced the rest), so every entry the
+	// logger sends from here on is appended.
+	appending := false
+	err = c.Recover(ctx, clusterID, from, st.CommitIndex, func(ents []*raftpb.Entry) error {
+		for !appending && len(ents) > 0 && ents[0].GetIndex() <= last {
+			t, err := log.Term(ents[0].GetIndex())
+			if err != nil {
+				return fmt.Errorf("term of entry %d: %w", ents[0].GetIndex(), err)
+			}
+			if t != ents[0].GetTerm() {
+				break
+			}
+			ents = ents[1:]
+		}
+		if len(ents) == 0 {
+			return nil
+		}
+		end := ents[len(ents)-1]
+		if end.GetTerm() > term {
+			term, vote = end.GetTerm(), 0
+		}
+		hs := &raftpb.HardState{Term: proto.Uint64(term), Vote: proto.Uint64(vote), Commit: proto.Uint64(end.GetIndex())}
+		if err := log.Append(ents, hs); err != nil {
+			return fmt.Errorf("append entries %d-%d: %w", ents[0].GetIndex(), end.GetIndex(), err)
+		}
+		appending = true
+		res.Last, res.Term = end.GetIndex(), end.GetTerm()
+		res.Entries += uint64(len(ents))
+		for _, e := range ents {
+			res.Bytes += uint64(len(e.GetData()))
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("%w: the logger at %s: recover [%d, %d] of cluster %x: %w", ErrCatchUp, endpoint, from, st.CommitIndex, clusterID, err)
 	}
 	return res, nil
 }

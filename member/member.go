@@ -185,12 +185,28 @@ func Start(cfg Config) (_ *Member, err error) {
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
 	logOpen := time.Since(openStart)
-	if cfg.CatchUpLogger != "" && joined {
+	// A member joining with an empty log copies the logger's whole log
+	// (refused if the logger lacks any of it: the member would start empty
+	// and get a snapshot anyway, which the operator asked to avoid). A
+	// member restarting on its log copies what it missed while down; if
+	// the logger does not hold that, it starts and the leader sends it
+	// what it needs, as without the flag.
+	lastIndex, err := m.log.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("open raft log: %w", err)
+	}
+	var caughtUpTo uint64 // the last entry copied from the logger, for the node to tell the leader
+	if cfg.CatchUpLogger != "" && (joined || lastIndex > 0) {
 		res, err := logger.CatchUpTLS(context.Background(), cfg.CatchUpLogger, cfg.TLS.Client.ForwardConfig(cfg.Logger), m.clusterID, m.log)
-		if err != nil {
+		switch {
+		case err != nil && lastIndex > 0 && errors.Is(err, logger.ErrCatchUp):
+			cfg.Logger.Warn("cannot catch up from the logger; the leader will send what this member lacks", zap.String("logger", cfg.CatchUpLogger), zap.Error(err))
+		case err != nil:
 			return nil, err
+		default:
+			caughtUpTo = res.Last
+			cfg.Logger.Info("caught up from the logger", zap.String("logger", cfg.CatchUpLogger), zap.Uint64("entries", res.Entries), zap.Uint64("last-index", res.Last))
 		}
-		cfg.Logger.Info("caught up from the logger", zap.String("logger", cfg.CatchUpLogger), zap.Uint64("entries", res.Entries), zap.Uint64("last-index", res.Last))
 	}
 	m.store.Start()
 	// Recovery replays compacted batches before raft starts, with an
@@ -251,6 +267,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		CatchUpEntries: cfg.CatchUpEntries,
 		DisablePreVote: cfg.DisablePreVote,
 		LogRetention:   cfg.LoggerRetention,
+		MatchedIndex:   caughtUpTo,
 		// The forced entries are appended and synced by New, before the
 		// node, the applier or any client API runs.
 		ForceNewCluster: cfg.ForceNewCluster,

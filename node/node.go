@@ -157,6 +157,20 @@ type Config struct {
 	// leader) or is known to hold (on a follower, LoggersHeld); see
 	// truncate.go.
 	LogRetention bool
+	// MatchedIndex, if not 0, is an index up to which this member's log
+	// holds the cluster's committed entries because it copied them before
+	// raft started (a member's --catch-up-logger, logger.CatchUp). The
+	// leader does not know it: its progress for a member that was down may
+	// point below the start of its own truncated log, and it would answer
+	// the member's first heartbeat response with a snapshot. So the node
+	// tells the first leader it hears what raft's leader takes from a
+	// follower whose log matches its own up to an index: a MsgAppResp
+	// for MatchedIndex, handed to the transport ahead of the messages of
+	// that Ready. It is true of any leader the member follows: the
+	// message carries the leader's term, which is at least the term of
+	// every copied entry (CatchUp keeps the HardState's term there), and
+	// a leader of that term holds every entry committed before it.
+	MatchedIndex uint64
 	Logger       *zap.Logger
 }
 
@@ -197,12 +211,14 @@ type Node struct {
 	leaderChanges atomic.Uint64
 
 	// State of the Run goroutine only.
-	readSeq      uint64
-	readPending  []chan readResult            // waiting for the next ReadIndex round
-	readInFlight map[uint64][]chan readResult // round context -> waiters
-	readIssuedAt map[uint64]int               // round context -> tick it was issued at
-	ticks        int
-	applied      uint64 // highest index the applier reported
+	// announceMatch is Config.MatchedIndex until the leader was told.
+	announceMatch uint64
+	readSeq       uint64
+	readPending   []chan readResult            // waiting for the next ReadIndex round
+	readInFlight  map[uint64][]chan readResult // round context -> waiters
+	readIssuedAt  map[uint64]int               // round context -> tick it was issued at
+	ticks         int
+	applied       uint64 // highest index the applier reported
 	// pendingUntil, if not 0, is the state machine's applied index after a
 	// snapshot install, which may be past the log's last index: the
 	// install's record (Log.BeginSnapshot) stays until the log's last
@@ -304,6 +320,7 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:           cfg,
 		logger:        cfg.Logger,
+		announceMatch: cfg.MatchedIndex,
 		rn:            rn,
 		propc:         make(chan proposal, 1024),
 		recvc:         make(chan *raftpb.Message, 4096),
@@ -359,6 +376,23 @@ func (n *Node) Outgoing() <-chan []*raftpb.Message { return n.outgoing }
 
 // outgoingBuffer is how many hand-offs of messages Outgoing holds unread.
 const outgoingBuffer = 1024
+
+// announceMatched puts the MsgAppResp of Config.MatchedIndex ahead of
+// msgs once a leader other than this member is known, so that the leader
+// handles it before this member's answer to its heartbeat; see
+// MatchedIndex for why it is true.
+func (n *Node) announceMatched(msgs []*raftpb.Message) []*raftpb.Message {
+	lead := n.leader.Load()
+	if n.announceMatch == 0 || lead == raft.None || lead == n.cfg.ID {
+		return msgs
+	}
+	resp := &raftpb.Message{Type: raftpb.MessageType_MsgAppResp.Enum(), To: proto.Uint64(lead), From: proto.Uint64(n.cfg.ID),
+		Term: proto.Uint64(n.rn.BasicStatus().GetTerm()), Index: proto.Uint64(n.announceMatch)}
+	n.logger.Info("told the leader the log entries this member copied before starting",
+		zap.String("leader", fmt.Sprintf("%x", lead)), zap.Uint64("matched-index", n.announceMatch))
+	n.announceMatch = 0
+	return append([]*raftpb.Message{resp}, msgs...)
+}
 
 // send hands msgs to the transport (Outgoing).
 func (n *Node) send(ctx context.Context, msgs []*raftpb.Message) error {
@@ -596,8 +630,12 @@ func (n *Node) handleReady(ctx context.Context) error {
 		}
 	}
 	// Step 2: messages, after the entries they acknowledge are durable.
-	if !sentEarly && len(rd.Messages) > 0 {
-		if err := n.send(ctx, rd.Messages); err != nil {
+	msgs := rd.Messages
+	if !sentEarly {
+		msgs = n.announceMatched(msgs)
+	}
+	if !sentEarly && len(msgs) > 0 {
+		if err := n.send(ctx, msgs); err != nil {
 			return err
 		}
 	}

@@ -533,3 +533,51 @@ func proposeUntilCompacted(t *testing.T, ctx context.Context, n *Node, log *memL
 		}
 	}
 }
+
+// A member that copied committed entries into its log before starting
+// (Config.MatchedIndex: --catch-up-logger) tells the first leader it
+// hears, with a MsgAppResp for that index in the leader's term, ahead of
+// its answer to the leader's heartbeat (the leader's progress for it may
+// point below the leader's truncated log, and the heartbeat's answer alone
+// would get it a snapshot); it tells only once.
+func TestMatchedIndexToldToTheFirstLeader(t *testing.T) {
+	log := logWithEntries(t, []uint64{1, 2, 3}, 10)
+	n, _ := runNode(t, Config{
+		ID: 2, Log: log, Applied: 10, ConfState: &raftpb.ConfState{Voters: []uint64{1, 2, 3}},
+		TickInterval: time.Hour, ElectionTicks: 10, HeartbeatTicks: 1, MatchedIndex: 10,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	heartbeat := &raftpb.Message{Type: raftpb.MessageType_MsgHeartbeat.Enum(), From: proto.Uint64(1), To: proto.Uint64(2),
+		Term: proto.Uint64(3), Commit: proto.Uint64(10)}
+	next := func() []*raftpb.Message {
+		t.Helper()
+		select {
+		case msgs := <-n.Outgoing():
+			return msgs
+		case <-ctx.Done():
+			t.Fatal("no messages sent")
+			return nil
+		}
+	}
+	if err := n.Process(ctx, heartbeat); err != nil {
+		t.Fatal(err)
+	}
+	msgs := next()
+	if len(msgs) != 2 {
+		t.Fatalf("answer to the first heartbeat: %v; want the MsgAppResp and the MsgHeartbeatResp", msgs)
+	}
+	if m := msgs[0]; m.GetType() != raftpb.MessageType_MsgAppResp || m.GetTo() != 1 || m.GetFrom() != 2 || m.GetTerm() != 3 ||
+		m.GetIndex() != 10 || m.GetReject() {
+		t.Errorf("first message %v; want MsgAppResp from 2 to 1 at term 3 for index 10", m)
+	}
+	if m := msgs[1]; m.GetType() != raftpb.MessageType_MsgHeartbeatResp {
+		t.Errorf("second message %v; want the MsgHeartbeatResp", m)
+	}
+	if err := n.Process(ctx, heartbeat); err != nil {
+		t.Fatal(err)
+	}
+	if msgs := next(); len(msgs) != 1 || msgs[0].GetType() != raftpb.MessageType_MsgHeartbeatResp {
+		t.Errorf("answer to the second heartbeat: %v; want the MsgHeartbeatResp alone", msgs)
+	}
+}
