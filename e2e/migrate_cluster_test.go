@@ -177,10 +177,15 @@ func TestMigrateRunningEtcdCluster(t *testing.T) {
 }
 
 func testMigrateRunningEtcdCluster(t *testing.T, etcdFlags []string, takeState func(*testing.T, *testutil.Cluster, int) string, replaysWAL bool) {
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	old := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, etcd), Size: 3, Flags: etcdFlags})
 	setUpMigrateAuth(t, ctx, old.Client(t))
+	// Read before the writers start, not at the cut-over: etcd reads users
+	// and roles through raft and commits its database to answer, which
+	// would leave the data-dir case no WAL tail to replay.
+	etcdAuth := observeMigrateAuth(t, ctx, migrateClient(t, old.Endpoints(), "root", migrateRootPassword))
 
 	door := newFrontDoor(t, endpointHosts(old.Endpoints()))
 	log := &migrateLog{}
@@ -278,6 +283,7 @@ func testMigrateRunningEtcdCluster(t *testing.T, etcdFlags []string, takeState f
 		}
 		writers.Wait()
 	}()
+	writing := time.Now()
 	waitMigrateWrites(t, log, names, "etcd", func(a migrateAck) bool { return a.answered == migrateOnEtcd }, nil)
 
 	// The cut-over (docs/operations.md, "Migrating a running etcd cluster").
@@ -288,7 +294,13 @@ func testMigrateRunningEtcdCluster(t *testing.T, etcdFlags []string, takeState f
 	log.phase.Store(migrateFenced)
 	// A linearizable read on the leader waits until it has applied every
 	// write committed so far, acknowledged ones included, whichever member
-	// answered them; its answer is the key space the cut-over carries.
+	// answered them; its answer is the key space the cut-over carries. It
+	// also makes the leader's WAL say those writes are committed: etcd
+	// acknowledges a write before the HardState that commits it is synced,
+	// and restore from a data directory replays only up to that HardState,
+	// so a leader killed the moment after an acknowledgement would lose it.
+	// The read's answer comes from a later turn of etcd's raft loop than
+	// the one that synced that HardState.
 	leader := migrateLeader(t, ctx, old)
 	root := migrateClient(t, []string{old.Members[leader].Endpoint()}, "root", migrateRootPassword)
 	atCutOver, err := root.Get(ctx, "\x00", clientv3.WithFromKey())
@@ -296,7 +308,6 @@ func testMigrateRunningEtcdCluster(t *testing.T, etcdFlags []string, takeState f
 		t.Fatalf("read etcd's key space at the cut-over: %v", err)
 	}
 	etcdRev := atCutOver.Header.Revision
-	etcdAuth := observeMigrateAuth(t, ctx, root)
 	// 2. Take the state from the leader; the old cluster is retired (its
 	// data directories stay, as the way back).
 	state := takeState(t, old, leader)
@@ -312,10 +323,12 @@ func testMigrateRunningEtcdCluster(t *testing.T, etcdFlags []string, takeState f
 	// 4. Point the front door at strata and let the writers through.
 	door.Open(endpointHosts(strataEndpoints))
 	pause := time.Since(pauseStart)
+	resumed := time.Now()
 	waitMigrateWrites(t, log, names, "strata", func(a migrateAck) bool { return a.sent == migrateFenced },
 		func() bool { return log.keepAlivesOnStrata.Load() > 0 })
 	close(stop)
 	writers.Wait()
+	checking := time.Now()
 
 	log.mu.Lock()
 	acks := slices.Clone(log.acks)
@@ -344,11 +357,14 @@ func testMigrateRunningEtcdCluster(t *testing.T, etcdFlags []string, takeState f
 	}
 	checkMigrateMembers(t, ctx, scli, members, peerURLs)
 	checkMigrateHashKV(t, ctx, scli, members)
+	t.Logf("took %v to start etcd and set up auth, %v of writes on etcd, %v of paused writes, %v of writes on strata, %v of checks",
+		writing.Sub(began).Round(time.Millisecond), pauseStart.Sub(writing).Round(time.Millisecond), pause.Round(time.Millisecond),
+		checking.Sub(resumed).Round(time.Millisecond), time.Since(checking).Round(time.Millisecond))
 }
 
 // migrateWritesEach is how many writes each writer must see acknowledged
 // by etcd, then by strata: a few thousand in all.
-const migrateWritesEach = 150
+const migrateWritesEach = 100
 
 // waitMigrateWrites waits until every writer has seen migrateWritesEach of
 // its writes that match acknowledged, and more if also is not yet true;
