@@ -154,7 +154,7 @@ func TestMigrateRunningEtcdCluster(t *testing.T) {
 			// replay it all from the WAL. The members are killed, not
 			// stopped: a clean stop commits the database and leaves no WAL
 			// tail to replay.
-			name:       "stopped leader's data dir",
+			name:       "killed leader's data dir",
 			etcdFlags:  []string{"--backend-batch-interval=1h", "--backend-batch-limit=1000000"},
 			replaysWAL: true,
 			takeState: func(t *testing.T, c *testutil.Cluster, leader int) string {
