@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -16,11 +17,15 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/strata-kv/strata/internal/testutil"
 )
@@ -196,6 +201,16 @@ func testMigrateRunningEtcdCluster(t *testing.T, etcdFlags []string, takeState f
 	if err != nil {
 		t.Fatalf("lease grant through the front door: %v", err)
 	}
+	// A token etcd issued, to show strata refuses it in the words that make
+	// clients authenticate again.
+	etcdToken, err := app().Authenticate(ctx, migrateAppUser, migrateAppPassword)
+	if err != nil {
+		t.Fatalf("authenticate on etcd: %v", err)
+	}
+	// A watcher of the plain puts' prefix through the front door, as a
+	// Kubernetes informer watches: its stream breaks at the fence and
+	// resumes on strata from the revision after the last event it had.
+	watched := watchMigrate(t, app(), "kv/", lease.Revision+1)
 
 	// Several clients, each its own connection through the front door, so
 	// that writes reach every etcd member (followers forward to the
@@ -349,6 +364,8 @@ func testMigrateRunningEtcdCluster(t *testing.T, etcdFlags []string, takeState f
 
 	scli := migrateClient(t, strataEndpoints, "root", migrateRootPassword)
 	checkMigrateRevisions(t, acks, names, etcdRev)
+	checkMigrateWatch(t, watched, acks)
+	checkMigrateEtcdToken(t, ctx, strataEndpoints[0], etcdToken.Token)
 	checkMigrateKeySpace(t, ctx, scli, atCutOver.Kvs, etcdRev)
 	checkMigrateAcks(t, ctx, members, acks)
 	checkMigrateLease(t, ctx, scli, lease.ID, acks)
@@ -362,9 +379,114 @@ func testMigrateRunningEtcdCluster(t *testing.T, etcdFlags []string, takeState f
 		checking.Sub(resumed).Round(time.Millisecond), time.Since(checking).Round(time.Millisecond))
 }
 
+// migrateWatch is what one watcher received.
+//
+// Concurrency: the watcher goroutine appends; read under mu.
+type migrateWatch struct {
+	mu     sync.Mutex
+	events []*clientv3.Event // guarded by mu
+	errs   []string          // guarded by mu: errors the watch reported
+}
+
+// watchMigrate watches prefix from revision rev on cli until the test
+// ends.
+func watchMigrate(t *testing.T, cli *clientv3.Client, prefix string, rev int64) *migrateWatch {
+	t.Helper()
+	w := &migrateWatch{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	wch := cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
+	go func() {
+		defer close(done)
+		for resp := range wch {
+			w.mu.Lock()
+			if err := resp.Err(); err != nil && ctx.Err() == nil {
+				w.errs = append(w.errs, err.Error())
+			}
+			w.events = append(w.events, resp.Events...)
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+// checkMigrateWatch checks that the watcher, across the cut-over, received
+// every acknowledged put under its prefix as an event at its revision with
+// its value, and never an event twice or out of order (bounded wait for it
+// to catch up).
+func checkMigrateWatch(t *testing.T, w *migrateWatch, acks []migrateAck) {
+	t.Helper()
+	var want []migrateAck
+	var last int64
+	for _, a := range acks {
+		if strings.HasPrefix(a.key, "kv/") {
+			want = append(want, a)
+			last = max(last, a.rev)
+		}
+	}
+	var events []*clientv3.Event
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		w.mu.Lock()
+		events = slices.Clone(w.events)
+		w.mu.Unlock()
+		if n := len(events); (n > 0 && events[n-1].Kv.ModRevision >= last) || time.Now().After(deadline) {
+			break
+		}
+	}
+	w.mu.Lock()
+	if len(w.errs) > 0 {
+		t.Errorf("the watch reported errors: %v", w.errs)
+	}
+	w.mu.Unlock()
+	got := map[int64]*clientv3.Event{}
+	var prev int64
+	for _, ev := range events {
+		// Only plain puts write under the prefix: one event a revision.
+		if rev := ev.Kv.ModRevision; rev <= prev {
+			t.Errorf("watch event %s %q at revision %d after one at %d: repeated or out of order", ev.Type, ev.Kv.Key, rev, prev)
+		} else {
+			prev = rev
+		}
+		got[ev.Kv.ModRevision] = ev
+	}
+	missing := 0
+	for _, a := range want {
+		ev := got[a.rev]
+		if ev == nil || ev.Type != clientv3.EventTypePut || string(ev.Kv.Key) != a.key || string(ev.Kv.Value) != a.value {
+			if missing++; missing <= 10 {
+				t.Errorf("%s: put %q=%q acknowledged at revision %d; the watch had %v at it", a.writer, a.key, a.value, a.rev, ev)
+			}
+		}
+	}
+	if missing > 10 {
+		t.Errorf("... %d acknowledged puts in all were not watched as acknowledged", missing)
+	}
+}
+
+// checkMigrateEtcdToken checks that strata refuses a token etcd issued
+// with etcd's "invalid auth token", the error on which clients (clientv3
+// among them) authenticate again; any other answer would leave them
+// failing after the cut-over.
+func checkMigrateEtcdToken(t *testing.T, ctx context.Context, endpoint, token string) {
+	t.Helper()
+	// A bare gRPC connection: clientv3's interceptors would retry the
+	// refusal for seconds and hide which error the server gave.
+	conn, err := grpc.NewClient(strings.TrimPrefix(endpoint, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("gRPC client for %s: %v", endpoint, err)
+	}
+	defer conn.Close()
+	_, err = pb.NewKVClient(conn).Put(metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, token),
+		&pb.PutRequest{Key: []byte("kv/with-etcds-token"), Value: []byte("x")})
+	if err = rpctypes.Error(err); !errors.Is(err, rpctypes.ErrInvalidAuthToken) {
+		t.Errorf("put on strata with the token etcd issued: %v; want %v", err, rpctypes.ErrInvalidAuthToken)
+	}
+}
+
 // migrateWritesEach is how many writes each writer must see acknowledged
-// by etcd, then by strata: a few thousand in all.
-const migrateWritesEach = 100
+// by etcd, then by strata: about 3,000 writes in all over both subtests.
+const migrateWritesEach = 75
 
 // waitMigrateWrites waits until every writer has seen migrateWritesEach of
 // its writes that match acknowledged, and more if also is not yet true;
