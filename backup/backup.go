@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/datadir"
+	"github.com/strata-kv/strata/engine"
+	"github.com/strata-kv/strata/engine/engines"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 	"github.com/strata-kv/strata/internal/failpoint"
 	"github.com/strata-kv/strata/mvcc"
@@ -251,7 +254,8 @@ func (b *Backuper) create(ctx context.Context, kind Kind) (*Manifest, error) {
 	// a restore to a time at or after created may start from it
 	// (docs/backup.md, "Point-in-time restore", rule 8).
 	created := b.cfg.Now().UTC()
-	m, err := readCheckpointMeta(cpDir)
+	engineName := b.cfg.ID.EngineName()
+	m, err := readCheckpointMeta(engineName, cpDir)
 	if err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
@@ -260,6 +264,9 @@ func (b *Backuper) create(ctx context.Context, kind Kind) (*Manifest, error) {
 	}
 	m.Created = created
 	m.ClusterID, m.MemberID = ID(b.cfg.ID.ClusterID), ID(b.cfg.ID.MemberID)
+	if engineName != pebbleEngine {
+		m.Engine = engineName
+	}
 	if b.cfg.Term != nil && applied > 0 {
 		if term, err := b.cfg.Term(applied); err == nil {
 			m.RaftTerm = term
@@ -268,14 +275,12 @@ func (b *Backuper) create(ctx context.Context, kind Kind) (*Manifest, error) {
 		}
 	}
 	t := b.cfg.Target
-	entries, err := os.ReadDir(cpDir)
+	entries, err := checkpointFiles(cpDir)
 	if err != nil {
-		return nil, fmt.Errorf("backup: list checkpoint: %w", err)
+		return nil, fmt.Errorf("backup: %w", err)
 	}
 	for _, e := range entries {
-		if info, err := e.Info(); err == nil {
-			m.EngineBytes += info.Size()
-		}
+		m.EngineBytes += e.size
 	}
 	if kind != KindFiles {
 		lm, why, err := b.tryLog(ctx, m, kind == KindLog)
@@ -303,18 +308,15 @@ func (b *Backuper) create(ctx context.Context, kind Kind) (*Manifest, error) {
 	}
 	var reused []reusedFile
 	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			return nil, fmt.Errorf("backup: checkpoint holds %s, not a regular file", e.Name())
-		}
-		p := filepath.Join(cpDir, e.Name())
-		sum, size, err := b.hash(p, e, sums)
+		p := filepath.Join(cpDir, filepath.FromSlash(e.name))
+		sum, size, err := b.hash(p, e, engineName == pebbleEngine, sums)
 		if err != nil {
 			return nil, fmt.Errorf("backup: %w", err)
 		}
-		m.Files = append(m.Files, File{Name: e.Name(), SHA256: sum, Size: size})
+		m.Files = append(m.Files, File{Name: e.name, SHA256: sum, Size: size})
 		uploaded, err := putFileIfAbsent(ctx, t, p, sum, size)
 		if err != nil {
-			return nil, fmt.Errorf("backup: upload %s: %w", e.Name(), err)
+			return nil, fmt.Errorf("backup: upload %s: %w", e.name, err)
 		}
 		if uploaded {
 			failpoint.Hit("backup/after-file-upload")
@@ -324,7 +326,7 @@ func (b *Backuper) create(ctx context.Context, kind Kind) (*Manifest, error) {
 			b.stats.bytesUploaded.Add(uint64(size))
 		} else {
 			b.stats.filesReused.Add(1)
-			reused = append(reused, reusedFile{path: p, name: e.Name(), sum: sum, size: size})
+			reused = append(reused, reusedFile{path: p, name: e.name, sum: sum, size: size})
 		}
 		progress.Done(1, size)
 	}
@@ -368,14 +370,13 @@ func (b *Backuper) create(ctx context.Context, kind Kind) (*Manifest, error) {
 
 // hash returns the hex SHA-256 and size of the checkpoint's file at p,
 // from b.sums for an immutable file hashed before, and records an
-// immutable file's hash in next. REQUIRES: b.mu held.
-func (b *Backuper) hash(p string, e os.DirEntry, next map[fileKey]string) (string, int64, error) {
-	info, err := e.Info()
-	if err != nil {
-		return "", 0, fmt.Errorf("hash %s: %w", p, err)
-	}
-	key := fileKey{name: e.Name(), size: info.Size()}
-	if sum, ok := b.sums[key]; ok && immutable(key.name) {
+// immutable file's hash in next. Only Pebble's files are known immutable
+// by name (pebble set): every file of another engine is hashed each time.
+// REQUIRES: b.mu held.
+func (b *Backuper) hash(p string, e checkpointFile, pebble bool, next map[fileKey]string) (string, int64, error) {
+	key := fileKey{name: e.name, size: e.size}
+	cacheable := pebble && immutable(key.name)
+	if sum, ok := b.sums[key]; ok && cacheable {
 		next[key] = sum
 		return sum, key.size, nil
 	}
@@ -384,10 +385,50 @@ func (b *Backuper) hash(p string, e os.DirEntry, next map[fileKey]string) (strin
 		return "", 0, err
 	}
 	b.stats.bytesHashed.Add(uint64(size))
-	if immutable(key.name) && size == key.size {
+	if cacheable && size == key.size {
 		next[key] = sum
 	}
 	return sum, size, nil
+}
+
+// checkpointFile is one regular file of a checkpoint: its path below the
+// checkpoint's directory, with "/" between parts (Manifest's File.Name),
+// and its size.
+type checkpointFile struct {
+	name string
+	size int64
+}
+
+// checkpointFiles lists every file below dir, in lexical order of their
+// paths; anything other than a regular file or a directory (a symbolic
+// link) is refused, as no engine's checkpoint holds one.
+func checkpointFiles(dir string) ([]checkpointFile, error) {
+	var out []checkpointFile
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("checkpoint holds %s, not a regular file", rel)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		out = append(out, checkpointFile{name: filepath.ToSlash(rel), size: info.Size()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoint: %w", err)
+	}
+	return out, nil
 }
 
 // putFileIfAbsent uploads the file at p as files/<sum> unless the target
@@ -436,13 +477,20 @@ func hashFile(p string) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
-// readCheckpointMeta opens the checkpoint in dir read-only and reads the
-// raft and MVCC state it holds, as a member starting on it would: the
-// applied index, the conf state the applier keeps, the revision and the
-// compact revision. Reading the copy, not the live engine, makes them
-// exactly the checkpoint's.
-func readCheckpointMeta(dir string) (*Manifest, error) {
-	eng, err := pebbleengine.Open(dir, pebbleengine.Options{ReadOnly: true})
+// readCheckpointMeta opens the checkpoint of the engine named engineName
+// in dir and reads the raft and MVCC state it holds, as a member starting
+// on it would: the applied index, the conf state the applier keeps, the
+// revision and the compact revision. Reading the copy, not the live
+// engine, makes them exactly the checkpoint's.
+//
+// Pebble's checkpoint is opened read-only. The other engines have no
+// read-only mode: the checkpoint, a private copy, is opened and closed
+// (appendlog and hybridlog write a new active file and hint files, bbolt
+// its meta page), which leaves it holding the same state at the same
+// applied index; what is uploaded afterwards is the directory as the
+// engine left it.
+func readCheckpointMeta(engineName, dir string) (*Manifest, error) {
+	eng, err := openCheckpoint(engineName, dir)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint: %w", err)
 	}
@@ -461,6 +509,13 @@ func readCheckpointMeta(dir string) (*Manifest, error) {
 		Revision:        revs.Rev,
 		CompactRevision: revs.CompactRev,
 	}, nil
+}
+
+// openCheckpoint opens the checkpoint of the engine named engineName in
+// dir: Pebble's read-only, another engine's for writing (it has no
+// read-only mode).
+func openCheckpoint(engineName, dir string) (engine.Transferable, error) {
+	return engines.Open(engineName, dir, engines.Options{ReadOnly: engineName == pebbleEngine})
 }
 
 // latestVersion returns the highest version whose manifest the target
@@ -555,19 +610,32 @@ func CreateOffline(ctx context.Context, dataDir string, t Target, logger *zap.Lo
 		return nil, fmt.Errorf("backup %s: is a member running on it? %w", dataDir, err)
 	}
 	defer lock.Close()
-	// The engine is copied first (tables hard-linked, the rest copied) and
-	// the copy opened: a read-only Pebble DB cannot take a checkpoint, and
-	// opening the member's own engine for writing would change its files.
+	// The engine is copied first (Pebble's tables hard-linked, the rest
+	// copied) and the copy opened: a read-only Pebble DB cannot take a
+	// checkpoint, and opening the member's own engine for writing would
+	// change its files.
 	staging, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dataDir)), ".strata-backup-")
 	if err != nil {
 		return nil, fmt.Errorf("backup %s: staging directory: %w", dataDir, err)
 	}
 	defer os.RemoveAll(staging)
 	copyDir := filepath.Join(staging, "engine")
-	if err := copyEngine(datadir.Engine(dataDir), copyDir); err != nil {
-		return nil, fmt.Errorf("backup %s: %w", dataDir, err)
+	engineName := id.EngineName()
+	var eng interface {
+		Checkpointer
+		Close() error
 	}
-	eng, err := pebbleengine.Open(copyDir, pebbleengine.Options{Logger: logger.Named("engine"), CacheSize: 8 << 20})
+	if engineName == pebbleEngine {
+		if err := copyEngine(datadir.Engine(dataDir), copyDir); err != nil {
+			return nil, fmt.Errorf("backup %s: %w", dataDir, err)
+		}
+		eng, err = pebbleengine.Open(copyDir, pebbleengine.Options{Logger: logger.Named("engine"), CacheSize: 8 << 20})
+	} else {
+		if err := copyTree(datadir.Engine(dataDir), copyDir); err != nil {
+			return nil, fmt.Errorf("backup %s: %w", dataDir, err)
+		}
+		eng, err = engines.Open(engineName, copyDir, engines.Options{Logger: logger.Named("engine")})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("backup %s: open a copy of the engine: %w", dataDir, err)
 	}
@@ -606,6 +674,34 @@ func copyEngine(src, dst string) error {
 		}
 	}
 	return nil
+}
+
+// copyTree copies a stopped engine's directory from src to the new dst,
+// subdirectories included, every file copied (an engine other than Pebble
+// may write into a file its checkpoint would share); the engine's LOCK and
+// anything other than files and directories are left out.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("copy engine: %w", err)
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return fmt.Errorf("copy engine: %w", err)
+		}
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			if err := os.Mkdir(to, 0o700); err != nil {
+				return fmt.Errorf("copy engine: %w", err)
+			}
+		case d.Type().IsRegular() && d.Name() != "LOCK":
+			if err := copyFile(p, to); err != nil {
+				return fmt.Errorf("copy engine: %w", err)
+			}
+		}
+		return nil
+	})
 }
 
 func copyFile(from, to string) error {

@@ -18,6 +18,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/datadir"
+	"github.com/strata-kv/strata/engine"
+	"github.com/strata-kv/strata/engine/engines"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 	"github.com/strata-kv/strata/mvcc"
 )
@@ -26,7 +28,7 @@ import (
 // directly (index i applies the i-th batch).
 type member struct {
 	t     *testing.T
-	eng   *pebbleengine.Engine
+	eng   engine.Engine
 	store *mvcc.Store
 	index uint64
 }
@@ -37,11 +39,17 @@ func newMember(t *testing.T) *member {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = eng.Close() })
+	return startMember(t, eng)
+}
+
+// startMember starts a store on eng, which the caller closes.
+func startMember(t *testing.T, eng engine.Engine) *member {
+	t.Helper()
 	store, err := mvcc.Open(eng, mvcc.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = eng.Close() })
 	m := &member{t: t, eng: eng, store: store}
 	cs, err := proto.Marshal(&raftpb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{4}})
 	if err != nil {
@@ -382,7 +390,11 @@ func restoreConfig(dir string, version uint64) RestoreConfig {
 // openRestored opens a restored data directory's store.
 func openRestored(t *testing.T, dir string) *mvcc.Store {
 	t.Helper()
-	eng, err := pebbleengine.Open(datadir.Engine(dir), pebbleengine.Options{CacheSize: 1 << 20})
+	id, ok, err := datadir.ReadID(vfs.Default, dir)
+	if err != nil || !ok {
+		t.Fatalf("identity of %s: %v, found %v", dir, err, ok)
+	}
+	eng, err := engines.Open(id.EngineName(), datadir.Engine(dir), engines.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

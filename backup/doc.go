@@ -38,6 +38,17 @@
 // (truncated after a snapshot, or replaced by log compaction's batches,
 // which the archive cannot carry) the version is a files version.
 //
+// # Engines
+//
+// Every engine (--engine) is backed up the same way: its Checkpoint is a
+// directory of files, and a version uploads the ones the target lacks.
+// Pebble's tables, and appendlog's and hybridlog's sealed data files, never
+// change, so a version after a small change costs the new files; bbolt
+// rewrites its one file in place, so each of its files versions costs the
+// whole file. A files version of an engine other than Pebble names it in
+// its manifest (FORMAT.md, "Engines"), and a restore reads the files with
+// that engine and builds the new data directory on any.
+//
 // The target layout, the manifest and its checksum are in FORMAT.md, the
 // only place they are described; the invariants the writer keeps are
 // numbered there and on Backuper.

@@ -105,7 +105,7 @@ func (s *Service) create(ctx context.Context, req *CreateRequest) (*CreateRespon
 	if err != nil {
 		code := codes.Internal
 		switch {
-		case errors.Is(err, ErrNoTarget), errors.Is(err, ErrOtherFS), errors.Is(err, ErrNotPebble), errors.Is(err, ErrNoLogVersion):
+		case errors.Is(err, ErrNoTarget), errors.Is(err, ErrOtherFS), errors.Is(err, ErrNoLogVersion):
 			code = codes.FailedPrecondition
 		case errors.Is(err, ErrClosed):
 			code = codes.Unavailable

@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +22,21 @@ const Format = 1
 // (FORMAT.md, "Log versions"): a reader that knows only Format refuses it
 // by its number instead of misreading a version that has no files.
 const FormatLog = 2
+
+// FormatEngine is the envelope format of a files version of an engine
+// other than Pebble (FORMAT.md, "Engines"): its body names the engine,
+// and a reader that knows only Format refuses it by its number instead of
+// opening another engine's files as Pebble's.
+const FormatEngine = 3
+
+// pebbleEngine is the engine of a files version whose manifest names none
+// (every version written before other engines could be backed up), the
+// --engine name of engines.Pebble.
+const pebbleEngine = "pebble"
+
+// knownEngines are the engines a files version of format FormatEngine may
+// name: the --engine names of package engines other than Pebble's.
+var knownEngines = []string{"bbolt", "appendlog", "hybridlog"}
 
 // Kind says what a version is made of (FORMAT.md, "Log versions").
 type Kind string
@@ -84,7 +99,9 @@ func confStateOf(cs *raftpb.ConfState) ConfState {
 
 // File is one engine file of a version.
 type File struct {
-	// Name is the engine file's name in the checkpoint (no directory).
+	// Name is the engine file's path in the checkpoint, relative, with
+	// "/" between its parts (hybridlog's stable region is a directory);
+	// check refuses one that could leave the engine directory.
 	Name string `json:"name"`
 	// SHA256 is the lowercase hex SHA-256 of its bytes; the target holds
 	// them under files/<SHA256>.
@@ -118,9 +135,13 @@ type Manifest struct {
 	ConfState       ConfState `json:"conf_state"`
 	Revision        int64     `json:"revision"`
 	CompactRevision int64     `json:"compact_revision"`
-	Files           []File    `json:"files"`
-	NewFiles        uint64    `json:"new_files"`
-	NewBytes        uint64    `json:"new_bytes"`
+	// Engine is the engine whose checkpoint Files are (--engine), named
+	// only by a files version of format FormatEngine; empty is Pebble
+	// (EngineName). A log version names none: it replays on its base's.
+	Engine   string `json:"engine,omitempty"`
+	Files    []File `json:"files"`
+	NewFiles uint64 `json:"new_files"`
+	NewBytes uint64 `json:"new_bytes"`
 
 	// The fields of a log version (Kind KindLog; absent in a files
 	// version).
@@ -135,6 +156,15 @@ type Manifest struct {
 	// was read from: what a files version of the same state would have
 	// named (its Size).
 	EngineBytes int64 `json:"engine_bytes,omitempty"`
+}
+
+// EngineName is the engine whose files a files version holds: Engine,
+// or Pebble's name if it names none.
+func (m *Manifest) EngineName() string {
+	if m.Engine == "" {
+		return pebbleEngine
+	}
+	return m.Engine
 }
 
 // IsLog reports whether m is a log version.
@@ -198,13 +228,19 @@ func EncodeManifest(m *Manifest) ([]byte, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	// A files version is written exactly as before log versions existed
-	// (format 1, no kind), so that an older strata still restores it.
+	// A files version of Pebble is written exactly as before log versions
+	// existed (format 1, no kind, no engine), so that an older strata
+	// still restores it.
 	enc, format := *m, Format
-	if m.IsLog() {
-		format = FormatLog
-	} else {
+	switch {
+	case m.IsLog():
+		// It replays on its base's engine and names none.
+		format, enc.Engine = FormatLog, ""
+	case m.EngineName() != pebbleEngine:
+		format = FormatEngine
 		enc.Kind = ""
+	default:
+		enc.Kind, enc.Engine = "", ""
 	}
 	body, err := json.Marshal(&enc)
 	if err != nil {
@@ -228,8 +264,8 @@ func DecodeManifest(data []byte) (*Manifest, error) {
 	if err := json.Unmarshal(data, &env); err != nil {
 		return nil, fmt.Errorf("%w: manifest envelope: %v", ErrCorrupt, err)
 	}
-	if env.Format != Format && env.Format != FormatLog {
-		return nil, fmt.Errorf("%w: manifest format %d, this strata reads %d and %d", ErrCorrupt, env.Format, Format, FormatLog)
+	if env.Format != Format && env.Format != FormatLog && env.Format != FormatEngine {
+		return nil, fmt.Errorf("%w: manifest format %d, this strata reads %d, %d and %d", ErrCorrupt, env.Format, Format, FormatLog, FormatEngine)
 	}
 	if env.SHA256 != sha256Hex(env.Body) {
 		return nil, fmt.Errorf("%w: manifest checksum mismatch", ErrCorrupt)
@@ -240,15 +276,19 @@ func DecodeManifest(data []byte) (*Manifest, error) {
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("%w: manifest body: %v", ErrCorrupt, err)
 	}
-	// The envelope's format and the body's kind must agree: a format 1
-	// body is a files version (the writer names no kind), a format 2 body
-	// is a log version.
+	// The envelope's format and the body's kind and engine must agree: a
+	// format 1 body is a files version of Pebble (the writer names no kind
+	// and no engine), a format 2 body is a log version (no engine: its
+	// base's), a format 3 body a files version of the engine it names,
+	// which is not Pebble.
 	switch {
-	case env.Format == Format && (m.Kind == "" || m.Kind == KindFiles):
+	case env.Format == Format && (m.Kind == "" || m.Kind == KindFiles) && m.Engine == "":
 		m.Kind = KindFiles
-	case env.Format == FormatLog && m.Kind == KindLog:
+	case env.Format == FormatLog && m.Kind == KindLog && m.Engine == "":
+	case env.Format == FormatEngine && (m.Kind == "" || m.Kind == KindFiles) && slices.Contains(knownEngines, m.Engine):
+		m.Kind = KindFiles
 	default:
-		return nil, fmt.Errorf("%w: manifest %d: format %d with kind %q", ErrCorrupt, m.Version, env.Format, m.Kind)
+		return nil, fmt.Errorf("%w: manifest %d: format %d with kind %q and engine %q", ErrCorrupt, m.Version, env.Format, m.Kind, m.Engine)
 	}
 	if err := m.check(); err != nil {
 		return nil, err
@@ -279,8 +319,8 @@ func (m *Manifest) check() error {
 	seen := make(map[string]bool, len(m.Files))
 	var newBytes uint64
 	for _, f := range m.Files {
-		if f.Name == "" || f.Name == "." || f.Name == ".." || strings.ContainsAny(f.Name, "/\\\x00") || path.Base(f.Name) != f.Name {
-			return bad("file name %q is not a plain name", f.Name)
+		if !localPath(f.Name) {
+			return bad("file name %q is not a relative path of plain names", f.Name)
 		}
 		if seen[f.Name] {
 			return bad("file %q named twice", f.Name)
@@ -301,6 +341,21 @@ func (m *Manifest) check() error {
 		return bad("new files %d (%d bytes) exceed its %d files (%d bytes)", m.NewFiles, m.NewBytes, len(m.Files), newBytes)
 	}
 	return nil
+}
+
+// localPath reports whether name is a path a restore may create below the
+// engine directory: relative, parts separated by "/", none of them empty,
+// "." or "..", no backslash and no NUL.
+func localPath(name string) bool {
+	if name == "" || strings.ContainsAny(name, "\\\x00") {
+		return false
+	}
+	for part := range strings.SplitSeq(name, "/") {
+		if part == "" || part == "." || part == ".." {
+			return false
+		}
+	}
+	return true
 }
 
 // checkLog refuses a log version a restore could not use: its base must

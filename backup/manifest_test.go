@@ -36,10 +36,13 @@ func sampleLogManifest() *Manifest {
 
 // TestManifestRoundTrip: what EncodeManifest writes, DecodeManifest reads
 // back equal, and the object names sort as the versions do; a files
-// version is written as before log versions (format 1, no kind), a log
-// version as format 2.
+// version of Pebble is written as before log versions (format 1, no kind,
+// no engine), a log version as format 2, a files version of another engine
+// as format 3 naming it, with file names in a subdirectory.
 func TestManifestRoundTrip(t *testing.T) {
-	for _, m := range []*Manifest{sampleManifest(), sampleLogManifest()} {
+	hybrid := withEngine(sampleManifest(), "hybridlog")
+	hybrid.Files[0].Name = "stable/000001.data"
+	for _, m := range []*Manifest{sampleManifest(), sampleLogManifest(), hybrid} {
 		raw, err := EncodeManifest(m)
 		if err != nil {
 			t.Fatal(err)
@@ -53,12 +56,16 @@ func TestManifestRoundTrip(t *testing.T) {
 		if !bytes.Equal(a, b) {
 			t.Errorf("round trip:\n%s\n%s", a, b)
 		}
-		wantFormat, wantKind := `{"format":1,`, false
-		if m.IsLog() {
+		wantFormat, wantKind, wantEngine := `{"format":1,`, false, false
+		switch {
+		case m.IsLog():
 			wantFormat, wantKind = `{"format":2,`, true
+		case m.Engine != "":
+			wantFormat, wantEngine = `{"format":3,`, true
 		}
-		if !bytes.HasPrefix(raw, []byte(wantFormat)) || bytes.Contains(raw, []byte(`"kind"`)) != wantKind {
-			t.Errorf("a %s version is written as %s", m.Kind, raw)
+		if !bytes.HasPrefix(raw, []byte(wantFormat)) || bytes.Contains(raw, []byte(`"kind"`)) != wantKind ||
+			bytes.Contains(raw, []byte(`"engine"`)) != wantEngine {
+			t.Errorf("a %s version of engine %q is written as %s", m.Kind, m.Engine, raw)
 		}
 	}
 	if manifestName(9) >= manifestName(10) || manifestName(3) != "manifests/00000000000000000003.json" {
@@ -96,8 +103,19 @@ func TestDecodeManifestRefuses(t *testing.T) {
 		{name: "not JSON", raw: []byte("{"), want: "envelope"},
 		{name: "flipped body byte", raw: bytes.Replace(good, []byte(`"revision":99`), []byte(`"revision":98`), 1), want: "checksum mismatch"},
 		{name: "other format", raw: bytes.Replace(good, []byte(`"format":1`), []byte(`"format":2`), 1), want: "format 2"},
-		{name: "path in a file name", raw: reencode(func(m *Manifest) { m.Files[0].Name = "../x" }), want: "not a plain name"},
-		{name: "dot file name", raw: reencode(func(m *Manifest) { m.Files[0].Name = ".." }), want: "not a plain name"},
+		{name: "path up in a file name", raw: reencode(func(m *Manifest) { m.Files[0].Name = "../x" }), want: "not a relative path"},
+		{name: "path up inside a file name", raw: reencode(func(m *Manifest) { m.Files[0].Name = "stable/../../x" }), want: "not a relative path"},
+		{name: "absolute file name", raw: reencode(func(m *Manifest) { m.Files[0].Name = "/etc/passwd" }), want: "not a relative path"},
+		{name: "empty part in a file name", raw: reencode(func(m *Manifest) { m.Files[0].Name = "stable//x" }), want: "not a relative path"},
+		{name: "dot part in a file name", raw: reencode(func(m *Manifest) { m.Files[0].Name = "stable/./x" }), want: "not a relative path"},
+		{name: "backslash in a file name", raw: reencode(func(m *Manifest) { m.Files[0].Name = `..\x` }), want: "not a relative path"},
+		{name: "dot file name", raw: reencode(func(m *Manifest) { m.Files[0].Name = ".." }), want: "not a relative path"},
+		{name: "empty file name", raw: reencode(func(m *Manifest) { m.Files[0].Name = "" }), want: "not a relative path"},
+		{name: "unknown format", raw: bytes.Replace(good, []byte(`"format":1`), []byte(`"format":4`), 1), want: "format 4"},
+		{name: "engine in format 1", raw: reencode(func(m *Manifest) { m.Engine = "bbolt" }), want: `engine "bbolt"`},
+		{name: "Pebble in format 3", raw: reencodeFormat(t, FormatEngine, withEngine(sampleManifest(), "pebble")), want: `format 3 with kind "files" and engine "pebble"`},
+		{name: "unknown engine in format 3", raw: reencodeFormat(t, FormatEngine, withEngine(sampleManifest(), "rocksdb")), want: `engine "rocksdb"`},
+		{name: "no engine in format 3", raw: reencodeFormat(t, FormatEngine, sampleManifest()), want: `format 3 with kind "files" and engine ""`},
 		{name: "duplicate file name", raw: reencode(func(m *Manifest) { m.Files[1].Name = m.Files[0].Name }), want: "named twice"},
 		{name: "short hash", raw: reencode(func(m *Manifest) { m.Files[0].SHA256 = "ab" }), want: "64 lowercase hex"},
 		{name: "upper-case hash", raw: reencode(func(m *Manifest) { m.Files[0].SHA256 = strings.Repeat("AB", 32) }), want: "64 lowercase hex"},
@@ -138,6 +156,8 @@ func TestDecodeManifestRefuses(t *testing.T) {
 	}{
 		{"log kind in format 1", relog(Format, none), `format 1 with kind "log"`},
 		{"files kind in format 2", reencodeFormat(t, FormatLog, sampleManifest()), `format 2 with kind "files"`},
+		{"log kind in format 3", relog(FormatEngine, func(m *Manifest) { m.Engine = "bbolt" }), `format 3 with kind "log"`},
+		{"engine in a log version", relog(FormatLog, func(m *Manifest) { m.Engine = "bbolt" }), `format 2 with kind "log" and engine "bbolt"`},
 		{"log version with files", relog(FormatLog, func(m *Manifest) { m.Files = sampleManifest().Files }), "names engine files"},
 		{"files version with a base", reencode(func(m *Manifest) { m.Base = 1 }), "names a base"},
 		{"base not before it", relog(FormatLog, func(m *Manifest) { m.Base = 5 }), "base version 5"},
@@ -165,6 +185,12 @@ func TestDecodeManifestRefuses(t *testing.T) {
 	if _, err := EncodeManifest(&Manifest{Version: 1}); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("EncodeManifest of a manifest without files = %v, want a refusal", err)
 	}
+}
+
+// withEngine returns m naming engine.
+func withEngine(m *Manifest, engine string) *Manifest {
+	m.Engine = engine
+	return m
 }
 
 // reencodeFormat writes m's body, kind included, in an envelope of format.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/auth"
-	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/engine/engines"
 	"github.com/strata-kv/strata/lease"
 	"github.com/strata-kv/strata/logcompact"
 	"github.com/strata-kv/strata/mvcc"
@@ -92,14 +92,14 @@ const (
 
 // replayTo applies the committed entries after version m, read from src
 // up to index last (the end of the run src holds: heldRun), to the staged
-// engine in engineDir, one at a time as a member applies them (an applier
+// engine in engineDir (of the engine named engineName), one at a time as a member applies them (an applier
 // with a lessor and the auth store, no node), until the goal: the store at
 // revision goal.rev (each entry adds at most one revision, so the replay
 // stops exactly there: docs/backup.md, "Point-in-time restore"), or entry
 // goal.index applied. It returns the index of the last entry applied.
 // progress, if it implements ReplayProgress, is told how far it is.
-func replayTo(ctx context.Context, src EntrySource, engineDir string, m *Manifest, goal replayGoal, last uint64, held []LogRange, progress Progress, logger *zap.Logger) (uint64, error) {
-	eng, err := pebbleengine.Open(engineDir, pebbleengine.Options{Logger: logger.Named("engine")})
+func replayTo(ctx context.Context, src EntrySource, engineDir, engineName string, m *Manifest, goal replayGoal, last uint64, held []LogRange, progress Progress, logger *zap.Logger) (uint64, error) {
+	eng, err := engines.Open(engineName, engineDir, engines.Options{Logger: logger.Named("engine")})
 	if err != nil {
 		return 0, fmt.Errorf("open the downloaded engine: %w", err)
 	}

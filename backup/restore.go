@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,7 +17,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/strata-kv/strata/datadir"
-	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/engine"
+	"github.com/strata-kv/strata/engine/engines"
 	"github.com/strata-kv/strata/maintenance"
 	"github.com/strata-kv/strata/snapshot"
 )
@@ -48,6 +50,11 @@ type RestoreConfig struct {
 	Source EntrySource
 	// DataDir is the new data directory; it must not exist.
 	DataDir string
+	// Engine is the engine of the new data directory (--engine); empty
+	// means the version's own. The version's files are read with the
+	// engine that wrote them and exported into this one, so a version of
+	// one engine restores onto any other.
+	Engine string
 	// Name, InitialCluster and InitialClusterToken give the new member
 	// and cluster IDs, as at a cluster's bootstrap: a new cluster ID
 	// unless the same members and token are given again.
@@ -178,7 +185,12 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	progress := progressOr(cfg.Progress)
 	progress.Total(len(files.Files), files.Size())
 	for _, f := range files.Files {
-		if err := download(ctx, t, f, filepath.Join(engineDir, f.Name), progress); err != nil {
+		// Manifest.check allowed only paths below engineDir.
+		p := filepath.Join(engineDir, filepath.FromSlash(f.Name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
+		}
+		if err := download(ctx, t, f, p, progress); err != nil {
 			return RestoreResult{}, fmt.Errorf("restore version %d: %w", m.Version, err)
 		}
 		progress.Done(1, 0)
@@ -190,18 +202,19 @@ func Restore(ctx context.Context, t Target, cfg RestoreConfig) (RestoreResult, e
 	}
 	applied, replayed := m.RaftIndex, uint64(0)
 	if replay {
-		if replayed, err = replayTo(ctx, cfg.Source, engineDir, m, goal, runLast, held, progress, cfg.Logger); err != nil {
+		if replayed, err = replayTo(ctx, cfg.Source, engineDir, files.EngineName(), m, goal, runLast, held, progress, cfg.Logger); err != nil {
 			return RestoreResult{}, fmt.Errorf("restore to %s: %w", goal, err)
 		}
 		applied = replayed
 	}
-	eng, err := pebbleengine.Open(engineDir, pebbleengine.Options{ReadOnly: true, Logger: cfg.Logger.Named("engine")})
+	eng, err := engines.Open(files.EngineName(), engineDir, engines.Options{ReadOnly: files.EngineName() == pebbleEngine, Logger: cfg.Logger.Named("engine")})
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore version %d: open the downloaded engine: %w", m.Version, err)
 	}
 	defer eng.Close()
 	res, err := maintenance.Restore(maintenance.RestoreConfig{
 		Source:              engineSource(eng, applied),
+		Engine:              cmp.Or(cfg.Engine, files.EngineName()),
 		Name:                cfg.Name,
 		DataDir:             cfg.DataDir,
 		InitialCluster:      cfg.InitialCluster,
@@ -226,11 +239,11 @@ func replayVersion(ctx context.Context, t Target, engineDir string, base, m *Man
 		if err != nil {
 			return err
 		}
-		if _, err := replayTo(ctx, src, engineDir, base, replayGoal{index: m.RaftIndex}, m.RaftIndex, held, progress, logger); err != nil {
+		if _, err := replayTo(ctx, src, engineDir, base.EngineName(), base, replayGoal{index: m.RaftIndex}, m.RaftIndex, held, progress, logger); err != nil {
 			return fmt.Errorf("replay the log after base version %d: %w", base.Version, err)
 		}
 	}
-	got, err := readCheckpointMeta(engineDir)
+	got, err := readCheckpointMeta(base.EngineName(), engineDir)
 	if err != nil {
 		return err
 	}
@@ -244,7 +257,7 @@ func replayVersion(ctx context.Context, t Target, engineDir string, base, m *Man
 // engineSource gives maintenance.Restore every key of the downloaded
 // engine, the reserved ones included, from one consistent view, which
 // must hold applied index applied (the version's, or the last replayed).
-func engineSource(eng *pebbleengine.Engine, applied uint64) maintenance.RestoreSource {
+func engineSource(eng engine.Transferable, applied uint64) maintenance.RestoreSource {
 	return func(sink snapshot.Sink) (uint64, uint64, error) {
 		v, err := eng.NewExportView()
 		if err != nil {

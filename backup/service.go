@@ -76,15 +76,7 @@ type ServiceConfig struct {
 	// member backs up"). Nil: always.
 	Raft     interface{ Leader() uint64 }
 	MemberID uint64
-	// EngineName is the member's engine (--engine; empty: Pebble's). A
-	// version copies Pebble's files, so Create refuses any other engine
-	// (ErrNotPebble).
-	EngineName string
 }
-
-// ErrNotPebble: a version was asked of a member whose engine is not
-// Pebble; versions copy Pebble's engine files.
-var ErrNotPebble = errors.New("backup: incremental backups copy Pebble's engine files")
 
 // Service is a running member's backups: the continuous mode (Run) into
 // its own target, versions on request into any target (Create, and the
@@ -256,10 +248,6 @@ func openWithin(ctx context.Context, url string, opts TargetOptions) (Target, er
 // system's, where backups cannot read its checkpoints.
 var ErrOtherFS = errors.New("backup: the member's file system is not the operating system's; backups need it")
 
-// pebbleEngineName is engines.Pebble, the --engine name of the only engine
-// whose files a version copies.
-const pebbleEngineName = "pebble"
-
 // ErrNoTarget: a version was asked of the member's own target, and it has
 // none (--backup-target).
 var ErrNoTarget = errors.New("backup: the member has no --backup-target and the request names none")
@@ -285,9 +273,6 @@ func (s *Service) CreateKind(ctx context.Context, targetURL string, kind Kind) (
 	defer s.inflight.Done()
 	if s.otherFS {
 		return nil, ErrOtherFS
-	}
-	if s.cfg.EngineName != "" && s.cfg.EngineName != pebbleEngineName {
-		return nil, fmt.Errorf("%w, and this member's engine is %s (--engine); take etcd-format snapshots with etcdctl snapshot save instead", ErrNotPebble, s.cfg.EngineName)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

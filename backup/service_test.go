@@ -412,40 +412,6 @@ func TestServiceOtherFS(t *testing.T) {
 	}
 }
 
-// TestServiceRefusesOtherEngines: a member on another engine than Pebble
-// is refused a version with ErrNotPebble, which names its engine, and the
-// gRPC service answers it with FailedPrecondition; Pebble's name and the
-// default (empty) are served.
-func TestServiceRefusesOtherEngines(t *testing.T) {
-	m := newMember(t)
-	for _, name := range []string{"bbolt", "appendlog", "hybridlog"} {
-		s, err := OpenService(ServiceConfig{Engine: m.eng, StagingDir: filepath.Join(t.TempDir(), "staging"), EngineName: name,
-			Term: func(uint64) (uint64, error) { return 7, nil }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = s.Create(context.Background(), fileTarget(t).String())
-		if !errors.Is(err, ErrNotPebble) || !strings.Contains(err.Error(), "engine is "+name) {
-			t.Errorf("Create on engine %s = %v, want ErrNotPebble naming it", name, err)
-		}
-		if _, err := s.create(context.Background(), &CreateRequest{Target: fileTarget(t).String()}); status.Code(err) != codes.FailedPrecondition {
-			t.Errorf("the gRPC create on engine %s = %v, want FailedPrecondition", name, err)
-		}
-		s.Close()
-	}
-	for _, name := range []string{"", "pebble"} {
-		s, err := OpenService(ServiceConfig{Engine: m.eng, ID: testID, StagingDir: filepath.Join(t.TempDir(), "staging"), EngineName: name,
-			Term: func(uint64) (uint64, error) { return 7, nil }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Create(context.Background(), fileTarget(t).String()); err != nil {
-			t.Errorf("Create on engine %q: %v", name, err)
-		}
-		s.Close()
-	}
-}
-
 // switchableLeader is a raft node that says member 1 leads while leader is
 // set, and counts the questions.
 type switchableLeader struct {

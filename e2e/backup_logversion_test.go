@@ -51,7 +51,6 @@ func logVersionWrites(t *testing.T, ctx context.Context, cli *clientv3.Client, r
 // files version. Then a damaged log object and a missing base are named
 // by verify and refused by restore.
 func TestBackupLogVersions(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	dir := filepath.Join(t.TempDir(), "target")
 	target := "file://" + dir
 	p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src", Flags: []string{"--backup-target=" + target}})
@@ -189,7 +188,6 @@ func TestBackupLogVersions(t *testing.T) {
 // log version; the newest version restores to what the live member
 // answered at its revision.
 func TestBackupLogVersionsContinuous(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	target := "file://" + filepath.Join(t.TempDir(), "target")
 	p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src", Flags: []string{"--backup-target=" + target,
 		"--backup-interval=400ms", "--backup-full-every=3", "--backup-log-ratio=100", "--backup-keep-last=2"}})
@@ -238,7 +236,6 @@ func TestBackupLogVersionsContinuous(t *testing.T) {
 // objects are S3 objects; the last restores to what the live member
 // answered, and verify checks its base and log objects.
 func TestBackupLogVersionsS3(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	addr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePorts(t, 1)[0])
 	const bucket = "strata-e2e"
 	startS3Server(t, addr, t.TempDir()+"/s3.db", bucket)

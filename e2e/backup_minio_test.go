@@ -158,7 +158,6 @@ func (s *minioServer) env(secret string) []string {
 // with a clear error and writes nothing, and a member whose continuous
 // backups are refused still serves and counts the failures.
 func TestBackupMinIO(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	srv := startMinIO(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -247,7 +246,6 @@ func TestBackupMinIO(t *testing.T) {
 // back on its data the next backup completes, and restores to what the
 // live member answered.
 func TestBackupMinIOKilled(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	srv := startMinIO(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()

@@ -87,7 +87,6 @@ func restoreAndCompare(t *testing.T, target string, env []string, version uint64
 // follower for a version of another target, which restores to what the
 // cluster answered; with auth on, only root may ask.
 func TestBackupContinuous(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	dir := t.TempDir()
 	own := "file://" + filepath.Join(dir, "own")
 	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3, Flags: []string{
@@ -234,7 +233,6 @@ func readBackupStateAt(t *testing.T, ctx context.Context, cli *clientv3.Client, 
 // values, revisions, HashKV), and a revision past the archived log is
 // refused.
 func TestBackupPointInTime(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	target := "file://" + filepath.Join(t.TempDir(), "target")
 	p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src",
 		Flags: []string{"--backup-target=" + target, "--backup-interval=300ms"}})
@@ -310,7 +308,6 @@ func TestBackupPointInTime(t *testing.T) {
 // reach is refused, saying so; a damaged log object is named by verify and
 // refused by restore.
 func TestBackupPointInTimeToTime(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	dir := filepath.Join(t.TempDir(), "target")
 	target := "file://" + dir
 	start := time.Now()
@@ -478,7 +475,6 @@ func restoreToRevision(t *testing.T, target string, rev int64, want backupState)
 // the target; restarted, it removes the checkpoint, takes versions, and
 // they verify and restore to what it answered.
 func TestBackupMemberKilled(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	dir := filepath.Join(t.TempDir(), "target")
 	target := "file://" + dir
 	p := testutil.NewProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src",
@@ -541,7 +537,6 @@ func TestBackupMemberKilled(t *testing.T) {
 // root's certificate may ask for a version, alice's may not, and a client
 // without a certificate is refused.
 func TestBackupOnlineTLS(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	ca := newTestCA(t, "ca")
 	serverCert, serverKey := ca.issue(t, "server")
 	rootCert, rootKey := ca.issue(t, "root")

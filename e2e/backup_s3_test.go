@@ -128,7 +128,6 @@ func (s *s3Server) client() *minio.Client {
 // backup fails clearly and writes nothing, and once the server is back on
 // its data the next backup completes and verifies.
 func TestBackupS3(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	addr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePorts(t, 1)[0])
 	const bucket = "strata-e2e"
 	srv := startS3Server(t, addr, t.TempDir()+"/s3.db", bucket)

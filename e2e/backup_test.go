@@ -47,7 +47,6 @@ func readBackupState(t *testing.T, ctx context.Context, cli *clientv3.Client, en
 // TestBackupIncrementalRestore: the backup scenario (backupScenario) on a
 // file:// target, where a corrupt file is made by flipping a byte of it.
 func TestBackupIncrementalRestore(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	dir := filepath.Join(t.TempDir(), "target")
 	backupScenario(t, "file://"+dir, nil, func(sum string) {
 		path := filepath.Join(dir, "files", sum)
@@ -226,7 +225,6 @@ func backupScenario(t *testing.T, target string, env []string, corrupt func(sum 
 // the shared --initial-cluster; the cluster starts, every member answers
 // the live member's keys and HashKV, and takes writes.
 func TestBackupRestoreThreeMembers(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	src := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src"})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -296,7 +294,6 @@ func TestBackupRestoreThreeMembers(t *testing.T) {
 // the next run completes, and its version restores to what the live
 // member answered.
 func TestBackupKilled(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	src := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src"})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -364,7 +361,6 @@ func TestBackupKilled(t *testing.T) {
 // terminal, plain progress lines go to stderr, ending at 100%, and stdout
 // holds only the result line.
 func TestBackupProgressJSON(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	src := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src"})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -434,7 +430,6 @@ func TestBackupProgressJSON(t *testing.T) {
 // no data dir is created, the non-empty one is left as it was, and the
 // target is byte for byte as before and still verifies.
 func TestBackupBadInput(t *testing.T) {
-	testutil.RequireEngine(t, "strata restore --from restores Pebble's engine files, and the harness gives restore the engine it runs", "pebble")
 	src := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Name: "src"})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -42,9 +42,10 @@
 // (internal/testutil.EngineEnv; default pebble), so the whole suite runs on
 // each engine; `make e2e-engines` runs it on the three besides Pebble.
 // Tests of what only one engine does skip elsewhere with the reason
-// (testutil.RequireEngine: the incremental backups copy Pebble's files);
-// TestEveryEngine and TestKeySizeOnEveryEngine name their engines
-// themselves. docs/engines.md lists what passed on which engine.
+// (testutil.RequireEngine: the recovery path of compacted batches, which
+// appendlog never reaches);
+// TestEveryEngine, TestKeySizeOnEveryEngine and TestBackupEveryEngine name
+// their engines themselves. docs/engines.md lists what passed on which engine.
 //
 //	go test ./e2e/ -run TestConformance -v
 package e2e

@@ -53,7 +53,6 @@ func diskBytes(t *testing.T, dir string) int64 {
 // gives what the same restore from L2 (plain entries) gives, and an index
 // strictly inside a batch is refused naming the batch.
 func TestLoggerLogCompaction(t *testing.T) {
-	testutil.RequireEngine(t, "the restore's base is an incremental backup, which copies Pebble's engine files", "pebble")
 	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3})
 	cli := c.Client(t)
 	defer cli.Close()

@@ -24,7 +24,6 @@ import (
 // target's archive, empty, is refused naming what it holds; a revision
 // past what the logger holds committed is refused naming its range.
 func TestLoggerRestoreToRevision(t *testing.T) {
-	testutil.RequireEngine(t, "the restore's base is an incremental backup, which copies Pebble's engine files", "pebble")
 	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3})
 	cli := c.Client(t)
 	defer cli.Close()

@@ -31,7 +31,6 @@ import (
 // --cacert --cert --key` rebuilds the cluster's state from a backup
 // version and the logger's entries.
 func TestLoggerTLS(t *testing.T) {
-	testutil.RequireEngine(t, "incremental backups copy Pebble's engine files and are refused on another engine", "pebble")
 	ca := newTestCA(t, "ca")
 	ports := testutil.FreePorts(t, 8)
 	names := []string{"m1", "m2", "m3"}

@@ -373,7 +373,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	})
 	m.backups, err = backup.OpenService(backup.ServiceConfig{
 		Options: cfg.Backup, Engine: m.engine, ID: id, Term: m.log.Term, StagingDir: datadir.BackupStaging(cfg.DataDir),
-		Log: m.log, Applied: m.applier, FS: cfg.FS, Raft: m.node, MemberID: m.memberID, EngineName: cfg.Engine,
+		Log: m.log, Applied: m.applier, FS: cfg.FS, Raft: m.node, MemberID: m.memberID,
 		Logger: cfg.Logger.Named("backup"),
 	})
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/strata-kv/strata/backup"
-	"github.com/strata-kv/strata/engine/engines"
 	"github.com/strata-kv/strata/member"
 )
 
@@ -405,9 +404,6 @@ func (f *memberBackupFlags) apply(cfg *member.Config) error {
 	}
 	if (f.keepLast > 0 || f.keepWithin > 0 || f.keepExp) && f.interval == 0 {
 		return errors.New("--backup-keep-last, --backup-keep-within and --backup-keep-exponential prune after the versions of --backup-interval, which is 0 (off)")
-	}
-	if f.target.url != "" && cfg.Engine != "" && cfg.Engine != engines.Pebble {
-		return fmt.Errorf("--backup-target: incremental backups copy Pebble's engine files, and this member's engine is %s (--engine); take etcd-format snapshots with etcdctl snapshot save instead", cfg.Engine)
 	}
 	cfg.Backup = backup.Options{
 		Target: f.target.url, TargetOptions: f.target.opts, Interval: f.interval, LogInterval: f.logInterval,

@@ -87,7 +87,6 @@ func TestFlagRefusals(t *testing.T) {
 	}{
 		{name: "TLS 1.1", args: []string{"--tls-min-version=TLS1.1"}, wantErr: `unexpected TLS version "TLS1.1" (must be one of: TLS1.2, TLS1.3)`},
 		{name: "unknown engine", args: []string{"--engine=rocks"}, wantErr: `--engine: unknown engine "rocks"`},
-		{name: "incremental backups on bbolt", args: []string{"--engine=bbolt", "--backup-target=file:///tmp/b", "--backup-interval=1m"}, wantErr: "incremental backups copy Pebble's engine files, and this member's engine is bbolt"},
 		{name: "bad max version", args: []string{"--tls-max-version=TLS1.0"}, wantErr: `unexpected TLS version "TLS1.0" (must be one of: TLS1.2, TLS1.3)`},
 		{name: "min above max", args: []string{"--tls-min-version=TLS1.3", "--tls-max-version=TLS1.2"}, wantErr: "min version (TLS1.3) is greater than max version (TLS1.2)"},
 		{name: "unknown cipher suite", args: []string{"--cipher-suites=FOO"}, wantErr: `unexpected TLS cipher suite "FOO"`},

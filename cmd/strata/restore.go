@@ -40,7 +40,7 @@ func runRestore(args []string) int {
 	fs.StringVar(&tf.url, "from", "", "Restore from an incremental backup target (file:///dir or s3://bucket/prefix) instead of a backup file.")
 	tf.registerS3(fs)
 	version := fs.Uint64("version", 0, "With --from: the version to restore (0: the latest).")
-	engineName := fs.String("engine", engines.Default, "The storage engine of the new data directory ("+strings.Join(engines.Names(), " or ")+"): a snapshot of a member on one engine restores onto another. Not with --from, whose engine files are Pebble's.")
+	engineName := fs.String("engine", "", "The storage engine of the new data directory ("+strings.Join(engines.Names(), " or ")+"); default "+engines.Default+", or with --from the backed-up member's engine. A snapshot or a backup version of a member on one engine restores onto another.")
 	toRevision := fs.Int64("to-revision", 0, "With --from: restore the state at this revision: the newest version at or before it, then the archived raft log (or --logger's) up to it (docs/backup.md, \"Point-in-time restore\").")
 	toIndex := fs.Uint64("to-index", 0, "With --from: restore the state after this raft index: the newest version at or before it, then the archived raft log (or --logger's) up to it.")
 	loggerURL := fs.String("logger", "", "With --to-revision or --to-index: read the committed entries after the version from this strata logger's API (its client URL) instead of the log archived in the target (docs/logger.md).")
@@ -70,9 +70,6 @@ func runRestore(args []string) int {
 	case tf.url == "" && fs.NArg() != 1:
 		fmt.Fprintln(os.Stderr, "strata restore: want exactly one argument (a snapshot file or an etcd data directory), or --from URL")
 		return 2
-	case tf.url != "" && *engineName != engines.Default:
-		fmt.Fprintln(os.Stderr, "strata restore: --from restores Pebble's engine files; --engine is for a snapshot file")
-		return 2
 	case tf.url == "" && (*version != 0 || *toRevision != 0 || *toIndex != 0 || *toTimeFlag != "" || *asJSON):
 		fmt.Fprintln(os.Stderr, "strata restore: --version, --to-revision, --to-index, --to-time and --json need --from")
 		return 2
@@ -95,6 +92,10 @@ func runRestore(args []string) int {
 	if *cluster == "" {
 		*cluster = *name + "=" + *peerURLs
 	}
+	if err := engines.Check(*engineName); err != nil {
+		fmt.Fprintf(os.Stderr, "strata restore: %v\n", err)
+		return 2
+	}
 	members, err := parseInitialCluster(*cluster)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "strata restore: %v\n", err)
@@ -113,6 +114,7 @@ func runRestore(args []string) int {
 			ToRevision:          *toRevision,
 			ToIndex:             *toIndex,
 			ToTime:              toTime,
+			Engine:              *engineName,
 		}
 		if *loggerURL != "" {
 			src, err := loggerSource(*loggerURL, *loggerCluster, &loggerDial)

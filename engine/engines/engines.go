@@ -81,6 +81,10 @@ type Options struct {
 	// flushes and syncs every commit (bbolt.Options.SyncCommits), and
 	// appendlog and hybridlog sync every commit (their SyncCommits).
 	EnableWAL bool
+	// ReadOnly opens an existing engine without changing any of its files
+	// (a checkpoint about to be uploaded). Only Pebble has the mode; the
+	// other engines refuse it.
+	ReadOnly bool
 	// Logger receives the engine's log lines; nil means zap.NewNop().
 	Logger *zap.Logger
 }
@@ -96,6 +100,9 @@ func Open(name, dir string, opts Options) (engine.Transferable, error) {
 	}
 	if name != Pebble && name != "" && opts.FS != nil && opts.FS != vfs.Default {
 		return nil, fmt.Errorf("open %s engine in %s: it works on the operating system's files only, not on %T", name, dir, opts.FS)
+	}
+	if name != Pebble && name != "" && opts.ReadOnly {
+		return nil, fmt.Errorf("open %s engine in %s: it has no read-only mode", name, dir)
 	}
 	switch name {
 	case HybridLog:
@@ -117,7 +124,7 @@ func Open(name, dir string, opts Options) (engine.Transferable, error) {
 		}
 		return bboltEngine{e}, nil
 	default:
-		e, err := pebbleengine.Open(dir, pebbleengine.Options{FS: opts.FS, EnableWAL: opts.EnableWAL, Logger: opts.Logger})
+		e, err := pebbleengine.Open(dir, pebbleengine.Options{FS: opts.FS, EnableWAL: opts.EnableWAL, ReadOnly: opts.ReadOnly, Logger: opts.Logger})
 		if err != nil {
 			return nil, err
 		}
