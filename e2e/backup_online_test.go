@@ -153,6 +153,11 @@ func TestBackupContinuous(t *testing.T) {
 	for _, name := range []string{"strata_backup_last_success_timestamp_seconds", "strata_backup_last_duration_seconds",
 		"strata_backup_uploaded_bytes_total", "strata_backup_uploaded_files_total", "strata_backup_reused_files_total",
 		"etcd_debugging_snap_save_total_duration_seconds_count"} {
+		// bbolt's one file changes at every version (docs/backup.md,
+		// "Every engine"): its versions reuse no file.
+		if name == "strata_backup_reused_files_total" && testutil.Engine() == "bbolt" {
+			continue
+		}
 		if m[name] <= 0 {
 			t.Errorf("leader's %s = %v, want more than 0", name, m[name])
 		}

@@ -148,7 +148,9 @@ func backupScenario(t *testing.T, target string, env []string, corrupt func(sum 
 			t.Errorf("version %d: %+v; the member was at revision %d", i+1, m, states[i].rev)
 		}
 	}
-	if list[1].NewBytes >= uint64(list[1].Size()) {
+	// bbolt rewrites its one file in place, so each of its files versions
+	// uploads all of it (docs/backup.md, "Every engine").
+	if testutil.Engine() != "bbolt" && list[1].NewBytes >= uint64(list[1].Size()) {
 		t.Errorf("the second version uploaded %d of its %d bytes; want only its new files", list[1].NewBytes, list[1].Size())
 	}
 	out := mustRun("backup", "list", "--target="+target)
