@@ -958,8 +958,20 @@ func (r *bkRun) restoreOne(ctx context.Context, s *bkSnap, res *bkRestore) error
 	const name = "r0"
 	cflags := []string{"--data-dir=" + dataDir, "--name=" + name, "--initial-cluster=" + name + "=" + peer,
 		"--initial-advertise-peer-urls=" + peer, "--initial-cluster-token=" + restoreToken}
+	// A strata member on another engine (-strata-flags=--engine=NAME)
+	// restores onto that engine and starts with it, as an operator would
+	// (a data dir is refused with another --engine than its own).
+	var engineFlag []string
+	for _, f := range r.o.strataFlags {
+		if strings.HasPrefix(f, "--engine=") {
+			engineFlag = []string{f}
+		}
+	}
 	var args []string
 	server := r.o.strataBin
+	if s.Method != methodEtcdFull {
+		cflags = append(cflags, engineFlag...)
+	}
 	switch s.Method {
 	case methodIncremental:
 		args = append([]string{r.o.strataBin, "restore", "--from=file://" + r.target, fmt.Sprintf("--version=%d", s.Version)}, cflags...)
