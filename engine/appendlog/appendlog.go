@@ -50,10 +50,25 @@ type Options struct {
 	// Logger receives the engine's warnings; nil means zap.NewNop().
 	Logger *zap.Logger
 
-	// afterMergeCut, if set (tests only), runs in a merge once the active
-	// file is sealed and writers may commit again.
-	afterMergeCut func()
+	// MergeHook, if set, is called by every merge at each MergePoint, on
+	// the merge's goroutine, holding no lock that commits or reads take (a
+	// merge holds mergeMu throughout): a test passes it to hold a merge at
+	// a point while it commits and reads. nil in production.
+	MergeHook func(MergePoint)
 }
+
+// MergePoint names a point of a merge, for Options.MergeHook.
+type MergePoint int
+
+const (
+	// MergeAfterCut: the active file is sealed (the cut) and the merge's
+	// view taken; writers commit again.
+	MergeAfterCut MergePoint = iota
+	// MergeSwap: the outputs are in place and the merge has pointed its
+	// clone of the key directory at them, before it takes in the keys
+	// committed meanwhile and installs it (invariant 8).
+	MergeSwap
+)
 
 // segment is one open data file.
 type segment struct {
@@ -142,6 +157,14 @@ func newKeydir() *keydir { return btreemap.New[[]byte, loc](32, bytes.Compare) }
 //     set; recovery uses a hint only when its CRC holds and it names the
 //     file's id, header and length, so replaying it gives the key
 //     directory and dead bytes that scanning the file gives.
+//  8. A merge points a clone of the key directory at its copies outside
+//     mu, with swapping set; meanwhile every commit appends the keys it
+//     writes to swapKeys, under mu with the key directory. The merge then,
+//     in one hold of mu, takes each of those keys' current location (or
+//     absence) from the key directory into the clone, installs the clone
+//     and swaps the set: the installed directory holds every commit, and
+//     commits and views wait for that step only, in proportion to the keys
+//     committed during the merge's moves, not to the live keys.
 //
 // Concurrency: writeMu serialises the writers of files (Commit, rotation,
 // InstallSnapshot, a merge's rotation); mu guards the key directory, the
@@ -167,6 +190,10 @@ type Engine struct {
 		active  *segment
 		err     error // sticky: a failed write or sync stops the engine
 		closed  bool
+		// swapping: a merge is pointing a clone of kd at its copies;
+		// commits append the keys they write to swapKeys (invariant 8).
+		swapping bool
+		swapKeys [][]byte
 	}
 	mergeMu sync.Mutex
 	lastCut uint64 // the cut of the last merge; guarded by mergeMu
@@ -581,6 +608,11 @@ func (e *Engine) commitLocked(own *layer, tails []*writeOnlyBatch, appliedIndex 
 		l := loc{seg: seg, off: base + int64(o.off), n: uint32(o.n)}
 		if _, old, ok := kd.ReplaceOrInsert(o.key, l); ok {
 			old.seg.dead += int64(old.n) + int64(len(o.key))
+		}
+	}
+	if e.mu.swapping {
+		for _, o := range ops {
+			e.mu.swapKeys = append(e.mu.swapKeys, o.key) // invariant 8
 		}
 	}
 	seg.size += int64(len(frame))

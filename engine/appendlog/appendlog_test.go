@@ -895,7 +895,10 @@ func TestMergeSeesOnlyTheCut(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "db")
 	var e *Engine
 	opts := Options{MergeMinBytes: -1}
-	opts.afterMergeCut = func() {
+	opts.MergeHook = func(p MergePoint) {
+		if p != MergeAfterCut {
+			return
+		}
 		b := e.NewBatch()
 		_ = b.Delete([]byte("k1"))
 		_ = b.Set([]byte("k2"), []byte("new"))
@@ -923,5 +926,60 @@ func TestMergeSeesOnlyTheCut(t *testing.T) {
 	states := []map[string]string{{}, {"k1": "old"}, {"k1": "old", "k2": "old"}, {"k2": "new"}}
 	if a := reopen(t, dst, 3, states); a != 2 {
 		t.Fatalf("reopened at %d, want 2 (batch 3 was never synced)", a)
+	}
+}
+
+// TestMergeSwapTakesCommitsMeanwhile: a merge moves the key directory's
+// locations to its copies in a clone, without the lock; batches committed
+// meanwhile (a deletion, an overwrite, a new key, all of keys the merge
+// copied) and views taken meanwhile go on, and the installed directory
+// holds those batches, not the copies they replaced (invariant 8).
+func TestMergeSwapTakesCommitsMeanwhile(t *testing.T) {
+	dir := t.TempDir()
+	var e *Engine
+	want := map[string]string{"k1": "b", "k2": "b", "k3": "a"}
+	opts := Options{MergeMinBytes: -1}
+	opts.MergeHook = func(p MergePoint) {
+		if p != MergeSwap {
+			return
+		}
+		snap := e.NewSnapshot()
+		defer snap.Close()
+		b := e.NewBatch()
+		_ = b.Delete([]byte("k1"))
+		_ = b.Set([]byte("k2"), []byte("c"))
+		_ = b.Set([]byte("k4"), []byte("c"))
+		if err := b.Commit(3); err != nil {
+			t.Error(err)
+		}
+		if got := scan(t, snap); !maps.Equal(got, want) {
+			t.Errorf("a snapshot taken during the swap reads %v, want %v", got, want)
+		}
+		delete(want, "k1")
+		want["k2"], want["k4"] = "c", "c"
+	}
+	e = open(t, dir, opts)
+	for i, m := range []map[string]string{{"k1": "a", "k2": "a", "k3": "a"}, {"k1": "b", "k2": "b"}} {
+		b := e.NewBatch()
+		for k, v := range m {
+			_ = b.Set([]byte(k), []byte(v))
+		}
+		if err := b.Commit(uint64(i + 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.CompactAll(); err != nil {
+		t.Fatal(err)
+	}
+	if got := scan(t, e); !maps.Equal(got, want) {
+		t.Fatalf("after the merge: %v, want %v", got, want)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e = open(t, dir, Options{MergeMinBytes: -1})
+	defer e.Close()
+	if got := scan(t, e); !maps.Equal(got, want) || e.AppliedIndex() != 3 {
+		t.Fatalf("after a reopen: %v at %d, want %v at 3", got, e.AppliedIndex(), want)
 	}
 }

@@ -76,12 +76,18 @@
 // rotates the active file, then rewrites every live value held by the
 // immutable files into new files, syncs and renames those into place,
 // then writes a marker file whose header supersedes every file below the
-// cut, and swaps the key directory's locations to the new files (a
-// location a newer commit replaced meanwhile is left alone). The old files
+// cut, and points the key directory's locations to the new files: it
+// moves them in a clone of the directory, without the lock, while commits
+// record the keys they write; then, in one short step under the lock, it
+// takes those keys' locations into the clone (a location a newer commit
+// replaced is left as that commit wrote it), installs the clone and drops
+// the old files from the set (Engine invariant 8). The old files
 // are deleted when the last reader holding them lets go; whichever of them
 // a crash leaves behind, recovery ignores them, and outputs without their
 // marker change nothing (FORMAT.md, Recovery). Commits and reads go on
-// during a merge.
+// during a merge; they wait for its rotation (a sync of the active file,
+// as any rotation) and for that last step, which is in proportion to the
+// keys committed during the merge's moves, not to the live keys.
 //
 // Since files never change once sealed, Checkpoint hard-links every sealed
 // file and copies only the active file's committed prefix: a backup taken

@@ -56,6 +56,18 @@ func (e *Engine) CompactAll() error {
 	return nil
 }
 
+func closeOuts(outs []*segment) {
+	for _, s := range outs {
+		_ = s.f.Close()
+	}
+}
+
+func (e *Engine) mergeHook(p MergePoint) {
+	if e.opts.MergeHook != nil {
+		e.opts.MergeHook(p)
+	}
+}
+
 // moved is one value a merge rewrote.
 type moved struct {
 	key      []byte
@@ -64,7 +76,7 @@ type moved struct {
 
 // merge rewrites the live values of every sealed file into new files that
 // supersede them (FORMAT.md: base), then points the key directory at the
-// copies and drops the old files from the set (Engine invariants 5, 6).
+// copies and drops the old files from the set (Engine invariants 5, 6, 8).
 func (e *Engine) merge() error {
 	e.mergeMu.Lock()
 	defer e.mergeMu.Unlock()
@@ -93,9 +105,7 @@ func (e *Engine) merge() error {
 	if err != nil {
 		return err
 	}
-	if e.opts.afterMergeCut != nil {
-		e.opts.afterMergeCut()
-	}
+	e.mergeHook(MergeAfterCut)
 	if cut == e.lastCut {
 		// Nothing was committed since the last merge, which cut here: its
 		// outputs are all there is, and a second merge at the same cut
@@ -140,23 +150,57 @@ func (e *Engine) merge() error {
 	if err != nil {
 		return err
 	}
+	// Point a clone of the key directory at the copies, outside mu: the
+	// moves take time in proportion to the live keys, and commits and
+	// views go on meanwhile. Commits record the keys they write (invariant
+	// 8), which the step under mu below takes into the clone.
 	e.mu.Lock()
+	if e.mu.closed {
+		e.mu.Unlock()
+		closeOuts(outs)
+		return errEngineClosed
+	}
+	kd := e.mu.kd.Clone()
+	e.mu.swapping = true
+	e.mu.Unlock()
+	for _, m := range moves {
+		if _, cur, ok := kd.Get(m.key); ok && cur == m.old {
+			kd.ReplaceOrInsert(m.key, m.new)
+		} else {
+			m.new.seg.dead += int64(m.new.n) + int64(len(m.key)) // replaced before the clone
+		}
+	}
+	e.mergeHook(MergeSwap)
+	isOut := make(map[*segment]bool, len(outs))
+	for _, s := range outs {
+		isOut[s] = true
+	}
+	e.mu.Lock()
+	written := e.mu.swapKeys
+	e.mu.swapping, e.mu.swapKeys = false, nil
 	if e.mu.closed {
 		// Close ran meanwhile. The outputs are in place and hold the same
 		// data as the files they supersede, so recovery reads either.
 		e.mu.Unlock()
-		for _, s := range outs {
-			_ = s.f.Close()
-		}
+		closeOuts(outs)
 		return errEngineClosed
 	}
-	for _, m := range moves {
-		if _, cur, ok := e.mu.kd.Get(m.key); ok && cur == m.old {
-			e.mu.kd.ReplaceOrInsert(m.key, m.new)
-		} else {
-			m.new.seg.dead += int64(m.new.n) + int64(len(m.key)) // replaced meanwhile
+	// The keys committed since the clone: their location in the key
+	// directory is newer than any copy (it is in a file at or above the
+	// cut), and a copy it replaced is garbage. A key written twice is
+	// charged once: the first pass leaves no copy in the clone.
+	for _, k := range written {
+		_, l, had := kd.Get(k)
+		if had && isOut[l.seg] {
+			l.seg.dead += int64(l.n) + int64(len(k))
+		}
+		if _, cur, ok := e.mu.kd.Get(k); ok {
+			kd.ReplaceOrInsert(k, cur)
+		} else if had {
+			kd.Delete(k)
 		}
 	}
+	e.mu.kd = kd
 	segs := append([]*segment(nil), outs...)
 	var dropped []*segment
 	for _, s := range e.mu.segs {

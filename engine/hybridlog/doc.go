@@ -6,12 +6,12 @@
 //
 // # Regions
 //
-// Records live at increasing log addresses. With memStart <= flushed <=
-// ro <= tail:
+// Records live at increasing log addresses. With memStart <= ro <= tail:
 //
-//	[memStart, flushed)  empty: written to the stable region and evicted
-//	[flushed, ro)        read-only, in memory, waiting to be written
-//	[ro, tail)           mutable, in memory
+//	[0, memStart)   written to the stable region and evicted
+//	[memStart, ro)  read-only, in memory: waiting to be written, or (a
+//	                flush's region) written and being evicted
+//	[ro, tail)      mutable, in memory
 //
 // A write to a key whose latest record is in the mutable region updates
 // that record in place (FASTER's in-place update: no new record, no new
@@ -53,10 +53,11 @@
 // # Durability
 //
 // Durable means written to the stable region and synced there. A flush
-// takes the read-only records [flushed, ro) as one AppendLog batch, whose
+// takes the read-only records [memStart, ro) as one AppendLog batch, whose
 // applied index is the one at which ro was last moved (ro only moves
-// between batches), commits it to the stable region and evicts the
-// records. Flush seals (ro = tail), flushes, and syncs the stable region:
+// between batches), commits it to the stable region and then evicts the
+// records, a few thousand per hold of the lock. Flush seals (ro = tail),
+// flushes, and syncs the stable region:
 // DurableIndex is the stable region's. After a power cut the stable region
 // holds a prefix of its batches (engine/appendlog), each the state at a
 // seal point, so what Open reads back is a prefix point of strata's
@@ -65,21 +66,32 @@
 //
 // When the memory regions hold more than Options.MemBytes the commit seals
 // and a background goroutine flushes (without a sync); at twice that,
-// Commit waits for it (a write stall).
+// Commit waits for it (a write stall). Nothing else makes a commit, or a
+// batch's reads, wait for a flush's write to the stable region: a view
+// takes the in-memory tree, then the stable region's snapshot, and tries
+// again if a flush started in between (Engine invariant 5); a flush evicts
+// in steps. Nor do they wait for the stable region's merge, which moves its
+// key directory to the merged files outside its lock (engine/appendlog).
 //
 // # Snapshots and checkpoints
 //
 // The staged snapshot file, its install, Checkpoint and CompactAll (a
 // merge) are the stable region's (engine/appendlog), after a flush: their
-// sealed files are immutable, so checkpoints hard-link them.
+// sealed files are immutable, so checkpoints hard-link them. Commits and
+// reads go on during CompactAll's flush and merge (above); during an
+// install, views wait for it (the applier, which installs, does not
+// commit meanwhile).
 //
 // # Limits
 //
 //   - Memory: the in-memory records (up to twice MemBytes before a stall),
 //     both indexes over them, and the stable region's key directory.
 //   - Readers on other goroutines seal the mutable region (above).
-//   - A view waits for a flush's write to the stable region in progress,
-//     and for a Checkpoint's copy of the stable region's active file.
+//   - A view, and so a batch's first read, waits for the stable region to
+//     apply a flushed region to its key directory (one batch, applied
+//     under the stable region's lock: in proportion to the region's
+//     keys), though not for the flush's write or sync; and for one step
+//     of a flush's eviction (evictStep records).
 //   - The limits of engine/appendlog apply to the stable region.
 //
 // Concurrency: as engine.Engine says. Open starts one goroutine (the

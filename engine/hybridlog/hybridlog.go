@@ -26,6 +26,10 @@ const StableDir = "stable"
 // seals them and the flusher writes them out, when Options.MemBytes is 0.
 const DefaultMemBytes = 64 << 20
 
+// evictStep is how many records a flush evicts per hold of Engine.mu, so
+// that commits and views wait for one step, not for the region.
+const evictStep = 4096
+
 // recOverhead is what a record costs in memory beyond its key and value
 // (the record, its map and tree entries), for the MemBytes accounting.
 const recOverhead = 96
@@ -42,6 +46,11 @@ type Options struct {
 	SyncCommits bool
 	// Logger receives the engine's warnings; nil means zap.NewNop().
 	Logger *zap.Logger
+
+	// afterFlushWrite, if set (tests only), runs in every flush once its
+	// region is in the stable region, before the records are evicted, with
+	// flushMu held.
+	afterFlushWrite func()
 }
 
 // rec is one log record in memory. key and addr never change; value and
@@ -64,34 +73,50 @@ func newTree() *tree { return btreemap.New[[]byte, *rec](32, bytes.Compare) }
 // Engine is engine.Engine on a HybridLog (see the package comment).
 //
 // Invariants:
-//  1. memStart <= flushed <= ro <= tail; recs[i] is the record at address
-//     memStart+i; flushed == memStart (a flushed record is evicted in the
-//     same step).
+//  1. memStart <= ro <= tail; recs[i] is the record at address
+//     memStart+i. A flush's region [memStart, to) leaves memory when the
+//     flush moves memStart to to, after evicting its records (4).
 //  2. A record changes only while its address is >= ro, and only under mu
 //     by the committing applier; ro moves only under mu, between batches
 //     (a commit applies its whole batch under one hold of mu), and records
 //     roApplied, the applied index there.
 //  3. index[k] and tree[k] are the latest in-memory record of k, if k has
-//     one; otherwise k's state is the stable region's.
-//  4. The stable region receives the records [flushed, ro) in address
+//     one a flush has not evicted; otherwise k's state is the stable
+//     region's.
+//  4. The stable region receives the records [memStart, ro) in address
 //     order as one batch at roApplied, under flushMu; the records are
 //     evicted (removed from index and tree where they are the latest)
-//     only after that commit returned. So the stable region always holds
-//     the state at a seal point, and a key missing from memory is there.
-//  5. A view takes the tree and the stable region's snapshot together
-//     under flushMu, so that no flush falls between them: the stable
-//     snapshot holds nothing newer than the tree, and the tree (newest
-//     first) covers everything the snapshot lacks. A view for another
-//     goroutine seals first (ro = tail), so none of its records changes.
+//     only after that commit returned, evictStep records per hold of mu.
+//     So the stable region always holds the state at a seal point, and a
+//     key missing from memory is there. A flush reads its region and
+//     increments stableGen in one hold of mu; an install sets installing
+//     and increments stableGen before it changes the stable region, and
+//     clears installing and increments stableGen again in the hold of mu
+//     that empties memory.
+//  5. A view takes the tree under mu, then the stable region's snapshot
+//     with no lock of this engine held, and keeps the pair only if
+//     stableGen did not change in between and no install was under way;
+//     otherwise it tries again, and after maxViewTries takes both under
+//     flushMu, which flushes and installs hold. So no flush read its
+//     region after the tree was taken and committed it before the
+//     snapshot (every record the snapshot holds was in memory when the
+//     tree was taken, so the tree holds it or a newer record of its key),
+//     and the tree (newest first) covers everything the snapshot lacks
+//     (a record evicted before the tree was committed before it, and the
+//     snapshot comes later). No view waits for a flush's write to the
+//     stable region. A view for another goroutine seals first (ro = tail),
+//     so none of its records changes.
 //  6. DurableIndex is the stable region's: a batch <= it is in synced
 //     stable files (engine/appendlog's invariant 4); Flush seals and
 //     flushes before syncing, so it reaches the applied index seen at the
 //     call.
 //
 // Concurrency: writeMu serialises commits; flushMu serialises writes to
-// the stable region and installs, and is held while views are taken; mu
-// guards the regions, the indexes and the records. Lock order: flushMu,
-// writeMu, mu. Open starts the flusher; Close stops it.
+// the stable region and installs (views take it only after maxViewTries,
+// 5); mu guards the regions, the indexes, the records and stableGen. Lock
+// order: flushMu, writeMu, mu; no lock of this engine is held while a
+// commit or a view waits for the stable region's locks, except flushMu.
+// Open starts the flusher; Close stops it.
 type Engine struct {
 	dir    string
 	opts   Options
@@ -113,9 +138,12 @@ type Engine struct {
 		tail      uint64
 		roApplied uint64
 		memBytes  int64 // of the records in memory
-		err       error // sticky: a failed flush stops the engine
-		closed    bool
-		cond      sync.Cond // signalled when a flush evicts or err is set
+		// stableGen and installing: invariants 4 and 5.
+		stableGen  uint64
+		installing bool
+		err        error // sticky: a failed flush stops the engine
+		closed     bool
+		cond       sync.Cond // signalled when a flush evicts or err is set
 	}
 
 	applied atomic.Uint64
@@ -276,17 +304,19 @@ func (e *Engine) flushPending() error {
 
 // REQUIRES: e.flushMu held.
 func (e *Engine) flushPendingLocked() error {
-	e.mu.RLock()
+	e.mu.Lock()
 	if err := e.mu.err; err != nil {
-		e.mu.RUnlock()
+		e.mu.Unlock()
 		return err
 	}
 	from, to, applied := e.mu.memStart, e.mu.ro, e.mu.roApplied
 	region := e.mu.recs[:to-from]
-	e.mu.RUnlock()
 	if from == to {
+		e.mu.Unlock()
 		return nil
 	}
+	e.mu.stableGen++ // invariant 4: views taken before this one retry
+	e.mu.Unlock()
 	// The records below ro no longer change (invariant 2).
 	w := e.stable.NewWriteOnlyBatch()
 	for _, r := range region {
@@ -306,15 +336,25 @@ func (e *Engine) flushPendingLocked() error {
 		_ = b.Close()
 		return e.fail(fmt.Errorf("flush records [%d, %d) at index %d: %w", from, to, applied, err))
 	}
-	e.mu.Lock()
-	for _, r := range region {
-		if e.mu.index[string(r.key)] == r {
-			delete(e.mu.index, string(r.key))
-			e.mu.tree.Delete(r.key)
-			e.mu.treeClone = nil
-		}
-		e.mu.memBytes -= r.size()
+	if e.opts.afterFlushWrite != nil {
+		e.opts.afterFlushWrite()
 	}
+	// Evict in steps (invariant 4): a reader that misses an evicted key
+	// finds it in the stable region, which holds the region now.
+	for i := 0; i < len(region); i += evictStep {
+		e.mu.Lock()
+		for _, r := range region[i:min(i+evictStep, len(region))] {
+			if e.mu.index[string(r.key)] == r {
+				delete(e.mu.index, string(r.key))
+				e.mu.tree.Delete(r.key)
+				e.mu.treeClone = nil
+			}
+			e.mu.memBytes -= r.size()
+		}
+		e.mu.cond.Broadcast()
+		e.mu.Unlock()
+	}
+	e.mu.Lock()
 	if n := len(e.mu.index); n*4 < e.mu.indexPeak {
 		// Go maps do not shrink: rebuild one that lost most of its keys.
 		index := make(map[string]*rec, n)
@@ -397,7 +437,9 @@ func (e *Engine) Checkpoint(dir string) (uint64, error) {
 }
 
 // CompactAll implements engine.Engine: the stable region's merge, after
-// writing out (without a sync) what memory holds, so that it is merged too.
+// writing out what memory holds, so that it is merged too. Commits and
+// views go on meanwhile: they wait for neither the flush's write (5) nor
+// the merge (engine/appendlog).
 func (e *Engine) CompactAll() error {
 	e.mu.Lock()
 	if !e.mu.closed {
@@ -405,6 +447,12 @@ func (e *Engine) CompactAll() error {
 	}
 	e.mu.Unlock()
 	if err := e.flushPending(); err != nil {
+		return fmt.Errorf("compact hybridlog engine in %s: %w", e.dir, err)
+	}
+	// Sync what the flush wrote now, with no lock held, rather than in the
+	// merge's rotation, which holds the stable region's writeMu over its
+	// sync and so would hold up the flusher's next write.
+	if err := e.stable.Flush(); err != nil {
 		return fmt.Errorf("compact hybridlog engine in %s: %w", e.dir, err)
 	}
 	return e.stable.CompactAll()

@@ -58,11 +58,24 @@ func (e *Engine) InstallSnapshot(path string) (uint64, error) {
 	defer e.flushMu.Unlock()
 	e.writeMu.Lock()
 	defer e.writeMu.Unlock()
+	// Views taken from here until memory is emptied take flushMu (Engine
+	// invariants 4 and 5): one could pair the old memory with the new
+	// stable region.
+	e.mu.Lock()
+	e.mu.installing = true
+	e.mu.stableGen++
+	e.mu.Unlock()
 	applied, err := e.stable.InstallSnapshot(path)
 	if err != nil {
+		e.mu.Lock()
+		e.mu.installing = false
+		e.mu.stableGen++
+		e.mu.Unlock()
 		return 0, fmt.Errorf("install snapshot into hybridlog engine in %s: %w", e.dir, err)
 	}
 	e.mu.Lock()
+	e.mu.installing = false
+	e.mu.stableGen++
 	e.mu.index = map[string]*rec{}
 	e.mu.tree = newTree()
 	e.mu.treeClone = nil

@@ -18,9 +18,39 @@ type view struct {
 	closed  bool
 }
 
+// maxViewTries is how many times a view is taken without flushMu before
+// it takes flushMu (Engine invariant 5). A try fails only when a flush
+// starts between its two halves, and flushes run one at a time, each
+// taking far longer than a try, so the second try nearly always holds.
+const maxViewTries = 3
+
 // newView takes a view; seal makes its records read-only first, for a
-// reader on another goroutine than the applier's.
+// reader on another goroutine than the applier's. It does not wait for a
+// flush's write to the stable region (Engine invariant 5).
 func (e *Engine) newView(seal bool) (*view, error) {
+	for try := 0; try < maxViewTries; try++ {
+		e.mu.Lock()
+		if e.mu.closed {
+			e.mu.Unlock()
+			return nil, errEngineClosed
+		}
+		if e.mu.installing {
+			e.mu.Unlock()
+			break
+		}
+		v := e.treeViewLocked(seal)
+		gen := e.mu.stableGen
+		e.mu.Unlock()
+		v.stable = e.stable.NewSnapshot()
+		e.mu.RLock()
+		held := e.mu.stableGen == gen
+		e.mu.RUnlock()
+		if held {
+			return v, nil
+		}
+		_ = v.stable.Close()
+	}
+	// Under flushMu no flush or install changes the stable region.
 	e.flushMu.Lock()
 	defer e.flushMu.Unlock()
 	e.mu.Lock()
@@ -28,16 +58,22 @@ func (e *Engine) newView(seal bool) (*view, error) {
 		e.mu.Unlock()
 		return nil, errEngineClosed
 	}
+	v := e.treeViewLocked(seal)
+	e.mu.Unlock()
+	v.stable = e.stable.NewSnapshot()
+	return v, nil
+}
+
+// treeViewLocked seals if asked and returns a view of the tree, without
+// its stable half. REQUIRES: e.mu held (write).
+func (e *Engine) treeViewLocked(seal bool) *view {
 	if seal {
 		e.sealLocked()
 	}
 	if e.mu.treeClone == nil {
 		e.mu.treeClone = e.mu.tree.Clone()
 	}
-	v := &view{tree: e.mu.treeClone, applied: e.applied.Load()}
-	e.mu.Unlock()
-	v.stable = e.stable.NewSnapshot()
-	return v, nil
+	return &view{tree: e.mu.treeClone, applied: e.applied.Load()}
 }
 
 func (v *view) close() error {
