@@ -706,6 +706,58 @@ func TestCheckpointLinksSealedFiles(t *testing.T) {
 	}
 }
 
+// TestCheckpointsShareTheActiveFile: a checkpoint seals an active file of
+// at least MaxFileBytes/16, so the next checkpoint, after a small change,
+// holds every data file of the first that had any frame, byte for byte (a
+// backup of it uploads only the change); an active file below that is
+// copied and stays active, so checkpoints in quick succession do not add a
+// file each.
+func TestCheckpointsShareTheActiveFile(t *testing.T) {
+	dir := t.TempDir()
+	e := open(t, dir, Options{MaxFileBytes: 64 << 10, MergeMinBytes: -1})
+	defer e.Close()
+	index := uint64(0)
+	put := func(n int) {
+		for range n {
+			index++
+			b := e.NewBatch()
+			_ = b.Set(fmt.Appendf(nil, "k%04d", index), []byte(strings.Repeat("v", 100)))
+			if err := b.Commit(index); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	checkpoint := func() map[string][]byte {
+		cp := filepath.Join(t.TempDir(), "cp")
+		if _, err := e.Checkpoint(cp); err != nil {
+			t.Fatal(err)
+		}
+		return readFiles(t, cp)
+	}
+	put(60) // about 7 KiB: above 64 KiB/16
+	first := checkpoint()
+	put(1)
+	second := checkpoint()
+	for name, data := range first {
+		if len(data) > headerSize && !slices.Equal(second[name], data) {
+			t.Errorf("data file %s (%d bytes) of the first checkpoint is not in the second as it was (%d bytes)", name, len(data), len(second[name]))
+		}
+	}
+	segments := func() int {
+		e.mu.RLock()
+		defer e.mu.RUnlock()
+		return len(e.mu.segs)
+	}
+	files := segments()
+	put(1)
+	checkpoint()
+	put(1)
+	checkpoint()
+	if got := segments(); got != files {
+		t.Errorf("two checkpoints of an active file below 64 KiB/16 went from %d to %d files; want them copied, not sealed", files, got)
+	}
+}
+
 // TestConcurrentReadersSeeWholeBatches: readers on other goroutines
 // (Get, iterators, snapshots) never see part of a batch while the applier
 // commits, rotates and merges, and Flush runs on another goroutine. Every

@@ -92,7 +92,10 @@
 // Since files never change once sealed, Checkpoint hard-links every sealed
 // file and copies only the active file's committed prefix: a backup taken
 // after another needs to copy only the files it does not already hold
-// (seed 004's incremental snapshot of immutable files).
+// (seed 004's incremental snapshot of immutable files). It first seals an
+// active file of at least MaxFileBytes/16, so that what a backup copies
+// beyond the files the change wrote is at most that much, not the whole
+// active file each time.
 //
 // # Raft snapshots
 //

@@ -247,12 +247,17 @@ func loadStaged(path, final string, id uint64) (*segment, *keydir, uint64, error
 	return seg, kd, applied, nil
 }
 
-// Checkpoint implements engine.Engine: it flushes, takes a view, and
-// writes its files into dir: every sealed file as a hard link (files never
-// change once sealed: a later backup copies only the files it lacks), the
-// active file as a copy of the length the view saw. Then it syncs dir.
+// Checkpoint implements engine.Engine: it flushes, seals the active file
+// if it holds at least a sixteenth of MaxFileBytes (sealForCheckpoint),
+// takes a view, and writes its files into dir: every sealed file as a hard
+// link (files never change once sealed: a later backup copies only the
+// files it lacks), the active file as a copy of the length the view saw.
+// Then it syncs dir.
 func (e *Engine) Checkpoint(dir string) (uint64, error) {
 	if err := e.Flush(); err != nil {
+		return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
+	}
+	if err := e.sealForCheckpoint(); err != nil {
 		return 0, fmt.Errorf("checkpoint to %s: %w", dir, err)
 	}
 	if _, err := os.Stat(dir); err == nil {
@@ -368,4 +373,26 @@ func (e *Engine) CrashCopy(dst string, tear func(synced, unsynced []byte) []byte
 		}
 	}
 	return d, nil
+}
+
+// sealForCheckpoint seals the active file before a checkpoint once it
+// holds at least MaxFileBytes/16 bytes (4 MiB by default). A checkpoint
+// copies the active file, and the next one holds it longer, so a backup
+// after each would upload the whole active file every time (up to
+// MaxFileBytes for a change of any size); sealed, it is hard-linked and
+// the next backup finds it unchanged. A smaller active file is copied, so
+// that frequent checkpoints do not leave a file each: what a backup
+// uploads beyond the change is then at most MaxFileBytes/16, and the files
+// a checkpoint adds are at least that large.
+func (e *Engine) sealForCheckpoint() error {
+	e.writeMu.Lock()
+	defer e.writeMu.Unlock()
+	if err := e.stickyErr(); err != nil {
+		return err
+	}
+	// The active file changes only under writeMu (invariant 3).
+	if e.mu.active.size-headerSize < e.opts.MaxFileBytes/16 {
+		return nil
+	}
+	return e.rotateLocked()
 }
