@@ -128,7 +128,9 @@ type Backuper struct {
 	stats *counters
 }
 
-// fileKey names an immutable engine file in sums.
+// fileKey is one regular file of a checkpoint: its path below the
+// checkpoint's directory, with "/" between parts (File.Name), and its size.
+// It names an immutable engine file in sums.
 type fileKey struct {
 	name string
 	size int64
@@ -373,8 +375,7 @@ func (b *Backuper) create(ctx context.Context, kind Kind) (*Manifest, error) {
 // immutable file's hash in next. Only Pebble's files are known immutable
 // by name (pebble set): every file of another engine is hashed each time.
 // REQUIRES: b.mu held.
-func (b *Backuper) hash(p string, e checkpointFile, pebble bool, next map[fileKey]string) (string, int64, error) {
-	key := fileKey{name: e.name, size: e.size}
+func (b *Backuper) hash(p string, key fileKey, pebble bool, next map[fileKey]string) (string, int64, error) {
 	cacheable := pebble && immutable(key.name)
 	if sum, ok := b.sums[key]; ok && cacheable {
 		next[key] = sum
@@ -391,19 +392,11 @@ func (b *Backuper) hash(p string, e checkpointFile, pebble bool, next map[fileKe
 	return sum, size, nil
 }
 
-// checkpointFile is one regular file of a checkpoint: its path below the
-// checkpoint's directory, with "/" between parts (Manifest's File.Name),
-// and its size.
-type checkpointFile struct {
-	name string
-	size int64
-}
-
 // checkpointFiles lists every file below dir, in lexical order of their
 // paths; anything other than a regular file or a directory (a symbolic
 // link) is refused, as no engine's checkpoint holds one.
-func checkpointFiles(dir string) ([]checkpointFile, error) {
-	var out []checkpointFile
+func checkpointFiles(dir string) ([]fileKey, error) {
+	var out []fileKey
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -422,7 +415,7 @@ func checkpointFiles(dir string) ([]checkpointFile, error) {
 		if err != nil {
 			return err
 		}
-		out = append(out, checkpointFile{name: filepath.ToSlash(rel), size: info.Size()})
+		out = append(out, fileKey{name: filepath.ToSlash(rel), size: info.Size()})
 		return nil
 	})
 	if err != nil {
