@@ -670,9 +670,11 @@ func copyEngine(src, dst string) error {
 }
 
 // copyTree copies a stopped engine's directory from src to the new dst,
-// subdirectories included, every file copied (an engine other than Pebble
-// may write into a file its checkpoint would share); the engine's LOCK and
-// anything other than files and directories are left out.
+// subdirectories included, every file copied and none hard-linked: opening
+// the copy may change a file in place (appendlog truncates a torn tail of
+// its newest file, bbolt writes its meta pages), which a link would share
+// with the member's directory. The engine's LOCK and anything other than
+// files and directories are left out.
 func copyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

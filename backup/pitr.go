@@ -92,8 +92,9 @@ const (
 
 // replayTo applies the committed entries after version m, read from src
 // up to index last (the end of the run src holds: heldRun), to the staged
-// engine in engineDir (of the engine named engineName), one at a time as a member applies them (an applier
-// with a lessor and the auth store, no node), until the goal: the store at
+// engine in engineDir, of the engine named engineName, one at a time as a
+// member applies them (an applier with a lessor and the auth store, no
+// node), until the goal: the store at
 // revision goal.rev (each entry adds at most one revision, so the replay
 // stops exactly there: docs/backup.md, "Point-in-time restore"), or entry
 // goal.index applied. It returns the index of the last entry applied.
