@@ -117,7 +117,21 @@ type Service struct {
 	// mode until the log objects carrying them are archived; nil without
 	// Log and Applied (docs/backup.md, "Point-in-time restore", rule 6).
 	samples *Sampler
+
+	// indexMu guards the newest version's raft index VersionIndex last
+	// read from the member's own target, and when it read it.
+	indexMu   sync.Mutex
+	indexRead time.Time
+	index     uint64
+	// indexRefresh is versionIndexRefresh (a test's is shorter).
+	indexRefresh time.Duration
 }
+
+// versionIndexRefresh is how long VersionIndex answers from what it last
+// read before it lists the target again: a logger's truncation (its only
+// caller) need not follow a new version closely, and every member asks
+// (one List and one Get of an s3:// target per refresh, not per second).
+const versionIndexRefresh = 5 * time.Second
 
 // stagingPrefix begins every directory a Backuper stages a checkpoint in
 // (os.MkdirTemp in create).
@@ -145,7 +159,7 @@ func OpenService(cfg ServiceConfig) (*Service, error) {
 		}
 	}
 	closed, cancel := context.WithCancel(context.Background())
-	s := &Service{cfg: cfg, counters: &counters{}, closed: closed, close: cancel}
+	s := &Service{cfg: cfg, counters: &counters{}, closed: closed, close: cancel, indexRefresh: versionIndexRefresh}
 	if cfg.Log != nil && cfg.Applied != nil {
 		s.samples = NewSampler(cfg.Applied, nil)
 	}
@@ -382,6 +396,45 @@ func (s *Service) archive(ctx context.Context, b *Backuper) {
 	case rep.Entries > 0:
 		s.cfg.Logger.Debug("backup: raft log archived", zap.Uint64("first", rep.First), zap.Uint64("last", rep.Last))
 	}
+}
+
+// VersionIndex returns the raft index of the newest version in the
+// member's own target (--backup-target), 0 if it holds none: the entries
+// up to it are restorable from the target without a log from elsewhere,
+// and a restore from the version replays the entries after it (from a
+// logger: docs/logger.md, "Truncation at a backup version"). It reads the
+// target at most once per versionIndexRefresh (5 s) and answers from that read
+// in between. With no target of its own it returns ErrNoTarget.
+func (s *Service) VersionIndex(ctx context.Context) (uint64, error) {
+	if s.cfg.Target == "" {
+		return 0, ErrNoTarget
+	}
+	s.indexMu.Lock()
+	if !s.indexRead.IsZero() && time.Since(s.indexRead) < s.indexRefresh {
+		defer s.indexMu.Unlock()
+		return s.index, nil
+	}
+	s.indexMu.Unlock()
+	b, err := s.ownBackuper(ctx)
+	if err != nil {
+		return 0, err
+	}
+	last, err := latestVersion(ctx, b.cfg.Target)
+	if err != nil {
+		return 0, fmt.Errorf("backup target %s: newest version: %w", s.cfg.Target, err)
+	}
+	var index uint64
+	if last > 0 {
+		m, err := ReadManifest(ctx, b.cfg.Target, last)
+		if err != nil {
+			return 0, fmt.Errorf("backup target %s: newest version: %w", s.cfg.Target, err)
+		}
+		index = m.RaftIndex
+	}
+	s.indexMu.Lock()
+	defer s.indexMu.Unlock()
+	s.index, s.indexRead = index, time.Now()
+	return index, nil
 }
 
 // Stats returns the counters of every version the member took or tried,

@@ -125,6 +125,47 @@ func TestServiceCreate(t *testing.T) {
 	}
 }
 
+// TestServiceVersionIndex: VersionIndex is 0 while the member's own target
+// holds no version, then the newest version's raft index, read again only
+// after the refresh period; without a target of its own it is
+// ErrNoTarget.
+func TestServiceVersionIndex(t *testing.T) {
+	m := newMember(t)
+	m.put("a", 10, 100)
+	own := fileTarget(t)
+	s := newService(t, m, Options{Target: own.String()})
+	ctx := context.Background()
+	if got, err := s.VersionIndex(ctx); err != nil || got != 0 {
+		t.Fatalf("VersionIndex with no version = %d, %v; want 0", got, err)
+	}
+	v, err := s.Create(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.RaftIndex == 0 {
+		t.Fatalf("version %+v has no raft index", v)
+	}
+	if got, err := s.VersionIndex(ctx); err != nil || got != 0 {
+		t.Errorf("VersionIndex within the refresh period = %d, %v; want the 0 read before", got, err)
+	}
+	s.indexRefresh = 0
+	if got, err := s.VersionIndex(ctx); err != nil || got != v.RaftIndex {
+		t.Errorf("VersionIndex = %d, %v; want the version's %d", got, err, v.RaftIndex)
+	}
+	m.put("b", 10, 100)
+	v2, err := s.Create(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.VersionIndex(ctx); err != nil || got != v2.RaftIndex || v2.RaftIndex <= v.RaftIndex {
+		t.Errorf("VersionIndex = %d, %v; want the newer version's %d (the first was at %d)", got, err, v2.RaftIndex, v.RaftIndex)
+	}
+	none := newService(t, m, Options{})
+	if _, err := none.VersionIndex(ctx); !errors.Is(err, ErrNoTarget) {
+		t.Errorf("VersionIndex without a target = %v, want ErrNoTarget", err)
+	}
+}
+
 // TestServiceRunLeaderOnly: the continuous mode takes versions only while
 // the member leads, and prunes after each.
 func TestServiceRunLeaderOnly(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/strata-kv/strata/backup"
 	"github.com/strata-kv/strata/internal/testutil"
+	"github.com/strata-kv/strata/logger"
 )
 
 // TestLoggerRestoreToRevision: a cluster of three with a logger joined; a
@@ -145,4 +146,92 @@ func restoreFromLogger(t *testing.T, target, loggerURL, goal, wantOut string, wa
 			goal, got.rev, got.hash, strings.Join(got.kvs, "\n"), want.rev, want.hash, strings.Join(want.kvs, "\n"))
 	}
 	p.Stop()
+}
+
+// TestLoggerTruncateAtBackupVersion: members with --logger-truncate and a
+// backup target ask the logger to truncate at the newest backup version's
+// raft index, not at their engines' durable indexes (docs/logger.md,
+// "Truncation at a backup version"): before the target holds a version the
+// logger trims nothing, however far the members flushed; after one, it
+// trims exactly at the version's index while the members' durable indexes
+// are hundreds of entries past it; and a restore from that version with the
+// logger's entries reaches the cluster's last revision.
+func TestLoggerTruncateAtBackupVersion(t *testing.T) {
+	target := "file://" + filepath.Join(t.TempDir(), "target")
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3,
+		Flags: []string{"--snapshot-count=100", "--snapshot-catchup-entries=10", "--logger-truncate", "--backup-target=" + target}})
+	cli := c.Client(t)
+	defer cli.Close()
+	lp := startLogger(t)
+	addLoggerTo(t, c, lp)
+	lp.Launch()
+	waitLoggerPublished(t, c, lp)
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	put := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if _, err := cli.Put(ctx, fmt.Sprintf("k/%03d", i), fmt.Sprint("v", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	put(0, 300)
+	lp.waitCommit(t, memberCommit(t, c), 30*time.Second)
+	// Three of the members' one-second rounds, each past several engine
+	// flushes (--snapshot-count=100): without a version nothing is asked.
+	time.Sleep(3 * time.Second)
+	if st, err := lp.status(); err != nil || len(st.Truncations) != 0 || st.FirstIndex != 1 {
+		t.Fatalf("before any backup version: status %+v, %v; want no truncation request and the log from index 1", st, err)
+	}
+
+	res := testutil.RunToExit(t, 60*time.Second, "", nil, binary(t, strata), "backup", "create", "--endpoints="+c.Endpoints()[0])
+	if res.Code != 0 {
+		t.Fatalf("backup create: exit %d, stdout %q, stderr %s", res.Code, res.Stdout, res.Stderr)
+	}
+	tgt, err := backup.OpenTarget(ctx, target, backup.TargetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := backup.List(ctx, tgt)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("versions %v, %v; want one", list, err)
+	}
+	v := list[0]
+	put(300, 600)
+	commit := memberCommit(t, c)
+	deadline := time.Now().Add(30 * time.Second)
+	var st *logger.ClusterStatus
+	for {
+		st, err = lp.status()
+		if err == nil && len(st.Truncations) == 3 && st.TruncationPoint == v.RaftIndex && st.FirstIndex == v.RaftIndex+1 {
+			break
+		}
+		if err == nil && st.TruncationPoint > v.RaftIndex {
+			t.Fatalf("the logger trimmed at %d, past the backup version's index %d: %+v", st.TruncationPoint, v.RaftIndex, st)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the logger never trimmed at the version's index %d: %+v, %v", v.RaftIndex, st, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if commit < v.RaftIndex+300 {
+		t.Fatalf("the cluster committed %d, the version is at %d: the test needs the members' durable indexes far past it", commit, v.RaftIndex)
+	}
+	t.Logf("version %d at index %d; cluster commit %d; the logger holds from %d", v.Version, v.RaftIndex, commit, st.FirstIndex)
+	// The flushes after the version moved the durable indexes on; the
+	// requests still name the version's index.
+	time.Sleep(2 * time.Second)
+	if st, err := lp.status(); err != nil || st.TruncationPoint != v.RaftIndex {
+		t.Fatalf("later: status %+v, %v; want the truncation point to stay at %d", st, err, v.RaftIndex)
+	}
+
+	last, err := cli.Get(ctx, "k/000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp.waitCommit(t, memberCommit(t, c), 30*time.Second)
+	want := readBackupStateAt(t, ctx, cli, c.Endpoints()[0], last.Header.Revision)
+	restoreFromLogger(t, target, lp.clientURL, fmt.Sprintf("--to-revision=%d", last.Header.Revision),
+		fmt.Sprintf("restored revision %d ", last.Header.Revision), &want)
 }

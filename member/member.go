@@ -427,8 +427,14 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.peers.Serve()
 	m.run(func() { m.membership.PublishAttributes(ctx, cfg.Name, cfg.AdvertiseClientURLs) })
 	m.run(func() { m.tracker.Run(ctx) })
-	if w := membership.NewMemberLoggerWatch(membership.LoggerWatchConfig{ClusterID: m.clusterID, MemberID: m.memberID,
-		Members: m.applier, TLS: cfg.TLS.Client.ForwardConfig(cfg.Logger), Logger: cfg.Logger.Named("loggers")}, cfg.LoggerRetention, m.node, cfg.LoggerTruncate, m.engine.DurableIndex); w != nil {
+	watchCfg := membership.LoggerWatchConfig{ClusterID: m.clusterID, MemberID: m.memberID,
+		Members: m.applier, TLS: cfg.TLS.Client.ForwardConfig(cfg.Logger), Logger: cfg.Logger.Named("loggers")}
+	if cfg.Backup.Target != "" {
+		// The loggers keep the log after the newest backup version
+		// (docs/logger.md, "Truncation at a backup version").
+		watchCfg.Backed = m.backups.VersionIndex
+	}
+	if w := membership.NewMemberLoggerWatch(watchCfg, cfg.LoggerRetention, m.node, cfg.LoggerTruncate, m.engine.DurableIndex); w != nil {
 		m.run(func() { w.Run(ctx) })
 	}
 	m.run(func() {

@@ -43,6 +43,12 @@ type LoggerWatchConfig struct {
 	// to it whenever it advanced (--logger-truncate; the logger trims at
 	// the index more than half of the voters asked for).
 	Durable func() uint64
+	// Backed, if not nil with Durable, is the raft index of the newest
+	// version in the member's backup target (backup.Service.VersionIndex):
+	// the truncation index is the lower of it and Durable's, so that the
+	// loggers keep the entries a restore from that version replays (0, no
+	// version yet: nothing is asked). An error asks nothing that round.
+	Backed func(ctx context.Context) (uint64, error)
 	// Interval is how often the loggers are asked. 0: 1 s.
 	Interval time.Duration
 	// Status and Truncate ask one logger. nil: the logger API
@@ -67,7 +73,10 @@ type LoggerWatchConfig struct {
 //     Truncate request at its engine's durable index, each time that
 //     advanced: the entries this member no longer needs from a logger to
 //     recover (seed 003's truncate; the logger trims only when more than
-//     half of the voters asked).
+//     half of the voters asked). With Backed (a member with a
+//     --backup-target) it asks at most at the newest backup version's
+//     index: a point-in-time restore from that version needs the log after
+//     it.
 //
 // A logger that does not answer (down, SIGSTOPped, unreachable) keeps the
 // last index it answered: the follower keeps its log for it as the leader
@@ -80,6 +89,11 @@ type LoggerWatch struct {
 	held    map[uint64]uint64         // by logger member ID; Run's
 	asked   map[uint64]uint64         // the index each logger was asked to truncate at; Run's
 }
+
+// backedTimeout bounds a round's read of the backup target's newest
+// version: longer than a round, as reaching an s3:// target the first time
+// can take seconds.
+const backedTimeout = 10 * time.Second
 
 // NewLoggerWatch returns a watch; Run starts it.
 func NewLoggerWatch(cfg LoggerWatchConfig) *LoggerWatch {
@@ -162,21 +176,31 @@ func (w *LoggerWatch) round(ctx context.Context) {
 	if w.cfg.Durable == nil || !voter {
 		return
 	}
-	durable := w.cfg.Durable()
+	index := w.cfg.Durable()
+	if w.cfg.Backed != nil && len(loggers) > 0 {
+		bctx, cancel := context.WithTimeout(ctx, backedTimeout)
+		backed, err := w.cfg.Backed(bctx)
+		cancel()
+		if err != nil {
+			w.cfg.Logger.Debug("loggers not asked to truncate: the backup target's newest version is unknown", zap.Error(err))
+			return
+		}
+		index = min(index, backed)
+	}
 	for id, m := range loggers {
-		if durable <= w.asked[id] {
+		if index <= w.asked[id] {
 			continue
 		}
 		for _, u := range m.ClientURLs {
 			tctx, cancel := context.WithTimeout(ctx, w.cfg.Interval)
-			err := w.cfg.Truncate(tctx, u, w.cfg.ClusterID, w.cfg.MemberID, durable)
+			err := w.cfg.Truncate(tctx, u, w.cfg.ClusterID, w.cfg.MemberID, index)
 			cancel()
 			if err != nil {
 				w.cfg.Logger.Debug("cannot ask a logger to truncate", zap.String("logger", fmt.Sprintf("%x", id)),
-					zap.String("endpoint", u), zap.Uint64("index", durable), zap.Error(err))
+					zap.String("endpoint", u), zap.Uint64("index", index), zap.Error(err))
 				continue
 			}
-			w.asked[id] = durable
+			w.asked[id] = index
 			break
 		}
 	}

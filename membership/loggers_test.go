@@ -129,6 +129,48 @@ func TestLoggerWatchTruncate(t *testing.T) {
 	}
 }
 
+// TestLoggerWatchTruncateAtBackup: with Backed (a member with a backup
+// target), a voter asks at the lower of its durable index and the newest
+// backup version's index: nothing before the target holds a version,
+// nothing in a round the target cannot be read, and the durable index when
+// that is the lower.
+func TestLoggerWatchTruncateAtBackup(t *testing.T) {
+	members := fakeMembers{
+		{ID: 1, Name: "m1", ClientURLs: []string{"http://m1:2379"}},
+		{ID: 7, Name: "L1", IsLearner: true, ClientURLs: []string{"http://l1:2479/strata-logger"}},
+	}
+	var durable, backed uint64
+	var backedErr error
+	var asked []uint64
+	w := NewLoggerWatch(LoggerWatchConfig{ClusterID: 0xc1, MemberID: 1, Members: &members,
+		Durable: func() uint64 { return durable },
+		Backed:  func(context.Context) (uint64, error) { return backed, backedErr },
+		Truncate: func(_ context.Context, _ string, _, _, index uint64) error {
+			asked = append(asked, index)
+			return nil
+		}})
+	unreachable := errors.New("target unreachable")
+	for _, step := range []struct {
+		name            string
+		durable, backed uint64
+		backedErr       error
+		want            []uint64
+	}{
+		{name: "no version yet", durable: 500},
+		{name: "a version at 120", durable: 500, backed: 120, want: []uint64{120}},
+		{name: "durable moves on, the version does not", durable: 900, backed: 120},
+		{name: "the target unreadable", durable: 900, backedErr: unreachable},
+		{name: "a newer version at 700", durable: 900, backed: 700, want: []uint64{700}},
+		{name: "a version past the durable index", durable: 800, backed: 1000, want: []uint64{800}},
+	} {
+		durable, backed, backedErr, asked = step.durable, step.backed, step.backedErr, nil
+		w.round(context.Background())
+		if !slices.Equal(asked, step.want) {
+			t.Fatalf("%s: asked %v, want %v", step.name, asked, step.want)
+		}
+	}
+}
+
 // TestNewMemberLoggerWatch: a member's flags decide what the watch does:
 // nothing (no watch) without either, the node told with --logger-retention,
 // truncation asked with --logger-truncate.
