@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -228,4 +231,59 @@ func TestLoggerTLS(t *testing.T) {
 		}
 	}
 
+}
+
+// TestLoggerAutoTLS: `strata logger` takes etcd's --auto-tls,
+// --peer-auto-tls and --tls-min-version as a member does: its https client
+// and peer URLs present the certificates it generated in
+// <data-dir>/fixtures/client and /peer, a TLS 1.2 handshake is refused with
+// --tls-min-version=TLS1.3, and a version etcd refuses is refused with
+// etcd's message before anything is written.
+func TestLoggerAutoTLS(t *testing.T) {
+	ports := testutil.FreePorts(t, 2)
+	dir := filepath.Join(t.TempDir(), "logger.data")
+	peerURL := fmt.Sprintf("https://127.0.0.1:%d", ports[0])
+	clientURL := fmt.Sprintf("https://127.0.0.1:%d", ports[1])
+	args := []string{"logger", "--data-dir=" + dir, "--listen-peer-urls=" + peerURL,
+		"--advertise-peer-urls=" + peerURL, "--listen-client-urls=" + clientURL, "--auto-tls", "--peer-auto-tls"}
+
+	res := testutil.RunToExit(t, 30*time.Second, "", nil, binary(t, strata), append(args, "--tls-min-version=TLS1.1")...)
+	if res.Code != 2 || !strings.Contains(res.Stderr, "TLS1.1") {
+		t.Fatalf("--tls-min-version=TLS1.1: exit %d, stderr %q; want exit 2 naming the version", res.Code, res.Stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "fixtures")); !os.IsNotExist(err) {
+		t.Fatalf("a refused command line wrote certificates: %v", err)
+	}
+
+	p := testutil.NewProcess(t, testutil.Options{Binary: binary(t, strata), Name: "logger", DataDir: dir,
+		Command: append(args, "--tls-min-version=TLS1.3")})
+	p.Launch()
+	for _, side := range []struct{ name, url string }{{"client", clientURL}, {"peer", peerURL}} {
+		addr := strings.TrimPrefix(side.url, "https://")
+		var conn *tls.Conn
+		var err error
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			conn, err = tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("%s URL over TLS 1.3: %v", side.name, err)
+		}
+		got := conn.ConnectionState().PeerCertificates[0].Raw
+		conn.Close()
+		file := filepath.Join(dir, "fixtures", side.name, "cert.pem")
+		pemBytes, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatalf("--auto-tls wrote no certificate: %v", err)
+		}
+		if block, _ := pem.Decode(pemBytes); block == nil || !bytes.Equal(block.Bytes, got) {
+			t.Errorf("the %s URL presents a certificate other than %s", side.name, file)
+		}
+		if c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, MaxVersion: tls.VersionTLS12}); err == nil {
+			c.Close()
+			t.Errorf("the %s URL accepted TLS 1.2 under --tls-min-version=TLS1.3", side.name)
+		}
+	}
 }

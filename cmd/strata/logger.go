@@ -53,9 +53,11 @@ With --log-compaction (and --log-compaction-batch N, --history latest, as member
 rewrites each cluster's committed log as compacted batches, one record per key state per batch; Recover
 then streams those batches for the compacted range (strata restore --logger replays them).
 
-https URLs take etcd's TLS flags: --cert-file, --key-file, --trusted-ca-file, --client-cert-auth for the
-client URLs, their --peer-* twins for the peer URLs. The subcommands that dial (join, status, recover,
-truncate) take etcdctl's --cacert, --cert and --key for https endpoints.
+https URLs take etcd's TLS flags as a member does: --cert-file, --key-file, --trusted-ca-file,
+--client-cert-auth for the client URLs, their --peer-* twins for the peer URLs, --auto-tls and --peer-auto-tls
+(certificates generated in <data-dir>/fixtures), --cipher-suites, --tls-min-version and --tls-max-version.
+The subcommands that dial (join, status, recover, truncate) take etcdctl's --cacert, --cert and --key for
+https endpoints.
 
 IDs are hexadecimal, as etcdctl prints them.`
 
@@ -119,7 +121,7 @@ func runLoggerServe(args []string, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "Configures log level. Only supports debug, info, warn, error, panic, or fatal.")
 	var compaction logCompactionFlags
 	compaction.register(fs)
-	var security loggerServeTLSFlags
+	var security tlsFlags // etcd's, as a member takes them
 	security.register(fs)
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
 		return code
@@ -133,17 +135,18 @@ func runLoggerServe(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "strata logger: %v\n", err)
 		return 2
 	}
-	tlsCfg, err := security.config()
-	if err != nil {
-		fmt.Fprintf(stderr, "strata logger: %v\n", err)
-		return 2
-	}
 	zl, err := newLogger(*logLevel, "zap", "default", "json", nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "strata logger: %v\n", err)
 		return 2
 	}
 	defer func() { _ = zl.Sync() }()
+	clientSide, peerSide := security.sides()
+	tlsCfg, err := security.config(clientSide, peerSide, *dataDir, splitURLs(*listenClient), splitURLs(*listenPeer), zl)
+	if err != nil {
+		fmt.Fprintf(stderr, "strata logger: %v\n", err)
+		return 2
+	}
 	l, err := lg.Open(lg.Config{
 		LogCompaction:       lc,
 		TLS:                 tlsCfg,
@@ -432,49 +435,6 @@ func runLoggerTruncate(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "recorded; the truncation point is %d (%d of the voters asked)\n", resp.TruncationPoint, len(resp.Truncations))
 	return 0
-}
-
-// loggerServeTLSFlags are `strata logger`'s TLS flags, etcd's names for
-// the client and peer URLs (tlsconfig).
-type loggerServeTLSFlags struct {
-	certFile, keyFile, trustedCAFile, clientCRLFile           string
-	clientCertAuth                                            bool
-	peerCertFile, peerKeyFile, peerTrustedCAFile, peerCRLFile string
-	peerClientCertFile, peerClientKeyFile, peerCertAllowedCN  string
-	peerClientCertAuth, peerSkipSAN                           bool
-}
-
-func (s *loggerServeTLSFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.certFile, "cert-file", "", "Path to the client server TLS cert file: https --listen-client-urls serve the logger API, /metrics and /health with it.")
-	fs.StringVar(&s.keyFile, "key-file", "", "Path to the client server TLS key file.")
-	fs.StringVar(&s.trustedCAFile, "trusted-ca-file", "", "Path to the client server TLS trusted CA cert file (with --client-cert-auth: the CA of the clients' certificates).")
-	fs.BoolVar(&s.clientCertAuth, "client-cert-auth", false, "Enable client cert authentication: every client of the logger API (strata logger status|recover|truncate, strata restore --logger, the members' --logger-* options) must present a certificate signed by --trusted-ca-file.")
-	fs.StringVar(&s.clientCRLFile, "client-crl-file", "", "Path to the client certificate revocation list file.")
-	fs.StringVar(&s.peerCertFile, "peer-cert-file", "", "Path to the peer server TLS cert file: https --listen-peer-urls serve the members' streams with it, and the logger presents it when it dials members' https peer URLs.")
-	fs.StringVar(&s.peerKeyFile, "peer-key-file", "", "Path to the peer server TLS key file.")
-	fs.StringVar(&s.peerClientCertFile, "peer-client-cert-file", "", "Path to an explicit peer client TLS cert file otherwise peer cert file will be used when client auth is required.")
-	fs.StringVar(&s.peerClientKeyFile, "peer-client-key-file", "", "Path to an explicit peer client TLS key file otherwise peer key file will be used when client auth is required.")
-	fs.StringVar(&s.peerTrustedCAFile, "peer-trusted-ca-file", "", "Path to the peer server TLS trusted CA file (the members' peer certificates' CA).")
-	fs.BoolVar(&s.peerClientCertAuth, "peer-client-cert-auth", false, "Enable peer client cert authentication: members must present a certificate signed by --peer-trusted-ca-file.")
-	fs.StringVar(&s.peerCRLFile, "peer-crl-file", "", "Path to the peer certificate revocation list file.")
-	fs.StringVar(&s.peerCertAllowedCN, "peer-cert-allowed-cn", "", "Comma-separated list of allowed CNs for inter-peer TLS authentication.")
-	fs.BoolVar(&s.peerSkipSAN, "peer-skip-client-san-verification", false, "Skip verification of SAN field in client certificate for peer connections.")
-}
-
-func (s *loggerServeTLSFlags) config() (tlsconfig.Config, error) {
-	cfg := tlsconfig.Config{
-		Client: tlsconfig.Info{CertFile: s.certFile, KeyFile: s.keyFile, TrustedCAFile: s.trustedCAFile,
-			ClientCertAuth: s.clientCertAuth, CRLFile: s.clientCRLFile},
-		Peer: tlsconfig.Info{CertFile: s.peerCertFile, KeyFile: s.peerKeyFile, TrustedCAFile: s.peerTrustedCAFile,
-			ClientCertAuth: s.peerClientCertAuth, CRLFile: s.peerCRLFile, ClientCertFile: s.peerClientCertFile,
-			ClientKeyFile: s.peerClientKeyFile, AllowedCNs: commaList(s.peerCertAllowedCN), SkipClientSANVerify: s.peerSkipSAN},
-	}
-	for _, info := range []tlsconfig.Info{cfg.Client, cfg.Peer} {
-		if err := info.Validate(); err != nil {
-			return tlsconfig.Config{}, err
-		}
-	}
-	return cfg, nil
 }
 
 // loggerDialTLSFlags are etcdctl's --cacert, --cert and --key, for dialling

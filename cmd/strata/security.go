@@ -14,10 +14,12 @@ import (
 	"github.com/strata-kv/strata/tlsconfig"
 )
 
-// securityFlags are etcd's TLS and auth flags.
-type securityFlags struct {
+// tlsFlags are etcd's TLS flags that a member and a strata logger take
+// alike: the server side of the client and peer URLs, the client side of
+// peer connections, --auto-tls and --peer-auto-tls, and the TLS versions
+// and cipher suites.
+type tlsFlags struct {
 	certFile, keyFile, trustedCAFile             string
-	clientCertFile, clientKeyFile                string
 	clientCertAuth                               bool
 	clientCertAllowedHostname                    string
 	clientCRLFile, peerCRLFile                   string
@@ -28,16 +30,22 @@ type securityFlags struct {
 	autoTLS, peerAutoTLS, peerSkipSAN            bool
 	selfSignedCertValidity                       uint
 	cipherSuites, tlsMinVersion, tlsMaxVersion   string
-	authToken                                    string
-	authTokenTTL                                 uint
-	bcryptCost                                   uint
 }
 
-func (s *securityFlags) register(fs *flag.FlagSet) {
+// securityFlags are a member's TLS and auth flags: tlsFlags, the client
+// certificate it presents when it dials another member's client URL, and
+// etcd's auth flags.
+type securityFlags struct {
+	tlsFlags
+	clientCertFile, clientKeyFile string
+	authToken                     string
+	authTokenTTL                  uint
+	bcryptCost                    uint
+}
+
+func (s *tlsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.certFile, "cert-file", "", "Path to the client server TLS cert file.")
 	fs.StringVar(&s.keyFile, "key-file", "", "Path to the client server TLS key file.")
-	fs.StringVar(&s.clientCertFile, "client-cert-file", "", "Path to an explicit peer client TLS cert file otherwise cert file will be used when client auth is required. strata: presented when this member dials another's client URL (forwarding to the leader).")
-	fs.StringVar(&s.clientKeyFile, "client-key-file", "", "Path to an explicit peer client TLS key file otherwise key file will be used when client auth is required.")
 	fs.StringVar(&s.trustedCAFile, "trusted-ca-file", "", "Path to the client server TLS trusted CA cert file.")
 	fs.BoolVar(&s.clientCertAuth, "client-cert-auth", false, "Enable client cert authentication.")
 	fs.StringVar(&s.clientCertAllowedHostname, "client-cert-allowed-hostname", "", "Comma-separated list of SAN hostnames for client cert authentication.")
@@ -59,6 +67,12 @@ func (s *securityFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.cipherSuites, "cipher-suites", "", "Comma-separated list of supported TLS cipher suites between client/server and peers (empty will be auto-populated by Go).")
 	fs.StringVar(&s.tlsMinVersion, "tls-min-version", "TLS1.2", "Minimum TLS version supported by etcd. Possible values: TLS1.2, TLS1.3.")
 	fs.StringVar(&s.tlsMaxVersion, "tls-max-version", "", "Maximum TLS version supported by etcd. Possible values: TLS1.2, TLS1.3 (empty will be auto-populated by Go).")
+}
+
+func (s *securityFlags) register(fs *flag.FlagSet) {
+	s.tlsFlags.register(fs)
+	fs.StringVar(&s.clientCertFile, "client-cert-file", "", "Path to an explicit peer client TLS cert file otherwise cert file will be used when client auth is required. strata: presented when this member dials another's client URL (forwarding to the leader).")
+	fs.StringVar(&s.clientKeyFile, "client-key-file", "", "Path to an explicit peer client TLS key file otherwise key file will be used when client auth is required.")
 	fs.StringVar(&s.authToken, "auth-token", "simple", "Specify auth token specific options (simple, or jwt,pub-key=...,priv-key=...,sign-method=...,ttl=...).")
 	fs.UintVar(&s.authTokenTTL, "auth-token-ttl", 300, "The lifetime in seconds of the auth token.")
 	fs.UintVar(&s.bcryptCost, "bcrypt-cost", 10, "Specify bcrypt algorithm cost factor for auth password hashing.")
@@ -76,38 +90,61 @@ func commaList(s string) []string {
 }
 
 // apply fills cfg.TLS and cfg.Auth. It needs cfg's data directory and
-// listen URLs: --auto-tls and --peer-auto-tls generate their certificates
-// in <data-dir>/fixtures/client and /peer for the listen URLs' hosts, as
-// etcd does, unless the side's certificate files are given (then, as
-// etcd, they win and a warning says so).
+// listen URLs, for --auto-tls and --peer-auto-tls (tlsFlags.config).
 func (s *securityFlags) apply(cfg *member.Config, logger *zap.Logger) error {
-	minV, err := tlsconfig.ParseVersion(s.tlsMinVersion)
+	client, peer := s.sides()
+	client.ClientCertFile, client.ClientKeyFile = s.clientCertFile, s.clientKeyFile
+	clientURLs := append(append([]string{}, cfg.ListenClientURLs...), cfg.Client.ListenHTTPURLs...)
+	tls, err := s.config(client, peer, cfg.DataDir, clientURLs, cfg.ListenPeerURLs, logger)
 	if err != nil {
 		return err
 	}
-	maxV, err := tlsconfig.ParseVersion(s.tlsMaxVersion)
-	if err != nil {
-		return err
+	cfg.TLS = tls
+	cfg.Auth = auth.Flags{
+		Token:      s.authToken,
+		TokenTTL:   time.Duration(s.authTokenTTL) * time.Second,
+		BcryptCost: int(s.bcryptCost),
 	}
-	suites, err := tlsconfig.ParseCipherSuites(commaList(s.cipherSuites))
-	if err != nil {
-		return err
-	}
-	if err := tlsconfig.CheckVersions(s.tlsMinVersion, s.tlsMaxVersion, minV, maxV, suites); err != nil {
-		return err
-	}
-	client := tlsconfig.Info{CertFile: s.certFile, KeyFile: s.keyFile, TrustedCAFile: s.trustedCAFile, ClientCertAuth: s.clientCertAuth,
-		CRLFile: s.clientCRLFile, ClientCertFile: s.clientCertFile, ClientKeyFile: s.clientKeyFile,
-		AllowedHostnames: commaList(s.clientCertAllowedHostname)}
-	peer := tlsconfig.Info{CertFile: s.peerCertFile, KeyFile: s.peerKeyFile, TrustedCAFile: s.peerTrustedCAFile, ClientCertAuth: s.peerClientCertAuth,
+	return nil
+}
+
+// sides are the client and peer sides the certificate flags name, before
+// --auto-tls and --peer-auto-tls.
+func (s *tlsFlags) sides() (client, peer tlsconfig.Info) {
+	client = tlsconfig.Info{CertFile: s.certFile, KeyFile: s.keyFile, TrustedCAFile: s.trustedCAFile, ClientCertAuth: s.clientCertAuth,
+		CRLFile: s.clientCRLFile, AllowedHostnames: commaList(s.clientCertAllowedHostname)}
+	peer = tlsconfig.Info{CertFile: s.peerCertFile, KeyFile: s.peerKeyFile, TrustedCAFile: s.peerTrustedCAFile, ClientCertAuth: s.peerClientCertAuth,
 		CRLFile: s.peerCRLFile, ClientCertFile: s.peerClientCertFile, ClientKeyFile: s.peerClientKeyFile,
 		AllowedCNs: commaList(s.peerCertAllowedCN), AllowedHostnames: commaList(s.peerCertAllowedHostname),
 		SkipClientSANVerify: s.peerSkipSAN}
-	// Every refusal before a certificate is generated: a refused
-	// command line writes nothing.
+	return client, peer
+}
+
+// config checks client and peer (sides, with what the caller added), the
+// versions and the cipher suites, then, as etcd does, generates the
+// certificates --auto-tls and --peer-auto-tls ask for in
+// <dataDir>/fixtures/client and /peer for the hosts of clientURLs and
+// peerURLs, unless that side's certificate files are given (they win, and a
+// warning says so). Every refusal comes before a certificate is written.
+func (s *tlsFlags) config(client, peer tlsconfig.Info, dataDir string, clientURLs, peerURLs []string, logger *zap.Logger) (tlsconfig.Config, error) {
+	minV, err := tlsconfig.ParseVersion(s.tlsMinVersion)
+	if err != nil {
+		return tlsconfig.Config{}, err
+	}
+	maxV, err := tlsconfig.ParseVersion(s.tlsMaxVersion)
+	if err != nil {
+		return tlsconfig.Config{}, err
+	}
+	suites, err := tlsconfig.ParseCipherSuites(commaList(s.cipherSuites))
+	if err != nil {
+		return tlsconfig.Config{}, err
+	}
+	if err := tlsconfig.CheckVersions(s.tlsMinVersion, s.tlsMaxVersion, minV, maxV, suites); err != nil {
+		return tlsconfig.Config{}, err
+	}
 	for _, info := range []tlsconfig.Info{client, peer} {
 		if err := info.Validate(); err != nil {
-			return err
+			return tlsconfig.Config{}, err
 		}
 	}
 	selfCert := func(info *tlsconfig.Info, on bool, side string, urls []string) error {
@@ -124,29 +161,23 @@ func (s *securityFlags) apply(cfg *member.Config, logger *zap.Logger) error {
 				hosts = append(hosts, hp)
 			}
 		}
-		gen, err := tlsconfig.SelfCert(filepath.Join(cfg.DataDir, "fixtures", side), hosts, s.selfSignedCertValidity, side == "peer", logger)
+		gen, err := tlsconfig.SelfCert(filepath.Join(dataDir, "fixtures", side), hosts, s.selfSignedCertValidity, side == "peer", logger)
 		if err != nil {
 			return err
 		}
 		info.CertFile, info.KeyFile, info.SelfSigned = gen.CertFile, gen.KeyFile, true
 		return nil
 	}
-	if err := selfCert(&client, s.autoTLS, "client", append(append([]string{}, cfg.ListenClientURLs...), cfg.Client.ListenHTTPURLs...)); err != nil {
-		return err
+	if err := selfCert(&client, s.autoTLS, "client", clientURLs); err != nil {
+		return tlsconfig.Config{}, err
 	}
-	if err := selfCert(&peer, s.peerAutoTLS, "peer", cfg.ListenPeerURLs); err != nil {
-		return err
+	if err := selfCert(&peer, s.peerAutoTLS, "peer", peerURLs); err != nil {
+		return tlsconfig.Config{}, err
 	}
 	for _, info := range []*tlsconfig.Info{&client, &peer} {
 		info.CipherSuites, info.MinVersion, info.MaxVersion = suites, minV, maxV
 	}
-	cfg.TLS = tlsconfig.Config{Client: client, Peer: peer}
-	cfg.Auth = auth.Flags{
-		Token:      s.authToken,
-		TokenTTL:   time.Duration(s.authTokenTTL) * time.Second,
-		BcryptCost: int(s.bcryptCost),
-	}
-	return nil
+	return tlsconfig.Config{Client: client, Peer: peer}, nil
 }
 
 // hostOf is a URL's host:port.
