@@ -136,8 +136,8 @@ func waitLoggerPublished(t *testing.T, c *testutil.Cluster, lp *loggerProc) {
 // log when resumed: no gap, the whole log from index 1, Recover of all of
 // it. The same run without the option records a gap.
 func TestLoggerRetention(t *testing.T) {
-	t.Run("on", func(t *testing.T) {
-		st, lp, commit := pauseLoggerUnderWrites(t, true)
+	whole := func(t *testing.T, st *logger.ClusterStatus, lp *loggerProc, commit uint64) {
+		t.Helper()
 		if len(st.Gaps) != 0 || st.FirstIndex != 1 {
 			t.Fatalf("with --logger-retention the logger has gaps %v and holds from %d; want none and the whole log", st.Gaps, st.FirstIndex)
 		}
@@ -150,9 +150,19 @@ func TestLoggerRetention(t *testing.T) {
 				t.Fatalf("entry %d has index %d", i, e.GetIndex())
 			}
 		}
+	}
+	t.Run("on", func(t *testing.T) {
+		st, lp, commit := pauseLoggerUnderWrites(t, "--logger-retention")
+		whole(t, st, lp, commit)
+	})
+	// Log compaction rewrites applied entries into batch files every 50
+	// entries: the same bound holds it (logcompact invariant 6).
+	t.Run("on, log compaction", func(t *testing.T) {
+		st, lp, commit := pauseLoggerUnderWrites(t, "--logger-retention", "--log-compaction", "--log-compaction-batch=50")
+		whole(t, st, lp, commit)
 	})
 	t.Run("off", func(t *testing.T) {
-		st, _, _ := pauseLoggerUnderWrites(t, false)
+		st, _, _ := pauseLoggerUnderWrites(t)
 		if len(st.Gaps) == 0 || st.FirstIndex == 1 {
 			t.Fatalf("without --logger-retention the logger caught up without a gap (%+v): the test shows nothing", st)
 		}
@@ -160,15 +170,12 @@ func TestLoggerRetention(t *testing.T) {
 }
 
 // pauseLoggerUnderWrites runs a cluster of three (--snapshot-count=200,
-// --snapshot-catchup-entries=10, and --logger-retention if retain) with a
-// logger, SIGSTOPs the logger for 1000 puts, resumes it, and returns its
-// status once it caught up with the cluster's commit index.
-func pauseLoggerUnderWrites(t *testing.T, retain bool) (*logger.ClusterStatus, *loggerProc, uint64) {
+// --snapshot-catchup-entries=10, and the extra flags) with a logger,
+// SIGSTOPs the logger for 1000 puts, resumes it, and returns its status
+// once it caught up with the cluster's commit index.
+func pauseLoggerUnderWrites(t *testing.T, extra ...string) (*logger.ClusterStatus, *loggerProc, uint64) {
 	t.Helper()
-	flags := []string{"--snapshot-count=200", "--snapshot-catchup-entries=10"}
-	if retain {
-		flags = append(flags, "--logger-retention")
-	}
+	flags := append([]string{"--snapshot-count=200", "--snapshot-catchup-entries=10"}, extra...)
 	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3, Flags: flags})
 	cli := c.Client(t)
 	defer cli.Close()

@@ -173,7 +173,19 @@ type CompactorConfig struct {
 	// CatchUpEntries are kept as entries below the applied index with
 	// BatchEntries (invariant 1).
 	CatchUpEntries uint64
-	Logger         *zap.Logger
+	// Retention, if not nil (a member's --logger-retention), bounds what
+	// may be compacted by what the cluster's strata loggers hold
+	// (invariant 6).
+	Retention Retention
+	Logger    *zap.Logger
+}
+
+// Retention is what holds log compaction back for the cluster's strata
+// loggers (node.Node.LogKeptFor).
+type Retention interface {
+	// LogKeptFor returns the lowest index the loggers hold, and whether
+	// they hold the log back at all.
+	LogKeptFor() (index uint64, held bool)
 }
 
 // Compactor rewrites applied runs of the raft log as compacted batch files,
@@ -203,6 +215,11 @@ type CompactorConfig struct {
 //     only at or below the engine's durable index (raftlog).
 //  5. Index -> revision rows are dropped only below the log's first index:
 //     building a batch needs the revision at its first entry (this loop).
+//  6. With Retention (--logger-retention), a batch never stands for an
+//     entry past the lowest index the cluster's strata loggers hold: the
+//     leader sends a logger entries from the log, and a batch would make it
+//     send a snapshot instead, which the logger records as a gap (this
+//     loop; the node keeps the same bound for its truncation).
 type Compactor struct {
 	cfg CompactorConfig
 }
@@ -231,17 +248,35 @@ func (c *Compactor) build(entries []*raftpb.Entry) (*raftlog.CompactedBatch, err
 // compactOnce writes the next batch, if one is due; ok reports whether it
 // wrote one.
 func (c *Compactor) compactOnce() (ok bool, err error) {
-	applied := c.cfg.Applied.AppliedIndex()
+	upTo := c.compactableUpTo()
+	if upTo == 0 {
+		return false, nil
+	}
+	if c.cfg.BatchEntries > 0 {
+		return c.cfg.Log.CompactNextBatch(upTo, c.cfg.BatchEntries, c.build)
+	}
+	return c.cfg.Log.CompactOldestSegment(upTo, c.build)
+}
+
+// compactableUpTo is the highest index a batch may stand for now
+// (invariants 1 and 6); 0: none.
+func (c *Compactor) compactableUpTo() uint64 {
+	upTo := c.cfg.Applied.AppliedIndex()
 	if c.cfg.BatchEntries > 0 {
 		// Invariant 1. Batches are small, and compacting up to the
 		// applied index would put a follower a few hundred entries behind
 		// out of the log's reach; a whole segment is slack enough.
-		if applied <= c.cfg.CatchUpEntries {
-			return false, nil
+		if upTo <= c.cfg.CatchUpEntries {
+			return 0
 		}
-		return c.cfg.Log.CompactNextBatch(applied-c.cfg.CatchUpEntries, c.cfg.BatchEntries, c.build)
+		upTo -= c.cfg.CatchUpEntries
 	}
-	return c.cfg.Log.CompactOldestSegment(applied, c.build)
+	if c.cfg.Retention != nil {
+		if kept, held := c.cfg.Retention.LogKeptFor(); held {
+			upTo = min(upTo, kept)
+		}
+	}
+	return upTo
 }
 
 // Run compacts until ctx ends or the log is closed.

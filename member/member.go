@@ -448,9 +448,13 @@ func Start(cfg Config) (_ *Member, err error) {
 		m.compactor.Run()
 	}
 	m.run(func() { m.maintainer.Run(ctx) })
+	var retention logcompact.Retention // nil: no logger holds compaction back
+	if cfg.LoggerRetention {
+		retention = m.node
+	}
 	compactor := logcompact.NewCompactor(logcompact.CompactorConfig{
 		Config: cfg.LogCompaction, Log: m.log, Store: m.store, Applied: m.applier,
-		CatchUpEntries: cfg.CatchUpEntries, Logger: cfg.Logger.Named("logcompact"),
+		CatchUpEntries: cfg.CatchUpEntries, Retention: retention, Logger: cfg.Logger.Named("logcompact"),
 	})
 	m.run(func() { recovery.AwaitReplay(ctx, m.log, m.applier, logOpen, cfg.Logger) })
 	m.run(func() { compactor.Run(ctx) })

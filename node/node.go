@@ -205,6 +205,9 @@ type Node struct {
 	// (LoggersHeld): a follower's view.
 	keepers  atomic.Pointer[[]uint64]
 	held     atomic.Pointer[map[uint64]uint64]
+	// kept is keptFor's answer as of the last tick, for LogKeptFor's
+	// readers (log compaction); nil until the first tick.
+	kept atomic.Pointer[keptIndex]
 	leaderCh atomic.Pointer[chan struct{}] // closed when a leader is known
 	stopErr  atomic.Pointer[error]
 	// leaderChanges counts the times a new leader became known (metrics).
@@ -473,6 +476,7 @@ func (n *Node) run(ctx context.Context) error {
 		case <-ticker.C:
 			n.rn.Tick()
 			n.ticks++
+			n.publishKept()
 			if err := n.persistCommit(); err != nil {
 				return err
 			}

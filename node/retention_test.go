@@ -22,12 +22,13 @@ func TestLogKeepersHoldTruncation(t *testing.T) {
 		off     bool     // LogRetention off
 		acks    []uint64 // the learner's successive acknowledged indexes
 		want    []uint64 // the log's first index after each truncation
+		holds   bool     // LogKeptFor holds log compaction at each ack
 	}{
 		// The durable index is 40 and the margin 2: truncation to 38.
 		{name: "no keepers", keepers: nil, acks: []uint64{0, 20}, want: []uint64{39, 39}},
 		{name: "keeper not in the configuration", keepers: []uint64{9}, acks: []uint64{0, 20}, want: []uint64{39, 39}},
 		{name: "retention off", keepers: []uint64{2}, off: true, acks: []uint64{0, 20}, want: []uint64{39, 39}},
-		{name: "logger behind", keepers: []uint64{2}, acks: []uint64{0, 20, 40}, want: []uint64{1, 21, 39}},
+		{name: "logger behind", keepers: []uint64{2}, acks: []uint64{0, 20, 40}, want: []uint64{1, 21, 39}, holds: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := logWithEntries(t, []uint64{1}, 40)
@@ -69,6 +70,20 @@ func TestLogKeepersHoldTruncation(t *testing.T) {
 				if first, _ := log.FirstIndex(); first != tc.want[i] {
 					t.Fatalf("after the learner acknowledged %d, the log starts at %d, want %d", ack, first, tc.want[i])
 				}
+				// What log compaction reads from another goroutine: as of
+				// the last tick, everything held before the first.
+				if idx, held := n.LogKeptFor(); held != !tc.off || idx != 0 {
+					t.Fatalf("LogKeptFor before a tick = %d, %v; want 0, %v", idx, held, !tc.off)
+				}
+				n.publishKept()
+				wantIdx := uint64(0)
+				if tc.holds {
+					wantIdx = ack
+				}
+				if idx, held := n.LogKeptFor(); held != tc.holds || idx != wantIdx {
+					t.Fatalf("after the learner acknowledged %d: LogKeptFor = %d, %v; want %d, %v", ack, idx, held, wantIdx, tc.holds)
+				}
+				n.kept.Store(nil)
 			}
 		})
 	}

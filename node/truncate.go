@@ -26,7 +26,9 @@ package node
 // So whichever member leads next, its log reaches back to what every
 // logger holds, and a logger that is behind catches up from the log,
 // never from a snapshot: it records no gap (docs/logger.md, "Log
-// retention").
+// retention"). Log compaction into batch files (package logcompact, its
+// invariant 6) keeps the same bound, as of the node's last tick
+// (LogKeptFor).
 
 import (
 	"errors"
@@ -100,6 +102,7 @@ func (n *Node) compactLog(durable uint64) error {
 	// snapshot's index): never compact past what the log holds.
 	to = min(to, n.lastIdx.Load())
 	if keep, held := n.keptFor(); held {
+		n.logger.Debug("log truncation held for the loggers", zap.Uint64("acknowledged", keep))
 		to = min(to, keep)
 	}
 	if to <= n.compactedTo {
@@ -181,10 +184,42 @@ func (n *Node) keptFor() (uint64, bool) {
 			low, held = idx, true
 		}
 	}
-	if held {
-		n.logger.Debug("log truncation held for the loggers", zap.Uint64("acknowledged", low))
-	}
 	return low, held
+}
+
+// keptIndex is keptFor's answer, published for other goroutines.
+type keptIndex struct {
+	index uint64
+	held  bool
+}
+
+// publishKept publishes keptFor's answer for LogKeptFor, at every tick.
+//
+// REQUIRES: the node goroutine.
+func (n *Node) publishKept() {
+	if !n.cfg.LogRetention {
+		return
+	}
+	index, held := n.keptFor()
+	n.kept.Store(&keptIndex{index: index, held: held})
+}
+
+// LogKeptFor reports, under Config.LogRetention, the lowest index the
+// cluster's strata loggers hold and whether they hold the log back at all
+// (retention rules 1 and 2, as of the node's last tick): what else rewrites
+// the log behind the node (log compaction into batch files) must keep the
+// entries after index as entries. Before the first tick it holds
+// everything (0, true); without LogRetention nothing (0, false). Safe from
+// any goroutine.
+func (n *Node) LogKeptFor() (index uint64, held bool) {
+	if !n.cfg.LogRetention {
+		return 0, false
+	}
+	k := n.kept.Load()
+	if k == nil {
+		return 0, true
+	}
+	return k.index, k.held
 }
 
 // confStateAt returns the membership in force at index, and forgets the

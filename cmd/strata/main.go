@@ -383,11 +383,6 @@ func (f *flags) config(logger *zap.Logger) (member.Config, error) {
 	if err := f.logCompaction.apply(&cfg); err != nil {
 		return member.Config{}, err
 	}
-	if cfg.LoggerRetention && cfg.LogCompaction.Enabled {
-		// Log compaction rewrites applied entries into batch files on its
-		// own schedule, past any point a logger acknowledged.
-		return member.Config{}, errors.New("--logger-retention is not supported with --log-compaction yet")
-	}
 	if err := f.metrics.apply(&cfg); err != nil {
 		return member.Config{}, err
 	}
