@@ -203,11 +203,11 @@ type Node struct {
 	// keepers are the members the log is kept for (KeepLogFor); held
 	// is how far each is known to hold the log committed, as it says
 	// (LoggersHeld): a follower's view.
-	keepers  atomic.Pointer[[]uint64]
-	held     atomic.Pointer[map[uint64]uint64]
+	keepers atomic.Pointer[[]uint64]
+	held    atomic.Pointer[map[uint64]uint64]
 	// kept is keptFor's answer as of the last tick, for LogKeptFor's
 	// readers (log compaction); nil until the first tick.
-	kept atomic.Pointer[keptIndex]
+	kept     atomic.Pointer[keptIndex]
 	leaderCh atomic.Pointer[chan struct{}] // closed when a leader is known
 	stopErr  atomic.Pointer[error]
 	// leaderChanges counts the times a new leader became known (metrics).
