@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,21 +29,38 @@ var (
 )
 
 // minioBinary builds the MinIO server of tools/minio once per test binary
-// (or takes testutil.MinIOEnvVar's).
+// (or takes testutil.MinIOEnvVar's), or waits for prebuildMinIO's build.
 func minioBinary(t *testing.T) string {
 	t.Helper()
-	minioOnce.Do(func() {
-		root, err := testutil.RepoRoot()
-		if err != nil {
-			minioErr = err
-			return
-		}
-		minioBin, minioErr = testutil.BuildMinIO(root, binDir)
-	})
+	minioOnce.Do(func() { buildMinIO(testutil.BuildMinIO) })
 	if minioErr != nil {
 		t.Fatalf("build MinIO: %v", minioErr)
 	}
 	return minioBin
+}
+
+func buildMinIO(build func(repoRoot, dir string) (string, error)) {
+	root, err := testutil.RepoRoot()
+	if err != nil {
+		minioErr = err
+		return
+	}
+	minioBin, minioErr = build(root, binDir)
+}
+
+// prebuildMinIO starts MinIO's build in the background at the lowest CPU
+// priority when the run includes the MinIO tests (-run matches
+// TestBackupMinIO, or none was given): a cold build takes minutes, which
+// then overlap the tests before them instead of adding to the package's
+// time. minioBinary waits for it.
+func prebuildMinIO() {
+	if f := flag.Lookup("test.run"); f != nil && f.Value.String() != "" {
+		top, _, _ := strings.Cut(f.Value.String(), "/")
+		if ok, err := regexp.MatchString(top, "TestBackupMinIO"); err != nil || !ok {
+			return
+		}
+	}
+	go minioOnce.Do(func() { buildMinIO(testutil.BuildMinIOInBackground) })
 }
 
 // The MinIO root credentials of the tests.

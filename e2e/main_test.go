@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -41,6 +42,11 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: WARNING: strata did not build; every strata test will fail:\n%v\n", bins.StrataErr)
 	}
 	defer testutil.KillAll()
+	flag.Parse() // prebuildMinIO reads -run
+	prebuildMinIO()
+	// The build is waited for before binDir is removed: no go build is
+	// left running after the tests.
+	defer minioOnce.Do(func() {})
 	return m.Run()
 }
 
