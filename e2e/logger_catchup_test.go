@@ -180,3 +180,63 @@ func memberAdd(t *testing.T, c *testutil.Cluster, m *testutil.Member) (uint64, s
 	}
 	return resp.Member.ID, strings.Join(initial, ",")
 }
+
+// TestLoggerCatchUpRunning: a running member cut off from its peers (its
+// peer URL blackholed) while the leader's log moves past its last entry,
+// started with --catch-up-logger, takes the missing committed entries from
+// the logger when the leader's snapshot arrives, and refuses the snapshot
+// (docs/logger.md, "A running member behind"): it receives no snapshot,
+// logs the catch-up, and then serves the leader's keys, revisions and
+// HashKV.
+func TestLoggerCatchUpRunning(t *testing.T) {
+	lp := startLogger(t)
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3,
+		Flags: []string{"--snapshot-count=100", "--snapshot-catchup-entries=20", "--catch-up-logger=" + lp.clientURL}})
+	addLoggerTo(t, c, lp)
+	lp.Launch()
+	lp.waitCommit(t, memberCommit(t, c), 30*time.Second)
+	l := leaderIndex(t, c)
+	cli := newClient(t, c.Members[l].Endpoint())
+	round := 0
+	putKeys(t, cli, 0, 200, 100, round)
+	round++
+	f := followers(c, l)[0]
+	m := c.Members[f]
+	received := func() float64 {
+		return metric(t, m.Endpoint(), "strata_snapshot_received_total", `kind="full"`) +
+			metric(t, m.Endpoint(), "strata_snapshot_received_total", `kind="incremental"`)
+	}
+	receivedBefore := received()
+	downAt := metric(t, m.Endpoint(), "strata_raftlog_last_index", "")
+	m.Proxy.Blackhole()
+	writeRoundsUntil(t, cli, &round, 0, func() bool {
+		return metric(t, c.Members[l].Endpoint(), "strata_raftlog_first_index", "") > downAt+1
+	})
+	leaderFirst := metric(t, c.Members[l].Endpoint(), "strata_raftlog_first_index", "")
+	st := lp.waitCommit(t, uint64(metric(t, c.Members[l].Endpoint(), "strata_raftlog_last_index", "")), 30*time.Second)
+	if float64(st.FirstIndex) > downAt+1 {
+		t.Fatalf("the logger holds from %d; the member stopped at %v", st.FirstIndex, downAt)
+	}
+	t.Logf("member %s cut off at index %v; the leader's log now starts at %v; the logger holds %d-%d",
+		m.Name(), downAt, leaderFirst, st.FirstIndex, st.CommitIndex)
+	m.Proxy.Heal()
+	putKeys(t, cli, 0, 200, 100, round)
+	waitCaughtUp(t, c, l, f)
+	if got := received() - receivedBefore; got != 0 {
+		t.Errorf("the member received %v snapshots; its output:\n%s", got, m.CurrentOutput())
+	}
+	if out := m.CurrentOutput(); !strings.Contains(out, "caught up from the logger instead of the leader's snapshot") {
+		t.Errorf("the member did not log its catch-up from the logger:\n%s", out)
+	} else {
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, "caught up from the logger instead") {
+				t.Logf("member: %s", line)
+			}
+		}
+	}
+	sameReads(t, c.Members[l].Endpoint(), m.Endpoint())
+	rev := leaderRev(t, c.Members[l].Endpoint())
+	if want, got := hashKV(t, c.Members[l].Endpoint(), rev), hashKV(t, m.Endpoint(), rev); got != want {
+		t.Errorf("HashKV at revision %d: leader %d, caught-up member %d", rev, want, got)
+	}
+}

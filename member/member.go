@@ -84,8 +84,11 @@ type Member struct {
 	errMu    sync.Mutex
 	err      error
 
-	watchHub   *watch.Hub
-	backups    *backup.Service
+	watchHub *watch.Hub
+	backups  *backup.Service
+	// catchUp is the snapshot receiver under --catch-up-logger; nil
+	// without it.
+	catchUp    *loggerFirst
 	maintainer *maintenance.Maintainer
 	// membership serves the Cluster API and MoveLeader; remote asks the
 	// peers for the member list.
@@ -342,8 +345,16 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, err
 	}
+	var snapshotter transport.Snapshotter = snaps
+	if cfg.CatchUpLogger != "" {
+		// A running member behind the leader's log catches up from the
+		// logger before it takes a snapshot (member/catchup.go).
+		m.catchUp = &loggerFirst{Snapshotter: snaps, node: m.node, endpoint: cfg.CatchUpLogger,
+			tls: cfg.TLS.Client.ForwardConfig(cfg.Logger), clusterID: m.clusterID, logger: cfg.Logger.Named("catch-up")}
+		snapshotter = m.catchUp
+	}
 	m.transport = transport.New(transport.Config{
-		TLS: peerTLS, LocalID: m.memberID, ClusterID: m.clusterID, Handler: snaps.Reports(m.node), Snapshotter: snaps,
+		TLS: peerTLS, LocalID: m.memberID, ClusterID: m.clusterID, Handler: snaps.Reports(m.node), Snapshotter: snapshotter,
 		Outgoing: m.node.Outgoing(), Logger: cfg.Logger.Named("transport"),
 	})
 	m.remote = &membership.Peers{MemberID: m.memberID, ClusterID: m.clusterID, Members: m.applier,
@@ -552,6 +563,9 @@ func (m *Member) Stop() error {
 	}
 	if m.transport != nil {
 		m.transport.Stop()
+	}
+	if m.catchUp != nil {
+		m.catchUp.close()
 	}
 	m.doneOnce.Do(func() { close(m.done) })
 	var errs []error

@@ -35,6 +35,8 @@
 //	snapshot.go   snapshot install, the pending-snapshot record, restart storage
 //	force.go      --force-new-cluster: the log rewritten, before raft starts,
 //	              so that this member is its cluster's only voter
+//	catchup.go    committed entries from a strata logger handed to raft as the
+//	              leader's append (--catch-up-logger, a running member behind)
 //
 // The Ready contract is tested by scripts in testdata/ (interaction_test.go):
 // each drives nodes one Ready at a time and shows their I/O in order.
