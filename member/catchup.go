@@ -45,6 +45,9 @@ const catchUpChunkBytes = 4 << 20
 // instead.
 const catchUpTimeout = 30 * time.Second
 
+// catchUpStatusTimeout bounds the logger's Status, the first request.
+const catchUpStatusTimeout = 3 * time.Second
+
 // errChunkFull ends one Recover stream once a chunk is full.
 var errChunkFull = errors.New("chunk full")
 
@@ -73,7 +76,11 @@ func (s *loggerFirst) catchUp(ctx context.Context, index uint64) (appended, last
 	if err != nil {
 		return 0, 0, err
 	}
-	sts, err := c.Status(ctx, s.clusterID)
+	// A logger that does not answer at once (down, cut off) must not hold
+	// the snapshot back long: the leader's stream waits meanwhile.
+	sctx, cancel := context.WithTimeout(ctx, catchUpStatusTimeout)
+	sts, err := c.Status(sctx, s.clusterID)
+	cancel()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -102,6 +109,9 @@ func (s *loggerFirst) catchUp(ctx context.Context, index uint64) (appended, last
 		})
 		if err != nil && !errors.Is(err, errChunkFull) {
 			return appended, last, err
+		}
+		if len(chunk) == 0 {
+			return appended, last, fmt.Errorf("the logger sent no entries after %d", from.Commit)
 		}
 		n, err := s.node.AppendCommitted(ctx, from, chunk)
 		if err != nil {
