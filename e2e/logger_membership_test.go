@@ -478,3 +478,49 @@ func TestLoggerTruncateFromMembers(t *testing.T) {
 		t.Fatalf("recover [%d, %d]: %d entries, %v", st.FirstIndex, commit, len(ents), err)
 	}
 }
+
+// TestLoggerJoinChecksToken: `strata logger join --initial-cluster
+// --initial-cluster-token` names the cluster to join by what its members
+// bootstrapped with: a wrong token is refused naming it, with nothing
+// recorded in the data directory; a --cluster-id that disagrees is refused
+// before any endpoint is asked; the right pair joins.
+func TestLoggerJoinChecksToken(t *testing.T) {
+	c := testutil.StartCluster(t, testutil.ClusterOptions{Binary: binary(t, strata), Size: 3})
+	lp := startLogger(t)
+	cli := c.Client(t)
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		_, err := cli.MemberAddAsLearner(ctx, []string{lp.peerURL})
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "unhealthy cluster") || ctx.Err() != nil {
+			t.Fatalf("member add --learner: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	join := func(extra ...string) (string, error) {
+		return runStrata(t, append([]string{"logger", "join", "--data-dir=" + lp.dir, "--name=L1",
+			"--advertise-peer-urls=" + lp.peerURL, "--endpoints=" + c.Endpoints()[0]}, extra...)...)
+	}
+	out, err := join("--initial-cluster="+c.InitialCluster(), "--initial-cluster-token=not-"+c.Token())
+	if err == nil || !strings.Contains(out, "the endpoints answer for cluster") || !strings.Contains(out, `--initial-cluster-token "not-`+c.Token()+`"`) {
+		t.Fatalf("join with a wrong token: %v\n%s", err, out)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(lp.dir, "clusters")); len(entries) != 0 {
+		t.Errorf("a refused join recorded %d clusters", len(entries))
+	}
+	out, err = join("--initial-cluster="+c.InitialCluster(), "--initial-cluster-token="+c.Token(), "--cluster-id=1234")
+	if err == nil || !strings.Contains(out, "--cluster-id 1234 is not cluster") {
+		t.Fatalf("join with a --cluster-id the token disagrees with: %v\n%s", err, out)
+	}
+	if out, err = join("--initial-cluster-token=" + c.Token()); err == nil || !strings.Contains(out, "go together") {
+		t.Fatalf("join with a token alone: %v\n%s", err, out)
+	}
+	out, err = join("--initial-cluster="+c.InitialCluster(), "--initial-cluster-token="+c.Token())
+	if err != nil || !strings.Contains(out, "joined cluster") {
+		t.Fatalf("join with the right token: %v\n%s", err, out)
+	}
+}

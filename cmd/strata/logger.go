@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 
+	"github.com/strata-kv/strata/datadir"
 	lg "github.com/strata-kv/strata/logger"
 	"github.com/strata-kv/strata/tlsconfig"
 )
@@ -193,6 +194,8 @@ func runLoggerJoin(args []string, stdout, stderr io.Writer) int {
 	endpoints := fs.String("endpoints", "", "Client URLs of the cluster's members, tried in turn. Required.")
 	timeout := fs.Duration("dial-timeout", 5*time.Second, "How long to wait for each endpoint's answer.")
 	clusterHex := fs.String("cluster-id", "", "The cluster ID (hex) the operator means to join: endpoints of another cluster are refused. Default: whichever they answer for.")
+	initialCluster := fs.String("initial-cluster", "", "With --initial-cluster-token: the cluster's --initial-cluster as its members bootstrapped with it; the two name the cluster ID to join, as --cluster-id does.")
+	token := fs.String("initial-cluster-token", "", "With --initial-cluster: the cluster's --initial-cluster-token.")
 	var dial loggerDialTLSFlags
 	dial.register(fs)
 	if code := parseLoggerFlags(fs, args, stderr); code >= 0 {
@@ -215,11 +218,30 @@ func runLoggerJoin(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
+	var fromToken uint64 // the cluster ID --initial-cluster and --initial-cluster-token name
+	if *initialCluster != "" || *token != "" {
+		if *initialCluster == "" || *token == "" {
+			fmt.Fprintln(stderr, "strata logger join: --initial-cluster and --initial-cluster-token go together")
+			return 2
+		}
+		if fromToken, err = bootstrapClusterID(*initialCluster, *token); err != nil {
+			fmt.Fprintf(stderr, "strata logger join: %v\n", err)
+			return 2
+		}
+		if cid != 0 && cid != fromToken {
+			fmt.Fprintf(stderr, "strata logger join: --cluster-id %x is not cluster %x, which --initial-cluster and --initial-cluster-token name\n", cid, fromToken)
+			return 2
+		}
+		cid = fromToken
+	}
 	rec, err := lg.Join(context.Background(), lg.JoinConfig{
 		DataDir: *dataDir, Name: *name, Endpoints: splitURLs(*endpoints),
 		AdvertisePeerURLs: splitURLs(*advertisePeer), Timeout: *timeout, ClusterID: cid, TLS: joinTLS,
 	})
 	if err != nil {
+		if fromToken != 0 && errors.Is(err, lg.ErrWrongCluster) {
+			err = fmt.Errorf("%w (cluster %x is the one --initial-cluster with --initial-cluster-token %q bootstraps: a wrong token or initial cluster)", err, fromToken, *token)
+		}
 		fmt.Fprintf(stderr, "strata logger join: %v\n", err)
 		return 1
 	}
@@ -435,6 +457,26 @@ func runLoggerTruncate(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "recorded; the truncation point is %d (%d of the voters asked)\n", resp.TruncationPoint, len(resp.Truncations))
 	return 0
+}
+
+// bootstrapClusterID is the cluster ID the members of initialCluster
+// (etcd's name=peerURL,...) take at bootstrap with token
+// (datadir.BootstrapID).
+func bootstrapClusterID(initialCluster, token string) (uint64, error) {
+	cluster, err := parseInitialCluster(initialCluster)
+	if err != nil {
+		return 0, err
+	}
+	var anyName string
+	for name := range cluster {
+		anyName = name // the cluster ID is every member's alike
+		break
+	}
+	id, err := datadir.BootstrapID(anyName, cluster, token)
+	if err != nil {
+		return 0, err
+	}
+	return id.ClusterID, nil
 }
 
 // loggerDialTLSFlags are etcdctl's --cacert, --cert and --key, for dialling

@@ -404,13 +404,9 @@ func (f *flags) memberConfig() (member.Config, error) {
 	if f.initialCluster == "" {
 		f.initialCluster = f.name + "=" + f.initialAdvertisePeerURLs
 	}
-	cluster := map[string][]string{}
-	for _, item := range strings.Split(f.initialCluster, ",") {
-		name, u, ok := strings.Cut(strings.TrimSpace(item), "=")
-		if !ok || name == "" || u == "" {
-			return member.Config{}, fmt.Errorf("--initial-cluster: %q is not name=peerURL", item)
-		}
-		cluster[name] = append(cluster[name], u)
+	cluster, err := parseInitialCluster(f.initialCluster)
+	if err != nil {
+		return member.Config{}, err
 	}
 	// etcd's checks, in etcd's words.
 	switch f.initialClusterState {

@@ -48,6 +48,8 @@ type Cluster struct {
 	t     testing.TB
 	opts  ClusterOptions
 	token string
+	// initial is the --initial-cluster the members bootstrapped with.
+	initial string
 	// members is Members for the proxies' goroutines (sourceOf).
 	members struct {
 		sync.Mutex
@@ -73,8 +75,9 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		c.addMember(m)
 		initial = append(initial, m.Name()+"="+m.PeerURL())
 	}
+	c.initial = strings.Join(initial, ",")
 	for _, m := range c.Members {
-		m.opts.InitialCluster = strings.Join(initial, ",")
+		m.opts.InitialCluster = c.initial
 		m.opts.ClusterState = "new"
 		m.Launch()
 	}
@@ -93,6 +96,12 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	}
 	return c
 }
+
+// Token is the cluster's --initial-cluster-token.
+func (c *Cluster) Token() string { return c.token }
+
+// InitialCluster is the --initial-cluster the members bootstrapped with.
+func (c *Cluster) InitialCluster() string { return c.initial }
 
 // newMember prepares a process and its proxy without starting either
 // process; the proxy runs from now on.
