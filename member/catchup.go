@@ -45,7 +45,8 @@ const catchUpChunkBytes = 4 << 20
 // instead.
 const catchUpTimeout = 30 * time.Second
 
-// catchUpStatusTimeout bounds the logger's Status, the first request.
+// catchUpStatusTimeout bounds the wait for the logger to hold the
+// snapshot's index (awaitLogger).
 const catchUpStatusTimeout = 3 * time.Second
 
 // errChunkFull ends one Recover stream once a chunk is full.
@@ -76,16 +77,8 @@ func (s *loggerFirst) catchUp(ctx context.Context, index uint64) (appended, last
 	if err != nil {
 		return 0, 0, err
 	}
-	// A logger that does not answer at once (down, cut off) must not hold
-	// the snapshot back long: the leader's stream waits meanwhile.
-	sctx, cancel := context.WithTimeout(ctx, catchUpStatusTimeout)
-	sts, err := c.Status(sctx, s.clusterID)
-	cancel()
-	if err != nil {
+	if err := s.awaitLogger(ctx, c, index); err != nil {
 		return 0, 0, err
-	}
-	if len(sts) != 1 || sts[0].CommitIndex < index {
-		return 0, 0, fmt.Errorf("the logger holds committed entries up to %v, not the snapshot's %d", commitIndexes(sts), index)
 	}
 	for {
 		from, err := s.node.FollowingFrom(ctx)
@@ -122,6 +115,31 @@ func (s *loggerFirst) catchUp(ctx context.Context, index uint64) (appended, last
 		}
 		appended += n - from.Commit
 		last = n
+	}
+}
+
+// awaitLogger waits, at most catchUpStatusTimeout, until the logger holds
+// the cluster's log committed up to index. A logger is a learner the
+// leader replicates to beside the voters, so it is often a few entries
+// behind the snapshot the leader just took; one that does not answer at
+// once (down, cut off) must not hold the snapshot back long, as the
+// leader's stream waits meanwhile.
+func (s *loggerFirst) awaitLogger(ctx context.Context, c *logger.Client, index uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, catchUpStatusTimeout)
+	defer cancel()
+	for {
+		sts, err := c.Status(ctx, s.clusterID)
+		if err != nil {
+			return err
+		}
+		if len(sts) == 1 && sts[0].CommitIndex >= index {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the logger holds committed entries up to %v, not the snapshot's %d", commitIndexes(sts), index)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
