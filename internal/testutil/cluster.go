@@ -386,7 +386,7 @@ func (c *Cluster) RestartMembers(idx ...int) {
 
 // sourceOf names the member whose process dialed a proxied connection, ""
 // if none of the running members did. Proxies call it on their goroutines.
-func (c *Cluster) sourceOf(remote net.Addr) string {
+func (c *Cluster) sourceOf(accepted net.Conn) string {
 	c.members.Lock()
 	list := c.members.list
 	c.members.Unlock()
@@ -403,7 +403,7 @@ func (c *Cluster) sourceOf(remote net.Addr) string {
 	// look again before giving up (a dialer that is no member, such as a
 	// test's client, is never found).
 	for range 3 {
-		if pid, ok := socketOwner(remote, pids); ok {
+		if pid, ok := socketOwner(accepted, pids); ok {
 			return byPid[pid]
 		}
 	}

@@ -36,15 +36,15 @@ type Proxy struct {
 		closed     bool
 		conns      map[net.Conn]forwarded // both sides of every forwarded connection
 		blocked    map[string]bool        // sources refused (BlockSource)
-		sourceOf   func(net.Addr) string
+		sourceOf   func(accepted net.Conn) string
 	}
 }
 
 // forwarded is one side of a forwarded connection: who dialed it and from
 // where, so that a source not named at accept can be named later.
 type forwarded struct {
-	source string   // the dialer's name, "" while unknown
-	dialer net.Addr // the dialer's address, as the proxy accepted it
+	source   string   // the dialer's name, "" while unknown
+	accepted net.Conn // the proxy's end of the dialer's connection
 }
 
 // NewProxy listens on a free loopback port and forwards to target
@@ -109,7 +109,7 @@ func (p *Proxy) Heal() {
 // SetSourceOf names the dialer of each accepted connection (e.g. the
 // member whose process holds the other end); BlockSource uses the names.
 // Without it every source is "".
-func (p *Proxy) SetSourceOf(f func(remote net.Addr) string) {
+func (p *Proxy) SetSourceOf(f func(accepted net.Conn) string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.mu.sourceOf = f
@@ -133,7 +133,7 @@ func (p *Proxy) BlockSource(source string) {
 	p.mu.blocked[source] = true
 	for c, f := range p.mu.conns {
 		if f.source == "" && p.mu.sourceOf != nil {
-			f.source = p.mu.sourceOf(f.dialer)
+			f.source = p.mu.sourceOf(f.accepted)
 			p.mu.conns[c] = f
 		}
 		if f.source == source || f.source == "" {
@@ -193,11 +193,11 @@ func (p *Proxy) acceptLoop() {
 
 // forward dials the target for one accepted connection and copies both
 // ways until either side ends or Blackhole closes them.
-func (p *Proxy) forward(in net.Conn, sourceOf func(net.Addr) string) {
+func (p *Proxy) forward(in net.Conn, sourceOf func(net.Conn) string) {
 	defer p.wg.Done()
 	source := ""
 	if sourceOf != nil {
-		source = sourceOf(in.RemoteAddr())
+		source = sourceOf(in)
 	}
 	out, err := net.Dial("tcp", p.target)
 	if err != nil {
@@ -238,7 +238,7 @@ func (p *Proxy) track(in, out net.Conn, source string) bool {
 	if p.mu.blackholed || p.mu.closed || p.mu.blocked[source] || unnamedWhileBlocking {
 		return false
 	}
-	f := forwarded{source: source, dialer: in.RemoteAddr()}
+	f := forwarded{source: source, accepted: in}
 	p.mu.conns[in] = f
 	p.mu.conns[out] = f
 	return true

@@ -3,9 +3,11 @@ package testutil
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,7 +123,7 @@ func TestProxyBlockSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every connection from this test is "a": what BlockSource matches.
-	p.SetSourceOf(func(net.Addr) string { return "a" })
+	p.SetSourceOf(func(net.Conn) string { return "a" })
 	p.Start()
 	defer p.Close()
 	dial := func() net.Conn {
@@ -165,7 +167,7 @@ func TestProxyBlockSourceResolvesLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	var lookups atomic.Int32
-	p.SetSourceOf(func(net.Addr) string {
+	p.SetSourceOf(func(net.Conn) string {
 		if lookups.Add(1) == 1 {
 			return "" // the first lookup, at accept, finds no owner
 		}
@@ -196,7 +198,7 @@ func TestProxyBlockSourceFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.SetSourceOf(func(net.Addr) string { return "" })
+	p.SetSourceOf(func(net.Conn) string { return "" })
 	p.Start()
 	defer p.Close()
 	dial := func() net.Conn {
@@ -236,12 +238,50 @@ func TestSocketOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	// The accepting side sees the dialer's address as remote; the dialer
-	// is this process.
-	if pid, ok := socketOwner(c.LocalAddr(), []int{os.Getpid()}); !ok || pid != os.Getpid() {
-		t.Errorf("socketOwner(%v) = %d, %v; want %d, true", c.LocalAddr(), pid, ok, os.Getpid())
+	accepted, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, ok := socketOwner(c.LocalAddr(), []int{1 << 30}); ok {
+	defer accepted.Close()
+	// The dialer, the holder of accepted's other end, is this process.
+	if pid, ok := socketOwner(accepted, []int{os.Getpid()}); !ok || pid != os.Getpid() {
+		t.Errorf("socketOwner(%v) = %d, %v; want %d, true", accepted.RemoteAddr(), pid, ok, os.Getpid())
+	}
+	if _, ok := socketOwner(accepted, []int{1 << 30}); ok {
 		t.Error("socketOwner found the socket in a process that does not exist")
+	}
+}
+
+// TestSocketInode reads tables in /proc/net/tcp's format. The dialer's
+// address alone does not name a socket: the CI run that failed
+// TestSocketOwner found its port first on a TIME_WAIT line (inode 0) of an
+// earlier connection, and Linux gives one ephemeral port to connections
+// with different destinations.
+func TestSocketInode(t *testing.T) {
+	const header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+	line := func(local, remote, state, inode string) string {
+		return fmt.Sprintf("   0: %s %s %s 00000000:00000000 00:00000000 00000000  1000        0 %s 1 0000000000000000 20 4 30 10 -1\n", local, remote, state, inode)
+	}
+	dialer := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 0xEBBC}
+	proxy := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 0x9C41}
+	const d, p, o = "0100007F:EBBC", "0100007F:9C41", "0100007F:1F90"
+	for _, tc := range []struct {
+		name  string
+		table string
+		want  string
+	}{
+		{"only the socket", line(d, p, "01", "4242"), "4242"},
+		{"after a TIME_WAIT from the same port", line(d, o, "06", "0") + line(d, p, "01", "4242"), "4242"},
+		{"after a live socket from the same port to elsewhere", line(d, o, "01", "777") + line(d, p, "01", "4242"), "4242"},
+		{"the same ends in TIME_WAIT only", line(d, p, "06", "0"), ""},
+		{"the other direction", line(p, d, "01", "555"), ""},
+		{"absent", line(o, p, "01", "555"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := socketInode(strings.NewReader(header+tc.table), dialer, proxy)
+			if err != nil || got != tc.want {
+				t.Errorf("socketInode = %q, %v; want %q", got, err, tc.want)
+			}
+		})
 	}
 }
