@@ -136,6 +136,16 @@ type Config struct {
 	// CatchUpEntries are kept in the log below the durable index so that a
 	// slightly slow follower catches up from the log, not a snapshot.
 	CatchUpEntries uint64
+	// SnapshotBytes and CatchUpBytes are SnapshotCount and CatchUpEntries
+	// in bytes of entries: a flush and truncation also start once
+	// SnapshotBytes+CatchUpBytes were appended past the last truncation
+	// (and SnapshotBytes past the last flush), and the margin kept below
+	// the durable index is at most CatchUpBytes (but never more entries
+	// than CatchUpEntries). Without them a log of large entries (a bulk
+	// load's batches) grows to 15,000 of them, hundreds of MiB, before it
+	// is truncated (docs/bench/REPORT.md, "Where the disk after a load
+	// goes"). 0 means DefaultSnapshotBytes and DefaultCatchUpBytes.
+	SnapshotBytes, CatchUpBytes uint64
 	// MaxSizePerMsg and MaxInflightMsgs bound replication traffic.
 	MaxSizePerMsg   uint64
 	MaxInflightMsgs int
@@ -233,6 +243,7 @@ type Node struct {
 	// before they are applied.
 	pendingUntil uint64
 	compactedTo  uint64 // log compacted up to here
+	logSize      logSize
 	flushing     bool
 	// flushedAt is the applied index when the last flush started: a
 	// truncation held back by LogKeepers waits SnapshotCount more applied
@@ -259,6 +270,12 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.SnapshotCount == 0 {
 		cfg.SnapshotCount = 10000
+	}
+	if cfg.SnapshotBytes == 0 {
+		cfg.SnapshotBytes = DefaultSnapshotBytes
+	}
+	if cfg.CatchUpBytes == 0 {
+		cfg.CatchUpBytes = DefaultCatchUpBytes
 	}
 	if cfg.MaxSizePerMsg == 0 {
 		cfg.MaxSizePerMsg = 1 << 20
@@ -629,6 +646,7 @@ func (n *Node) handleReady(ctx context.Context) error {
 			n.persistedCommit = hs.GetCommit()
 		}
 		if len(rd.Entries) > 0 {
+			n.logSize.appended(rd.Entries)
 			n.lastIdx.Store(rd.Entries[len(rd.Entries)-1].GetIndex())
 			if err := n.forgetPendingSnapshot(); err != nil {
 				return err

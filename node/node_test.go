@@ -88,11 +88,13 @@ type fakeEngine struct {
 	mu      sync.Mutex
 	applied uint64
 	durable uint64
+	flushes []uint64 // the durable index after each Flush
 }
 
 func (e *fakeEngine) Flush() error {
 	e.mu.Lock()
 	e.durable = e.applied
+	e.flushes = append(e.flushes, e.durable)
 	e.mu.Unlock()
 	return nil
 }
@@ -112,11 +114,20 @@ func startNode(t *testing.T, log *memLog, eng *fakeEngine, applied uint64, cs *r
 	if last, _ := log.LastIndex(); last == 0 {
 		peers = []raft.Peer{{ID: 1}}
 	}
-	n, err := New(Config{
-		ID: 1, Peers: peers, Log: log, Engine: eng, Applied: applied, ConfState: cs,
+	return startNodeConfig(t, Config{
+		ID: 1, Peers: peers, Log: log, Applied: applied, ConfState: cs,
 		TickInterval: time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
-		SnapshotCount: snapshotCount, CatchUpEntries: 2, Logger: testLogger(t),
-	})
+		SnapshotCount: snapshotCount, CatchUpEntries: 2,
+	}, eng)
+}
+
+// startNodeConfig is startNode with the whole configuration given; the
+// node's engine is eng, which the applier loop keeps told of what it
+// applied.
+func startNodeConfig(t *testing.T, cfg Config, eng *fakeEngine) (*Node, func(n int) []string) {
+	t.Helper()
+	cfg.Engine, cfg.Logger = eng, testLogger(t)
+	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -209,6 +209,7 @@ func (n *Node) installSnapshot(ctx context.Context, snap *raftpb.Snapshot) error
 	}
 	n.applied = max(n.applied, meta.GetIndex())
 	n.compactedTo = meta.GetIndex()
+	n.logSize.reset()
 	n.firstIdx.Store(meta.GetIndex() + 1)
 	n.lastIdx.Store(meta.GetIndex())
 	n.confHistory = []confAt{{index: meta.GetIndex(), cs: meta.GetConfState()}}

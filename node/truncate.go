@@ -2,9 +2,11 @@ package node
 
 // The log kept short (docs/design.md, durability rule 4): the applier
 // reports its applied index, the node asks the engine to flush once
-// SnapshotCount+CatchUpEntries entries were applied past the last
-// truncation (and SnapshotCount past the last flush), and truncates the raft
-// log up to the durable index the flush reports, less the catch-up margin.
+// SnapshotCount+CatchUpEntries entries, or SnapshotBytes+CatchUpBytes bytes
+// of entries, were applied past the last truncation (and SnapshotCount
+// entries, or SnapshotBytes, past the last flush), and truncates the raft
+// log up to the durable index the flush reports, less the catch-up margin:
+// CatchUpEntries entries, or fewer if they hold more than CatchUpBytes.
 //
 // Log retention for loggers (--logger-retention: Config.LogRetention, the
 // keepers the member names with KeepLogFor as its member list changes, and
@@ -64,8 +66,7 @@ func (n *Node) handleApplied(idx uint64) {
 	if idx > n.applied {
 		n.applied = idx
 	}
-	if n.flushing || n.cfg.Engine == nil || n.applied-n.compactedTo < n.cfg.SnapshotCount+n.cfg.CatchUpEntries ||
-		n.applied-n.flushedAt < n.cfg.SnapshotCount {
+	if n.flushing || n.cfg.Engine == nil || !n.truncationDue() {
 		return
 	}
 	n.flushing = true
@@ -90,13 +91,41 @@ func (n *Node) handleApplied(idx uint64) {
 	}()
 }
 
-// compactLog drops log entries that the engine holds durably, keeping
-// CatchUpEntries below the durable index for followers.
+// DefaultSnapshotBytes and DefaultCatchUpBytes are Config.SnapshotBytes
+// and Config.CatchUpBytes when left 0: with them the log holds at most
+// about 64 MiB of entries past the durable index's margin plus what a
+// flush takes to finish, a few segments, and a restart replays at most
+// about 32 MiB.
+const (
+	DefaultSnapshotBytes = 32 << 20
+	DefaultCatchUpBytes  = 32 << 20
+)
+
+// truncationDue reports whether enough was applied past the last
+// truncation and the last flush, in entries or in bytes, to flush again.
+func (n *Node) truncationDue() bool {
+	c := &n.cfg
+	if n.applied-n.compactedTo >= c.SnapshotCount+c.CatchUpEntries && n.applied-n.flushedAt >= c.SnapshotCount {
+		return true
+	}
+	return n.logSize.between(n.compactedTo, n.applied) >= c.SnapshotBytes+c.CatchUpBytes &&
+		n.logSize.between(n.flushedAt, n.applied) >= c.SnapshotBytes
+}
+
+// compactLog drops log entries that the engine holds durably, keeping a
+// margin below the durable index for followers: CatchUpEntries entries, or
+// fewer if they hold more than CatchUpBytes.
 func (n *Node) compactLog(durable uint64) error {
-	if durable <= n.cfg.CatchUpEntries {
+	var to uint64
+	if durable > n.cfg.CatchUpEntries {
+		to = durable - n.cfg.CatchUpEntries
+	}
+	if byBytes, ok := n.logSize.keepBelow(durable, n.cfg.CatchUpBytes); ok && byBytes > to {
+		to = byBytes
+	}
+	if to == 0 {
 		return nil
 	}
-	to := durable - n.cfg.CatchUpEntries
 	// The engine may be ahead of the log's last index after a snapshot
 	// install (a full snapshot carries the leader's engine past the
 	// snapshot's index): never compact past what the log holds.
@@ -116,11 +145,13 @@ func (n *Node) compactLog(durable uint64) error {
 		// Log compaction into batch files already moved the log's
 		// snapshot point past to (raftlog/compactlog.go).
 		n.compactedTo = to
+		n.logSize.forget(to)
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("compact raft log to %d: %w", to, err)
 	}
 	n.compactedTo = to
+	n.logSize.forget(to)
 	n.firstIdx.Store(to + 1)
 	n.logger.Debug("compacted raft log", zap.Uint64("to", to), zap.Uint64("durable", durable))
 	return nil
