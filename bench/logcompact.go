@@ -335,7 +335,7 @@ type lcLog struct {
 	Segments      int    `json:"segments"`
 	// SegmentCommands and SegmentBytes are the entries above the snapshot
 	// point and the bytes of their frames; SegmentFileBytes the segments'
-	// file sizes (64 MiB each, preallocated).
+	// file sizes (--log-segment-size each, preallocated).
 	SegmentCommands  uint64 `json:"segment_commands"`
 	SegmentBytes     int64  `json:"segment_bytes"`
 	SegmentFileBytes int64  `json:"segment_file_bytes"`

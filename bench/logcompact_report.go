@@ -205,7 +205,7 @@ func (m lcMarkdown) logTables(n int64) {
 		m.p("\n")
 	}
 	m.p("\nBytes (MiB): live is what recovery needs (batch files plus the frames of entries above the snapshot point); ")
-	m.p("disk is what the files occupy, the 64 MiB preallocated segments in full (000 Fig. 13 compares with etcd's WAL, also preallocated in 64 MB files; ")
+	m.p("disk is what the files occupy, the preallocated segments in full (000 Fig. 13 compares with etcd's WAL, also preallocated in 64 MB files; ")
 	m.p("etcd keeps the next file preallocated too).\n\n")
 	m.p("| workload |")
 	for _, b := range modes {
@@ -247,7 +247,7 @@ func (m lcMarkdown) recoveryTables(n int64) {
 	m.p("before the run with the log the run left, so every command of the run is replayed (000's setting: its logs of 10^5 commands). ")
 	m.p("**As crashed**: the files as kill -9 left them; Pebble had flushed part of the run on its own, so only the rest is replayed. ")
 	m.p("strata's breakdown comes from its start-up log lines: opening the raft log (reading and checking every segment, ")
-	m.p("64 MiB preallocated each), reading and decoding batch files, selecting (descending), applying batches, and replaying the ")
+	m.p("preallocated each), reading and decoding batch files, selecting (descending), applying batches, and replaying the ")
 	m.p("remaining entries through raft (which waits for the election). 000's columns are its Read (read the log and propose it), ")
 	m.p("Receive (from the protocol) and Apply.\n\n")
 

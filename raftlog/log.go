@@ -17,8 +17,14 @@ import (
 )
 
 // DefaultSegmentSize is the preallocated size of a segment when
-// Options.SegmentSize is 0.
-const DefaultSegmentSize = 64 << 20
+// Options.SegmentSize is 0. Truncation deletes whole segments, and the
+// active one is preallocated in full, so the log's disk is its live span
+// rounded up to segments plus one: at 16 MiB a log the node keeps within
+// about 64 MiB (node.DefaultSnapshotBytes, DefaultCatchUpBytes) occupies
+// 80 MiB or so, at 64 MiB it occupied 128-192 MiB (docs/bench/REPORT.md,
+// "Where the disk after a load goes"). Segments this size cost the put
+// rows nothing measurable (docs/performance.md).
+const DefaultSegmentSize = 16 << 20
 
 // minSegmentSize keeps tests' tiny segments sane.
 const minSegmentSize = 4 << 10

@@ -21,7 +21,7 @@ type logCompactionFlags struct {
 func (c *logCompactionFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.enabled, "log-compaction", false, "strata: rewrite applied raft log segments as compacted batch files in the background.")
 	fs.StringVar(&c.history, "history", "", "strata: 'latest' lets log compaction drop every superseded write, not only those at or below the compact revision; after a restart or an incremental snapshot, reads at the revisions it dropped are refused as compacted (for clients that never read old revisions).")
-	fs.Int64Var(&c.segmentSize, "log-segment-size", 0, "strata: size of a raft log segment in bytes, the unit of log compaction unless --log-compaction-batch is set (0: 64 MiB).")
+	fs.Int64Var(&c.segmentSize, "log-segment-size", 0, "strata: size of a raft log segment in bytes, the unit of log compaction unless --log-compaction-batch is set (0: 16 MiB).")
 	fs.Uint64Var(&c.batch, "log-compaction-batch", 0, "strata: with --log-compaction, compact every N applied raft entries into one batch file instead of whole sealed segments (0: whole segments).")
 	fs.StringVar(&c.strategy, "recovery-strategy", logcompact.RecoveryNaive, "strata: how start-up replays compacted batches: 'naive' (oldest first, batch by batch) or 'descending' (newest first, the minimal set in one batch).")
 }
