@@ -23,7 +23,7 @@ import (
 // about 64 MiB (node.DefaultSnapshotBytes, DefaultCatchUpBytes) occupies
 // 80 MiB or so, at 64 MiB it occupied 128-192 MiB (docs/bench/REPORT.md,
 // "Where the disk after a load goes"). Segments this size cost the put
-// rows nothing measurable (docs/performance.md).
+// rows nothing measurable (docs/bench/REPORT.md, the same section).
 const DefaultSegmentSize = 16 << 20
 
 // minSegmentSize keeps tests' tiny segments sane.
