@@ -75,6 +75,10 @@ type Config struct {
 	SnapshotCount     uint64
 	// CatchUpEntries are kept in the log below the compaction point.
 	CatchUpEntries uint64
+	// SnapshotBytes and CatchUpBytes are node.Config's: the truncation
+	// schedule in bytes beside SnapshotCount and CatchUpEntries (0: the
+	// node's defaults).
+	SnapshotBytes, CatchUpBytes uint64
 	// The strata logger flags (docs/logger.md): LoggerRetention
 	// (--logger-retention) keeps the raft log until the loggers hold it
 	// (node.Config.LogRetention); LoggerTruncate (--logger-truncate) asks

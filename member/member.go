@@ -268,6 +268,8 @@ func Start(cfg Config) (_ *Member, err error) {
 		HeartbeatTicks: 1,
 		SnapshotCount:  cfg.SnapshotCount,
 		CatchUpEntries: cfg.CatchUpEntries,
+		SnapshotBytes:  cfg.SnapshotBytes,
+		CatchUpBytes:   cfg.CatchUpBytes,
 		DisablePreVote: cfg.DisablePreVote,
 		LogRetention:   cfg.LoggerRetention,
 		MatchedIndex:   caughtUpTo,

@@ -228,6 +228,11 @@ func TestFlagsReachConfig(t *testing.T) {
 				t.Errorf("given certificate not used: %+v", c.TLS.Client)
 			}
 		}},
+		{name: "truncation in bytes", args: []string{"--snapshot-bytes=1048576", "--snapshot-catchup-bytes=2097152"}, check: func(t *testing.T, c member.Config) {
+			if c.SnapshotBytes != 1<<20 || c.CatchUpBytes != 2<<20 {
+				t.Errorf("snapshot bytes %d, catch-up bytes %d", c.SnapshotBytes, c.CatchUpBytes)
+			}
+		}},
 		{name: "3.6 names", args: []string{"--experimental-snapshot-catchup-entries=7", "--experimental-initial-corrupt-check=true", "--experimental-compact-hash-check-enabled"}, check: func(t *testing.T, c member.Config) {
 			if c.CatchUpEntries != 7 || !c.InitialCorruptCheck {
 				t.Errorf("catch-up %d, initial check %v", c.CatchUpEntries, c.InitialCorruptCheck)

@@ -42,6 +42,7 @@ import (
 	"github.com/strata-kv/strata/engine/engines"
 	"github.com/strata-kv/strata/internal/logrotate"
 	"github.com/strata-kv/strata/member"
+	"github.com/strata-kv/strata/node"
 	"github.com/strata-kv/strata/server"
 	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
@@ -100,6 +101,7 @@ type flags struct {
 	quotaBackendBytes                           int64
 	maxRequestBytes, maxTxnOps                  uint
 	snapshotCount, catchUpEntries               uint64
+	snapshotBytes, catchUpBytes                 uint64
 	heartbeatMillis, electionMillis             uint
 	logLevel                                    string
 	version                                     bool
@@ -150,6 +152,8 @@ func newFlagSet(f *flags) *flag.FlagSet {
 	fs.UintVar(&f.maxTxnOps, "max-txn-ops", 128, "Maximum number of operations permitted in a transaction.")
 	fs.Uint64Var(&f.snapshotCount, "snapshot-count", 10000, "Number of applied entries after which the engine is flushed and the raft log compacted.")
 	fs.Uint64Var(&f.catchUpEntries, "snapshot-catchup-entries", 5000, "Number of entries kept in the raft log below the compaction point, for slow followers to catch up from.")
+	fs.Uint64Var(&f.snapshotBytes, "snapshot-bytes", node.DefaultSnapshotBytes, "strata: --snapshot-count in bytes of applied entries: the engine is also flushed and the raft log compacted after this many, once the log holds this plus --snapshot-catchup-bytes past its last compaction.")
+	fs.Uint64Var(&f.catchUpBytes, "snapshot-catchup-bytes", node.DefaultCatchUpBytes, "strata: at most this many bytes of entries are kept below the compaction point (fewer than --snapshot-catchup-entries when those hold more).")
 	fs.UintVar(&f.heartbeatMillis, "heartbeat-interval", 100, "Time (in milliseconds) of a heartbeat interval.")
 	fs.UintVar(&f.electionMillis, "election-timeout", 1000, "Time (in milliseconds) for an election to timeout.")
 	fs.BoolVar(&f.version, "version", false, "Print the version (etcd's format: the etcd API version strata implements, then strata's own line) and exit.")
@@ -482,6 +486,8 @@ func (f *flags) memberConfig() (member.Config, error) {
 		QuotaBackendBytes:           f.quotaBackendBytes,
 		SnapshotCount:               f.snapshotCount,
 		CatchUpEntries:              f.catchUpEntries,
+		SnapshotBytes:               f.snapshotBytes,
+		CatchUpBytes:                f.catchUpBytes,
 		HeartbeatInterval:           time.Duration(f.heartbeatMillis) * time.Millisecond,
 		ElectionTimeout:             time.Duration(f.electionMillis) * time.Millisecond,
 		EngineWAL:                   f.engineWAL,
