@@ -4,8 +4,8 @@ import "go.etcd.io/raft/v3/raftpb"
 
 // logMarkBytes is the granularity of logSize: one mark per this many bytes
 // of appended entries. The truncation schedule it serves counts in tens of
-// MiB, so an error of one mark is noise, and a log of any length costs a
-// few marks per 64 MiB.
+// MiB, so an error of one mark is noise, and the marks cost 16 bytes per
+// MiB of log.
 const logMarkBytes = 1 << 20
 
 // logSize keeps, approximately, how many bytes of entries the log holds
