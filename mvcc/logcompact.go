@@ -64,7 +64,7 @@ func (w *WriteBatch) RecordIndex(index uint64, revBefore int64) error {
 	var v [16]byte
 	binary.BigEndian.PutUint64(v[0:8], uint64(revBefore))
 	binary.BigEndian.PutUint64(v[8:16], uint64(w.st.rev))
-	if err := w.b.Set(indexRevKey(index), v[:]); err != nil {
+	if err := w.setUnread(indexRevKey(index), v[:]); err != nil {
 		return w.fail(fmt.Errorf("record revision of index %d: %w", index, err))
 	}
 	return nil
