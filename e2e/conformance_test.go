@@ -189,6 +189,12 @@ func conformanceSteps() []step {
 		rangeStep("range count_only limit 1", func() *pb.RangeRequest { r := all(); r.CountOnly = true; r.Limit = 1; return r }()),
 		rangeStep("range keys_only", func() *pb.RangeRequest { r := all(); r.KeysOnly = true; return r }()),
 		rangeStep("range keys_only limit 3", func() *pb.RangeRequest { r := all(); r.KeysOnly = true; r.Limit = 3; return r }()),
+		rangeStep("range sorted by key ascending, limit 2", func() *pb.RangeRequest {
+			r := all()
+			r.SortTarget, r.SortOrder, r.Limit = pb.RangeRequest_KEY, pb.RangeRequest_ASCEND, 2
+			return r
+		}()),
+		rangeStep("range sort target value, no order", func() *pb.RangeRequest { r := all(); r.SortTarget = pb.RangeRequest_VALUE; return r }()),
 		rangeStep("range serializable", func() *pb.RangeRequest { r := all(); r.Serializable = true; return r }()),
 		rangeStep("range at old revision 2", &pb.RangeRequest{Key: b("a"), Revision: 2}),
 		rangeStep("range at revision 1 (before any put)", &pb.RangeRequest{Key: b("a"), Revision: 1}),

@@ -133,7 +133,7 @@ func NewAPI(cfg APIConfig) (_ *API, err error) {
 		cluster: NewCluster(b, cfg.Admin),
 	}
 	pb.RegisterAuthServer(a.grpc, authService)
-	pb.RegisterKVServer(a.grpc, NewKV(b, limits))
+	registerKV(a.grpc, NewKV(b, limits))
 	pb.RegisterLeaseServer(a.grpc, a.leases)
 	pb.RegisterWatchServer(a.grpc, NewWatch(b, cfg.Watches, limits))
 	// etcd's v3lock and v3election services, over the member's own KV and

@@ -131,15 +131,28 @@ func fillHeader(b Backend, h **pb.ResponseHeader, rev int64) {
 }
 
 // Range reads keys, linearizably unless the request is serializable.
+// (The gRPC service answers plain ranges with rangeWire: rangewire.go.)
 func (s *KV) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	if err := checkRange(r); err != nil {
+	if err := s.beforeRange(ctx, r); err != nil {
 		return nil, err
 	}
-	if !r.Serializable {
-		if err := s.barrier(ctx); err != nil {
-			return nil, err
-		}
+	return s.readRange(r)
+}
+
+// beforeRange validates r and, unless it is serializable, waits for the
+// read barrier.
+func (s *KV) beforeRange(ctx context.Context, r *pb.RangeRequest) error {
+	if err := checkRange(r); err != nil {
+		return err
 	}
+	if !r.Serializable {
+		return s.barrier(ctx)
+	}
+	return nil
+}
+
+// readRange answers r from the store.
+func (s *KV) readRange(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	resp, err := s.b.Store().Range(r)
 	if err != nil {
 		return nil, toGRPCError(err)

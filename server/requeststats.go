@@ -80,6 +80,9 @@ func statsOf(req, resp any) reqStats {
 	}
 	switch r := req.(type) {
 	case *pb.RangeRequest:
+		if w, ok := resp.(*wireRangeResponse); ok {
+			return reqStats{respCount: w.count, reqSize: size(r), respSize: w.size(), content: r.String()}
+		}
 		out, _ := resp.(*pb.RangeResponse)
 		return reqStats{respCount: out.GetCount(), reqSize: size(r), respSize: size(out), content: r.String()}
 	case *pb.PutRequest:
