@@ -54,29 +54,70 @@ var kvsField = protowire.AppendTag(nil, 2, protowire.BytesType)
 
 // RangeEncoded answers r as Range does, in wire encoding, when r is a
 // plain read of a range at the current revision: a range end, no revision,
-// key order (no sort, or by key ascending), no revision filters, keys and values (not keys_only nor
-// count_only). For any other request it returns ok false and reads
-// nothing; the caller then calls Range. Chunks of chunkBytes (a single
-// larger key gets a chunk of its own) come from pool; on error they are
-// back in it.
+// key order (no sort, or by key ascending), no revision filters, keys and
+// values (not keys_only nor count_only). For any other request it returns
+// ok false and reads nothing; the caller then calls Range. Chunks of
+// chunkBytes (a single larger key gets a chunk of its own) come from pool;
+// on error they are back in it.
 //
 // Safe from any goroutine, as Range.
 func (s *Store) RangeEncoded(r *pb.RangeRequest, pool BufferPool, chunkBytes int) (_ *EncodedRange, ok bool, err error) {
 	// Key order only: with no sort order a sort target other than the key
 	// still sorts, ascending (sortKVs).
 	keyOrder := r.SortTarget == pb.RangeRequest_KEY && r.SortOrder != pb.RangeRequest_DESCEND
-	if len(r.RangeEnd) == 0 || r.Revision != 0 || r.KeysOnly || r.CountOnly || !keyOrder || hasRevisionFilters(r) {
+	if !encodable(r) || !keyOrder || hasRevisionFilters(r) {
 		return nil, false, nil
 	}
+	out, err := s.encodeRange(r, pool, chunkBytes, nil)
+	return out, err == nil, err
+}
+
+// RangeStreamEncoded is RangeStream in wire encoding, for the requests
+// RangeEncoded answers (the sort order and revision filters are the
+// caller's to refuse, as for RangeStream): send gets each chunk of about
+// chunkBytes as an EncodedRange holding one buffer of pool, which it then
+// owns, and last the final chunk, which also holds the revision, count and
+// more (final true). A request it does not answer returns ok false, having
+// sent nothing.
+func (s *Store) RangeStreamEncoded(r *pb.RangeRequest, pool BufferPool, chunkBytes int, send func(chunk *EncodedRange, final bool) error) (ok bool, err error) {
+	if !encodable(r) {
+		return false, nil
+	}
+	out, err := s.encodeRange(r, pool, chunkBytes, func(chunk *[]byte) error {
+		return send(&EncodedRange{Kvs: []*[]byte{chunk}}, false)
+	})
+	if err != nil {
+		return true, err
+	}
+	return true, send(out, true)
+}
+
+// encodable: r reads a range of keys and values at the current revision.
+func encodable(r *pb.RangeRequest) bool {
+	return len(r.RangeEnd) > 0 && r.Revision == 0 && !r.KeysOnly && !r.CountOnly
+}
+
+// encodeRange encodes the keys of r's range at the current revision into
+// chunks of pool. A chunk that is full is handed to full if not nil (which
+// then owns it), else kept in the result; r.Limit keys at most are
+// encoded, and every key is counted.
+func (s *Store) encodeRange(r *pb.RangeRequest, pool BufferPool, chunkBytes int, full func(chunk *[]byte) error) (_ *EncodedRange, err error) {
 	v, snap, err := s.snapshotView()
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	defer snap.Close()
 	out := &EncodedRange{Revision: v.rev}
+	defer func() {
+		if err != nil {
+			for _, c := range out.Kvs {
+				pool.Put(c)
+			}
+		}
+	}()
 	key, end := r.Key, gteRange(r.RangeEnd)
 	if len(end) > 0 && string(end) <= string(key) {
-		return out, true, nil
+		return out, nil
 	}
 	var sent int64
 	// Invariant: the last chunk of out.Kvs, if any, has room up to its
@@ -88,6 +129,13 @@ func (s *Store) RangeEncoded(r *pb.RangeRequest, pool BufferPool, chunkBytes int
 		}
 		need := len(kvsField) + protowire.SizeBytes(len(kv))
 		if n := len(out.Kvs); n == 0 || len(*out.Kvs[n-1])+need > cap(*out.Kvs[n-1]) {
+			if n > 0 && full != nil {
+				c := out.Kvs[n-1]
+				out.Kvs = out.Kvs[:n-1]
+				if err := full(c); err != nil {
+					return err
+				}
+			}
 			c := pool.Get(max(chunkBytes, need))
 			*c = (*c)[:0]
 			out.Kvs = append(out.Kvs, c)
@@ -98,13 +146,10 @@ func (s *Store) RangeEncoded(r *pb.RangeRequest, pool BufferPool, chunkBytes int
 		return nil
 	})
 	if err != nil {
-		for _, c := range out.Kvs {
-			pool.Put(c)
-		}
-		return nil, false, err
+		return nil, err
 	}
 	out.More = r.Limit > 0 && out.Count > r.Limit
-	return out, true, nil
+	return out, nil
 }
 
 // visitCurrentStored is visitCurrent handing fn each live key's KeyValue

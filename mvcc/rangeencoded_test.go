@@ -185,3 +185,88 @@ func TestRangeEncodedCorruptRecord(t *testing.T) {
 		t.Fatalf("%d chunks taken from the pool, %d given back; want several, all back", pool.got, pool.put)
 	}
 }
+
+// TestRangeStreamEncoded: the chunks RangeStreamEncoded sends merge into
+// Range's answer, each before the last within the chunk size, the last
+// with the revision, count and more; a send that fails stops the stream
+// with its error and leaves no chunk out of the pool or the sender's hands.
+func TestRangeStreamEncoded(t *testing.T) {
+	s := openMemStore(t)
+	apply(t, s, func(w *WriteBatch) {
+		for i := range 40 {
+			if _, err := w.Put(&pb.PutRequest{Key: []byte(fmt.Sprintf("k%02d", i)), Value: bytes.Repeat([]byte{'v'}, 50+i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	for _, req := range []*pb.RangeRequest{
+		{Key: []byte("k"), RangeEnd: []byte("l")},
+		{Key: []byte("k"), RangeEnd: []byte("l"), Limit: 7},
+		{Key: []byte("k3"), RangeEnd: []byte{0}},
+		{Key: []byte("x"), RangeEnd: []byte("y")},
+	} {
+		for _, chunkBytes := range []int{1, 300, 1 << 20} {
+			want, err := s.Range(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool := &countingPool{}
+			var got pb.RangeResponse
+			var chunks, finals int
+			ok, err := s.RangeStreamEncoded(req, pool, chunkBytes, func(enc *EncodedRange, final bool) error {
+				chunks++
+				if final {
+					finals++
+					got.Header = &pb.ResponseHeader{Revision: enc.Revision}
+					got.Count, got.More = enc.Count, enc.More
+				} else if len(enc.Kvs) != 1 || enc.Count != 0 || enc.Revision != 0 {
+					t.Fatalf("chunk %d before the last: %d buffers, count %d, revision %d", chunks, len(enc.Kvs), enc.Count, enc.Revision)
+				}
+				for _, p := range enc.Kvs {
+					if _, _, n := protowire.ConsumeField(*p); len(*p) > chunkBytes && n != len(*p) {
+						t.Fatalf("chunk of %d bytes holds several keys, past %d", len(*p), chunkBytes)
+					}
+					if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(*p, &got); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return nil
+			})
+			if !ok || err != nil || finals != 1 {
+				t.Fatalf("%v, chunks of %d: ok %v, err %v, %d final chunks", req, chunkBytes, ok, err, finals)
+			}
+			if !proto.Equal(&got, want) {
+				t.Fatalf("%v, chunks of %d:\n got %v\nwant %v", req, chunkBytes, &got, want)
+			}
+		}
+	}
+
+	pool := &countingPool{}
+	sendErr := errors.New("client gone")
+	handed := 0
+	_, err := s.RangeStreamEncoded(&pb.RangeRequest{Key: []byte("k"), RangeEnd: []byte("l")}, pool, 200, func(enc *EncodedRange, final bool) error {
+		handed += len(enc.Kvs)
+		if handed == 3 {
+			return sendErr
+		}
+		return nil
+	})
+	if !errors.Is(err, sendErr) || handed != 3 || pool.got != handed+pool.put {
+		t.Fatalf("stream whose third send fails: err %v, %d chunks handed over, %d taken, %d given back", err, handed, pool.got, pool.put)
+	}
+
+	for _, req := range []*pb.RangeRequest{
+		{Key: []byte("k1")},
+		{Key: []byte("k"), RangeEnd: []byte("l"), Revision: 2},
+		{Key: []byte("k"), RangeEnd: []byte("l"), KeysOnly: true},
+		{Key: []byte("k"), RangeEnd: []byte("l"), CountOnly: true},
+	} {
+		ok, err := s.RangeStreamEncoded(req, &countingPool{}, 1<<20, func(*EncodedRange, bool) error {
+			t.Fatalf("%v: sent a chunk", req)
+			return nil
+		})
+		if ok || err != nil {
+			t.Fatalf("%v: ok %v, err %v; want ok false", req, ok, err)
+		}
+	}
+}

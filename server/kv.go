@@ -181,7 +181,27 @@ func (s *KV) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingServer[p
 			return err
 		}
 	}
-	err := s.b.Store().RangeStream(r, s.limits.MaxRequestBytes, func(resp *pb.RangeResponse) error {
+	// Keys and values at the current revision: their stored bytes, in
+	// pooled chunks (rangewire.go).
+	ok, err := s.b.Store().RangeStreamEncoded(r, rangeBuffers, s.limits.MaxRequestBytes, func(enc *mvcc.EncodedRange, final bool) error {
+		var h *pb.ResponseHeader
+		if final {
+			h = &pb.ResponseHeader{Revision: enc.Revision}
+			fillHeader(s.b, &h, enc.Revision)
+		}
+		w, err := newWireRangeStreamResponse(h, enc)
+		if err != nil {
+			return err
+		}
+		return stream.SendMsg(w)
+	})
+	if ok {
+		if err != nil {
+			return toGRPCError(err)
+		}
+		return nil
+	}
+	err = s.b.Store().RangeStream(r, s.limits.MaxRequestBytes, func(resp *pb.RangeResponse) error {
 		if resp.Header != nil {
 			fillHeader(s.b, &resp.Header, resp.Header.Revision)
 		}

@@ -18,10 +18,11 @@ import (
 // Range responses sent as the store encoded them
 //
 // A plain range read (a Kubernetes LIST) is answered by the KV service's
-// gRPC Range handler from mvcc.Store.RangeEncoded: the response's kvs
+// gRPC Range handler from mvcc.Store.RangeEncoded, and by RangeStream from
+// mvcc.Store.RangeStreamEncoded: the response's kvs
 // field as the stored KeyValue bytes, copied once, instead of KeyValue
 // structs that gRPC then marshals into a second copy (mvcc/rangeencoded.go
-// says why). The handler returns a wireRangeResponse, which wireCodec, the
+// says why). The handlers send a wireRangeResponse, which wireCodec, the
 // process's "proto" codec, sends as it is; every other message goes to
 // grpc-go's own proto codec. KV.Range, which in-process callers use (the
 // v3lock and v3election services, tests), still returns a RangeResponse.
@@ -35,23 +36,30 @@ const rangeChunkBytes = 1 << 20
 // own, which keeps buffers of rangeChunkBytes.
 var rangeBuffers = mem.DefaultBufferPool()
 
-// wireRangeResponse is a RangeResponse in its wire encoding, in pieces.
+// wireRangeResponse is a RangeResponse in its wire encoding, in pieces, or
+// a RangeStreamResponse holding one.
 type wireRangeResponse struct {
+	// stream, when set, is the RangeStreamResponse's field 1 (tag and
+	// length) that holds the RangeResponse.
+	stream []byte
 	header []byte    // field 1, the ResponseHeader, with its tag and length
 	kvs    []*[]byte // field 2, repeated (mvcc.EncodedRange.Kvs), buffers of rangeBuffers
 	tail   []byte    // fields 3 (more) and 4 (count), when not zero
 	count  int64
 }
 
-// newWireRangeResponse completes enc with the header h.
+// newWireRangeResponse completes enc with the header h (nil: none, a
+// RangeStream chunk before the last).
 func newWireRangeResponse(h *pb.ResponseHeader, enc *mvcc.EncodedRange) (*wireRangeResponse, error) {
-	hb, err := proto.Marshal(h)
-	if err != nil {
-		return nil, fmt.Errorf("encode range response header: %w", err)
-	}
 	w := &wireRangeResponse{kvs: enc.Kvs, count: enc.Count}
-	w.header = protowire.AppendTag(nil, 1, protowire.BytesType)
-	w.header = protowire.AppendBytes(w.header, hb)
+	if h != nil {
+		hb, err := proto.Marshal(h)
+		if err != nil {
+			return nil, fmt.Errorf("encode range response header: %w", err)
+		}
+		w.header = protowire.AppendTag(nil, 1, protowire.BytesType)
+		w.header = protowire.AppendBytes(w.header, hb)
+	}
 	if enc.More {
 		w.tail = protowire.AppendTag(w.tail, 3, protowire.VarintType)
 		w.tail = protowire.AppendVarint(w.tail, 1)
@@ -63,9 +71,21 @@ func newWireRangeResponse(h *pb.ResponseHeader, enc *mvcc.EncodedRange) (*wireRa
 	return w, nil
 }
 
+// newWireRangeStreamResponse is newWireRangeResponse inside a
+// RangeStreamResponse.
+func newWireRangeStreamResponse(h *pb.ResponseHeader, enc *mvcc.EncodedRange) (*wireRangeResponse, error) {
+	w, err := newWireRangeResponse(h, enc)
+	if err != nil {
+		return nil, err
+	}
+	inner := w.size()
+	w.stream = protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.BytesType), uint64(inner))
+	return w, nil
+}
+
 // size returns the length of the encoded response.
 func (w *wireRangeResponse) size() int {
-	n := len(w.header) + len(w.tail)
+	n := len(w.stream) + len(w.header) + len(w.tail)
 	for _, c := range w.kvs {
 		n += len(*c)
 	}
@@ -76,8 +96,13 @@ func (w *wireRangeResponse) size() int {
 // frees each once it is written, which returns the chunks of the keys to
 // rangeBuffers.
 func (w *wireRangeResponse) buffers() mem.BufferSlice {
-	out := make(mem.BufferSlice, 0, len(w.kvs)+2)
-	out = append(out, mem.SliceBuffer(w.header))
+	out := make(mem.BufferSlice, 0, len(w.kvs)+3)
+	if len(w.stream) > 0 {
+		out = append(out, mem.SliceBuffer(w.stream))
+	}
+	if len(w.header) > 0 {
+		out = append(out, mem.SliceBuffer(w.header))
+	}
 	for _, c := range w.kvs {
 		out = append(out, mem.NewBuffer(c, rangeBuffers))
 	}
