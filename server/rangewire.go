@@ -19,10 +19,9 @@ import (
 //
 // A plain range read (a Kubernetes LIST) is answered by the KV service's
 // gRPC Range handler from mvcc.Store.RangeEncoded, and by RangeStream from
-// mvcc.Store.RangeStreamEncoded: the response's kvs
-// field as the stored KeyValue bytes, copied once, instead of KeyValue
-// structs that gRPC then marshals into a second copy (mvcc/rangeencoded.go
-// says why). The handlers send a wireRangeResponse, which wireCodec, the
+// mvcc.Store.RangeStreamEncoded: the response's kvs field as the stored
+// KeyValue bytes, copied once, instead of KeyValue structs that gRPC then
+// marshals into a second copy (mvcc/rangeencoded.go says why). The handlers send a wireRangeResponse, which wireCodec, the
 // process's "proto" codec, sends as it is; every other message goes to
 // grpc-go's own proto codec. KV.Range, which in-process callers use (the
 // v3lock and v3election services, tests), still returns a RangeResponse.
@@ -115,8 +114,8 @@ func (w *wireRangeResponse) buffers() mem.BufferSlice {
 // wireCodec is grpc-go's proto codec, except that it sends a
 // wireRangeResponse's pieces as they are. It is registered in place of the
 // proto codec for the whole process, so it sees what every gRPC client and
-// server of strata sends; only the KV service's Range handler makes a
-// wireRangeResponse.
+// server of strata sends; only the KV service's Range and RangeStream
+// handlers make a wireRangeResponse.
 type wireCodec struct{ proto encoding.CodecV2 }
 
 func init() {
