@@ -151,13 +151,21 @@ func BenchmarkApplyPutLoaded(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		key  func(r *rand.Rand) []byte
+		zipf bool // key is drawn from a Zipf distribution over the loaded keys
 	}{
 		// Odd numbers were never loaded.
 		{name: "new", key: func(r *rand.Rand) []byte { return binary.BigEndian.AppendUint64([]byte("k"), r.Uint64()|1) }},
 		{name: "existing", key: func(r *rand.Rand) []byte { return key(r.Uint64N(loadedKeys)) }},
+		// YCSB's update mix: a few hot keys, written again and again, so
+		// their versions sit in the memtables and in flushed tables too.
+		{name: "zipfian", zipf: true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(1, 2))
+			if bc.zipf {
+				z := rand.NewZipf(rng, 1.01, 1, loadedKeys-1)
+				bc.key = func(*rand.Rand) []byte { return key(z.Uint64()) }
+			}
 			const perBatch = 100
 			b.ReportAllocs()
 			for b.Loop() {
