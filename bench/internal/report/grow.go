@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -200,18 +201,18 @@ func GrowMarkdown(rep *GrowReport) string {
 		"end of the interval; CPU is its user+system time in the interval, 100% per core.\n")
 
 	b.WriteString("\n## Summary\n\n")
-	b.WriteString("| server | stop | keys | errors | seconds | writes/s | p50 ms | p99 ms | max ms | disk at start MiB | disk MiB | files MiB | disk bytes/key | first interval writes/s | last full interval writes/s | max interval p99 ms | max RSS MiB |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| server | stop | keys | errors | seconds | writes/s | p50 ms | p99 ms | max ms | disk at start MiB | disk MiB | files MiB | disk bytes/key | first tenth writes/s | last tenth writes/s | last/first | max interval p99 ms | max RSS MiB |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rep.Runs {
-		var first, last, maxP99 float64
+		var first, last, ratio, maxP99 float64
 		var maxRSS int64
-		for i, s := range r.Samples {
-			if i == 0 {
-				first = s.Throughput
+		if tenths := GrowTenths(r.Samples, st.IntervalSeconds); len(tenths) > 0 {
+			first, last = tenths[0].Throughput, tenths[len(tenths)-1].Throughput
+			if first > 0 {
+				ratio = last / first
 			}
-			if s.IntervalSeconds >= 0.9*st.IntervalSeconds {
-				last = s.Throughput
-			}
+		}
+		for _, s := range r.Samples {
 			maxP99 = math.Max(maxP99, s.P99)
 			maxRSS = max(maxRSS, s.RSSBytes)
 		}
@@ -222,10 +223,19 @@ func GrowMarkdown(rep *GrowReport) string {
 		if r.Keys > 0 {
 			perKey = float64(r.DataDirBytes) / float64(r.Keys)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %.1f | %.0f | %.2f | %.2f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.2f | %.0f |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %.1f | %.0f | %.2f | %.2f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.2f | %.2f | %.0f |\n",
 			r.Server, r.Stop, r.Keys, r.Errors, r.Seconds, tput, r.Latency.P50, r.Latency.P99, r.Latency.Max,
 			float64(r.InitialDataDirBytes)/mib, float64(r.DataDirBytes)/mib, float64(r.DataDirApparentBytes)/mib, perKey,
-			first, last, maxP99, float64(maxRSS)/mib)
+			first, last, ratio, maxP99, float64(maxRSS)/mib)
+	}
+	b.WriteString("\nA tenth is a tenth of the run's full-length intervals, in time order; its writes/s and p99 are the " +
+		"medians of its intervals. Per tenth, writes/s / p99 ms (keys at its end):\n\n")
+	for _, r := range rep.Runs {
+		fmt.Fprintf(&b, "- %s:", r.Server)
+		for _, t := range GrowTenths(r.Samples, st.IntervalSeconds) {
+			fmt.Fprintf(&b, " %.0f / %.1f (%d);", t.Throughput, t.P99, t.Keys)
+		}
+		b.WriteString("\n")
 	}
 	for _, r := range rep.Runs {
 		if r.Err != "" {
@@ -251,6 +261,51 @@ func GrowMarkdown(rep *GrowReport) string {
 		}
 	}
 	return b.String()
+}
+
+// GrowTenth is one tenth of a growth run's full-length intervals, by time.
+type GrowTenth struct {
+	// Keys is the key count at the end of the tenth's last interval.
+	Keys int64
+	// Throughput and P99 are the medians of the tenth's intervals.
+	Throughput, P99 float64
+}
+
+// GrowTenths splits the samples whose interval lasted at least 90% of
+// interval seconds (the last, shorter one is left out) into ten groups of
+// consecutive samples, as equal as the count allows, and gives each
+// group's medians: the run's flatness, without letting one interval
+// decide it (the first is a burst into empty memtables and caches). With
+// fewer than ten such samples, each is its own group.
+func GrowTenths(samples []GrowSample, interval float64) []GrowTenth {
+	var full []GrowSample
+	for _, s := range samples {
+		if s.IntervalSeconds >= 0.9*interval {
+			full = append(full, s)
+		}
+	}
+	groups := min(10, len(full))
+	out := make([]GrowTenth, 0, groups)
+	for g := range groups {
+		part := full[g*len(full)/groups : (g+1)*len(full)/groups]
+		tput := make([]float64, len(part))
+		p99 := make([]float64, len(part))
+		for i, s := range part {
+			tput[i], p99[i] = s.Throughput, s.P99
+		}
+		out = append(out, GrowTenth{Keys: part[len(part)-1].Keys, Throughput: median(tput), P99: median(p99)})
+	}
+	return out
+}
+
+// median of xs (not empty); xs is reordered.
+func median(xs []float64) float64 {
+	sort.Float64s(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
 // PlotGrow draws throughput and p99 latency per interval, one line per
