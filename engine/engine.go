@@ -53,6 +53,10 @@ type Iterator interface {
 // the batch's own writes on top of the engine's committed state, so that
 // several requests applied in one batch see each other's effects.
 //
+// Set, Delete and DeleteRange copy their arguments: the caller may reuse
+// them as soon as the call returns (mvcc encodes each put's rows into
+// buffers it reuses). WriteOnlyBatch's do the same.
+//
 // Concurrency: a Batch is used by one goroutine at a time.
 type Batch interface {
 	Reader

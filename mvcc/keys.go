@@ -54,7 +54,11 @@ func prefixEnd(p string) []byte {
 }
 
 func currentKey(key []byte) []byte {
-	return append([]byte(prefixCurrent), key...)
+	return appendCurrentKey(make([]byte, 0, len(prefixCurrent)+len(key)), key)
+}
+
+func appendCurrentKey(b, key []byte) []byte {
+	return append(append(b, prefixCurrent...), key...)
 }
 
 // currentMoved starts a current record whose version is not in history
@@ -76,13 +80,12 @@ type current struct {
 	moved bool
 }
 
-// encodeMoved is the mc record of a version written by a Put at
+// appendMoved appends the mc record of kv, a version written by a Put at
 // sub-revision sub: currentMoved, sub as a uvarint, the KeyValue.
-func encodeMoved(sub int64, enc []byte) []byte {
-	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(enc))
+func appendMoved(b []byte, sub int64, kv *mvccpb.KeyValue) []byte {
 	b = append(b, currentMoved)
 	b = binary.AppendUvarint(b, uint64(sub))
-	return append(b, enc...)
+	return appendKV(b, kv)
 }
 
 // decodeCurrent decodes an mc record, moved or copied. enc aliases b.
@@ -196,7 +199,10 @@ func parseHistoryKey(k []byte) (key []byte, main, sub int64, err error) {
 }
 
 func revKey(main, sub int64) []byte {
-	b := make([]byte, 0, len(prefixRev)+16)
+	return appendRevKey(make([]byte, 0, len(prefixRev)+16), main, sub)
+}
+
+func appendRevKey(b []byte, main, sub int64) []byte {
 	b = append(b, prefixRev...)
 	b = binary.BigEndian.AppendUint64(b, uint64(main))
 	return binary.BigEndian.AppendUint64(b, uint64(sub))
@@ -211,11 +217,15 @@ func parseRevKey(k []byte) (main, sub int64, err error) {
 }
 
 func revValue(tombstone bool, key []byte) []byte {
+	return appendRevValue(make([]byte, 0, 1+len(key)), tombstone, key)
+}
+
+func appendRevValue(b []byte, tombstone bool, key []byte) []byte {
 	flag := byte(revPut)
 	if tombstone {
 		flag = revTombstone
 	}
-	return append([]byte{flag}, key...)
+	return append(append(b, flag), key...)
 }
 
 func parseRevValue(v []byte) (tombstone bool, key []byte, err error) {

@@ -9,7 +9,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/engine"
 )
@@ -234,10 +233,7 @@ func (w *WriteBatch) SetKeyState(c KeyChange) error {
 	if err != nil {
 		return w.fail(err)
 	}
-	p, err := prepareKeyState(c, cur)
-	if err != nil {
-		return w.fail(err)
-	}
+	p := prepareKeyState(c, cur)
 	return w.SetPreparedKeyState(&p)
 }
 
@@ -262,15 +258,12 @@ type PreparedKeyState struct {
 
 // prepareKeyState prepares c over cur, the key's current record before it
 // (nil: none, or a version prepared before c).
-func prepareKeyState(c KeyChange, cur *current) (PreparedKeyState, error) {
+func prepareKeyState(c KeyChange, cur *current) PreparedKeyState {
 	kv := c.KV
 	if kv == nil {
 		kv = &mvccpb.KeyValue{Key: c.Key}
 	}
-	enc, err := proto.Marshal(kv)
-	if err != nil {
-		return PreparedKeyState{}, fmt.Errorf("encode key %q: %w", c.Key, err)
-	}
+	enc := appendKV(make([]byte, 0, kvSize(kv)), kv)
 	p := PreparedKeyState{change: c, enc: enc}
 	if cur != nil {
 		p.prevLease = cur.kv.Lease
@@ -278,7 +271,7 @@ func prepareKeyState(c KeyChange, cur *current) (PreparedKeyState, error) {
 			p.move = cur
 		}
 	}
-	return p, nil
+	return p
 }
 
 // minParallelPrepare is the number of changes below which PrepareKeyStates
@@ -322,11 +315,7 @@ func (s *Store) PrepareKeyStates(changes []KeyChange, workers int) ([]PreparedKe
 						return
 					}
 				}
-				p, err := prepareKeyState(c, cur)
-				if err != nil {
-					errs[worker] = err
-					return
-				}
+				p := prepareKeyState(c, cur)
 				if seen {
 					p.prevLease = prev
 				}

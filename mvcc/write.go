@@ -8,7 +8,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/strata-kv/strata/engine"
 )
@@ -53,6 +52,10 @@ type WriteBatch struct {
 	// snapshots or their own batches after the commit; the one write batch
 	// that reads mi (ForgetIndexRevisions) writes nothing here.
 	unread engine.WriteOnlyBatch
+
+	// scratchKey and scratchValue hold a put's encoded rows while they
+	// are written: every engine's Set copies its arguments (engine.Batch).
+	scratchKey, scratchValue []byte
 }
 
 // Write starts an apply batch, whose Puts may attach keys to the leases
@@ -107,22 +110,24 @@ func (w *WriteBatch) put(key, value []byte, lease int64) error {
 	if err != nil {
 		return err
 	}
-	kv := &mvccpb.KeyValue{Key: key, Value: value, CreateRevision: main, ModRevision: main, Version: 1, Lease: lease}
+	kv := mvccpb.KeyValue{Key: key, Value: value, CreateRevision: main, ModRevision: main, Version: 1, Lease: lease}
 	if prev != nil {
 		kv.CreateRevision = prev.kv.CreateRevision
 		kv.Version = prev.kv.Version + 1
 	}
-	enc, err := proto.Marshal(kv)
-	if err != nil {
-		return fmt.Errorf("encode key %q: %w", key, err)
-	}
 	if err := w.moveToHistory(prev); err != nil {
 		return fmt.Errorf("put %q: %w", key, err)
 	}
-	if err := w.b.Set(currentKey(key), encodeMoved(w.sub, enc)); err != nil {
+	// The engine batches copy what they are given: the scratch buffers
+	// are free again once a write returns.
+	w.scratchKey = appendCurrentKey(w.scratchKey[:0], key)
+	w.scratchValue = appendMoved(w.scratchValue[:0], w.sub, &kv)
+	if err := w.b.Set(w.scratchKey, w.scratchValue); err != nil {
 		return fmt.Errorf("put %q: %w", key, err)
 	}
-	if err := w.setUnread(revKey(main, w.sub), revValue(false, key)); err != nil {
+	w.scratchKey = appendRevKey(w.scratchKey[:0], main, w.sub)
+	w.scratchValue = appendRevValue(w.scratchValue[:0], false, key)
+	if err := w.setUnread(w.scratchKey, w.scratchValue); err != nil {
 		return fmt.Errorf("put %q: %w", key, err)
 	}
 	if prev != nil && prev.kv.Lease != 0 && prev.kv.Lease != lease {
@@ -161,10 +166,8 @@ func (w *WriteBatch) moveToHistory(prev *current) error {
 func (w *WriteBatch) del(prev *current) error {
 	main := w.st.rev + 1
 	key := prev.kv.Key
-	enc, err := proto.Marshal(&mvccpb.KeyValue{Key: key})
-	if err != nil {
-		return fmt.Errorf("encode tombstone %q: %w", key, err)
-	}
+	tomb := &mvccpb.KeyValue{Key: key}
+	enc := appendKV(make([]byte, 0, kvSize(tomb)), tomb)
 	if err := w.moveToHistory(prev); err != nil {
 		return fmt.Errorf("delete %q: %w", key, err)
 	}
