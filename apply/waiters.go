@@ -1,6 +1,11 @@
 package apply
 
-import "sync"
+import (
+	"bytes"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
 
 // Waiters is where clients wait for the results of the requests they
 // proposed, by request ID. The proposer registers a request before it
@@ -15,22 +20,59 @@ import "sync"
 // Safe for concurrent use.
 type Waiters struct {
 	mu      sync.Mutex
-	waiting map[uint64]chan Result // request ID -> its client's channel; guarded by mu
+	waiting map[uint64]waiter // request ID -> its client; guarded by mu
+}
+
+// waiter is a client waiting for its request's result: the channel it
+// reads, and for a request registered with RegisterRequest the request
+// and the bytes proposed for it.
+type waiter struct {
+	c    chan Result
+	req  *pb.InternalRaftRequest
+	data []byte
 }
 
 // NewWaiters returns an empty registry.
 func NewWaiters() *Waiters {
-	return &Waiters{waiting: map[uint64]chan Result{}}
+	return &Waiters{waiting: map[uint64]waiter{}}
 }
 
 // Register returns the channel on which the result of the request with
 // this ID will be delivered once applied. Call it before proposing.
 func (w *Waiters) Register(id uint64) <-chan Result {
-	c := make(chan Result, 1)
+	return w.register(id, waiter{c: make(chan Result, 1)})
+}
+
+// RegisterRequest is Register for a request proposed as data, its
+// encoding. The applier of this member may apply req itself, in place of
+// decoding the entry, when the entry holds exactly data (Applied
+// requests: the leader decodes nothing it proposed).
+//
+// Invariant (the caller's): req is not changed from here on, by the
+// caller or anyone it hands req to; the applier only reads it.
+func (w *Waiters) RegisterRequest(id uint64, req *pb.InternalRaftRequest, data []byte) <-chan Result {
+	return w.register(id, waiter{c: make(chan Result, 1), req: req, data: data})
+}
+
+func (w *Waiters) register(id uint64, wt waiter) <-chan Result {
 	w.mu.Lock()
-	w.waiting[id] = c
+	w.waiting[id] = wt
 	w.mu.Unlock()
-	return c
+	return wt.c
+}
+
+// proposed returns the request registered under id if its encoding is
+// data, byte for byte: then decoding data would give an equal request. It
+// returns nil otherwise (another member proposed it, its client gave up,
+// or the entry is not what was proposed).
+func (w *Waiters) proposed(id uint64, data []byte) *pb.InternalRaftRequest {
+	w.mu.Lock()
+	wt, ok := w.waiting[id]
+	w.mu.Unlock()
+	if !ok || wt.req == nil || !bytes.Equal(wt.data, data) {
+		return nil
+	}
+	return wt.req
 }
 
 // Cancel forgets a registered request whose client gave up.
@@ -55,8 +97,8 @@ func (w *Waiters) answer(answers []answer) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, ans := range answers {
-		if c, ok := w.waiting[ans.id]; ok {
-			c <- ans.result
+		if wt, ok := w.waiting[ans.id]; ok {
+			wt.c <- ans.result
 			delete(w.waiting, ans.id)
 		}
 	}

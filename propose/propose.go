@@ -96,7 +96,9 @@ func (p *Proposer) Propose(ctx context.Context, req *pb.InternalRaftRequest) (_ 
 	if err != nil {
 		return apply.Result{}, fmt.Errorf("encode request: %w", err)
 	}
-	resc := p.cfg.Waiters.Register(id)
+	// req is not changed after this: the applier may apply it in place of
+	// the entry's bytes (Waiters.RegisterRequest).
+	resc := p.cfg.Waiters.RegisterRequest(id, req, data)
 	if err := p.cfg.Raft.Propose(ctx, data); err != nil {
 		p.cfg.Waiters.Cancel(id)
 		return apply.Result{}, err
