@@ -79,6 +79,10 @@ func New(cfg Config) *Proposer { return &Proposer{cfg: cfg} }
 // result's Err is the state machine's answer (a compacted revision, a
 // missing lease); the returned error says the request did not get one
 // (refused by the quota, not proposed, ctx ended, member stopped).
+//
+// Propose sets req's header. The caller must not change req from the
+// call on, even after it returns: the applier may be reading it
+// (Waiters.RegisterRequest).
 func (p *Proposer) Propose(ctx context.Context, req *pb.InternalRaftRequest) (_ apply.Result, err error) {
 	if p.cfg.Metrics != nil {
 		done := p.cfg.Metrics.ProposalStarted()
