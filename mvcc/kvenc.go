@@ -10,7 +10,8 @@ import (
 // unknown fields), without the reflection and the allocation of a
 // marshal. Every put encodes its version once, and a profile of a bulk
 // load put proto.Marshal at 3.6% of the server's CPU
-// (docs/bench/performance.md, "Versions encoded by hand").
+// (docs/bench/performance.md, "Versions encoded by hand, requests decoded
+// once").
 // TestAppendKVMatchesMarshal and FuzzAppendKV hold it to proto.Marshal.
 func appendKV(b []byte, kv *mvccpb.KeyValue) []byte {
 	if len(kv.Key) > 0 {
