@@ -45,8 +45,8 @@ func (w *Waiters) Register(id uint64) <-chan Result {
 
 // RegisterRequest is Register for a request proposed as data, its
 // encoding. The applier of this member may apply req itself, in place of
-// decoding the entry, when the entry holds exactly data (Applied
-// requests: the leader decodes nothing it proposed).
+// decoding the entry, when the entry holds exactly data: a member decodes
+// none of the requests its own clients proposed (Applier.request).
 //
 // Invariant (the caller's): req is not changed from here on, by the
 // caller or anyone it hands req to; the applier only reads it.
