@@ -394,16 +394,16 @@ func replayFrame(m *memState, seg *segment, off int64, typ byte, payload []byte)
 			m.compact(st.snapIndex, st.snapTerm, st.cs)
 		}
 	case frameBatch:
-		// The payload buffer is reused by the scanner: copy what the tail
-		// may keep.
-		b, err := decodeBatchPayload(append([]byte(nil), payload...))
+		// The entries alias payload, a buffer the scanner reuses: recovery
+		// keeps their positions, not their data (memState.replayEntries).
+		b, err := decodeBatchPayload(payload)
 		if err != nil {
 			return err
 		}
 		if b.hasHS {
 			m.hs = b.hs
 		}
-		m.appendEntries(b.entries, seg, off)
+		m.replayEntries(b.entries, seg, off)
 		seg.frames++
 		seg.entries += len(b.entries)
 		if n := len(b.entries); n > 0 {

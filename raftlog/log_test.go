@@ -291,6 +291,17 @@ func TestEntriesFromDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	// Recovery keeps positions, not data: every read comes from disk.
+	if n := len(l.mu.mem.tail); n != 0 {
+		t.Fatalf("tail holds %d entries after Open, want none", n)
+	}
+	checkLog(t, l, 0, 0, want, hardState{})
+	// Appends after Open fill the tail again.
+	mustAppend(t, l, ents(161, 165, 2), nil)
+	want = append(want, ents(161, 165, 2)...)
+	if n := len(l.mu.mem.tail); n != 5 {
+		t.Fatalf("tail holds %d entries after an append of 5, want 5", n)
+	}
 	checkLog(t, l, 0, 0, want, hardState{})
 }
 
