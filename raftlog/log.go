@@ -20,8 +20,9 @@ import (
 // Options.SegmentSize is 0. Truncation deletes whole segments, and the
 // active one is preallocated in full, so the log's disk is its live span
 // rounded up to segments plus one: at 16 MiB a log the node keeps within
-// about 64 MiB (node.DefaultSnapshotBytes, DefaultCatchUpBytes) occupies
-// 80 MiB or so, at 64 MiB it occupied 128-192 MiB (docs/bench/REPORT.md,
+// about 16 MiB (node.DefaultSnapshotBytes, DefaultCatchUpBytes) occupied
+// 48 MiB after a 10^6-key load (80 MiB or so when those bounds were 32
+// MiB each), at 64 MiB it occupied 128-192 MiB (docs/bench/REPORT.md,
 // "Where the disk after a load goes"). Segments this size cost the put
 // rows nothing measurable (docs/bench/REPORT.md, the same section).
 const DefaultSegmentSize = 16 << 20
