@@ -357,8 +357,8 @@ func (a *Applier) Run(ctx context.Context, in <-chan node.Committed) error {
 // applier finds dozens of them queued. Merged into one engine batch, 787
 // entries of a bulk load (79,000 puts) made a batch of tens of MiB, grown by
 // copying into fresh memory, and the long copies stalled the collector's
-// attempts to preempt the applier: the replay took 0.78-0.87 s, against
-// 0.39-0.42 s in pieces of 256 KiB (docs/bench/performance.md, "Start-up
+// attempts to preempt the applier: the replay took 0.71-0.87 s, against
+// 0.39-0.56 s in pieces of 256 KiB (docs/bench/performance.md, "Start-up
 // replay in pieces").
 const maxBatchBytes = 256 << 10
 
