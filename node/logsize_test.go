@@ -76,7 +76,7 @@ func TestLogSize(t *testing.T) {
 // counts (SnapshotCount+CatchUpEntries) would do it, and keeps CatchUpBytes
 // below the durable index, not CatchUpEntries. Before the byte bounds, a
 // bulk load's 10,000 entries of 100 puts stayed in the log whole
-// (docs/bench/REPORT.md, "Where the disk after a load goes").
+// (docs/bench/report-20261128.md, "Where the disk after a load goes").
 func TestLogTruncatedByBytes(t *testing.T) {
 	const mib = 1 << 20
 	log := &memLog{MemoryStorage: raft.NewMemoryStorage(), compactions: make(chan uint64, 64)}

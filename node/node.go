@@ -143,7 +143,7 @@ type Config struct {
 	// the durable index is at most CatchUpBytes (but never more entries
 	// than CatchUpEntries). Without them a log of large entries (a bulk
 	// load's batches) grows to 15,000 of them, hundreds of MiB, before it
-	// is truncated (docs/bench/REPORT.md, "Where the disk after a load
+	// is truncated (docs/bench/report-20261128.md, "Where the disk after a load
 	// goes"). 0 means DefaultSnapshotBytes and DefaultCatchUpBytes.
 	SnapshotBytes, CatchUpBytes uint64
 	// MaxSizePerMsg and MaxInflightMsgs bound replication traffic.

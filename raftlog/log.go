@@ -22,9 +22,9 @@ import (
 // rounded up to segments plus one: at 16 MiB a log the node keeps within
 // about 16 MiB (node.DefaultSnapshotBytes, DefaultCatchUpBytes) occupied
 // 48 MiB after a 10^6-key load (80 MiB or so when those bounds were 32
-// MiB each), at 64 MiB it occupied 128-192 MiB (docs/bench/REPORT.md,
+// MiB each), at 64 MiB it occupied 128-192 MiB (docs/bench/report-20261128.md,
 // "Where the disk after a load goes"). Segments this size cost the put
-// rows nothing measurable (docs/bench/REPORT.md, the same section).
+// rows nothing measurable (docs/bench/report-20261128.md, the same section).
 const DefaultSegmentSize = 16 << 20
 
 // minSegmentSize keeps tests' tiny segments sane.
