@@ -124,9 +124,16 @@ func TestApplyLargeBatchInPieces(t *testing.T) {
 			t.Fatalf("put %d: no answer", i+1)
 		}
 	}
-	if got := commits.indexes(); len(got) < 2 || got[len(got)-1] != n {
-		t.Fatalf("commits at %v, want several, the last at %d: the batch of %d bytes was not cut",
-			got, n, entryBytes(entries))
+	// Progress is reported after the answers: wait for the last report.
+	got := commits.indexes()
+	for deadline := time.Now().Add(5 * time.Second); len(got) == 0 || got[len(got)-1] != n; got = commits.indexes() {
+		if time.Now().After(deadline) {
+			t.Fatalf("commits at %v, want the last at %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if len(got) < 2 {
+		t.Fatalf("commits at %v: the batch of %d bytes was applied in one engine batch", got, entryBytes(entries))
 	}
 	cancel()
 	if err := <-done; err != nil {
