@@ -3,9 +3,6 @@ package pebble
 import (
 	"bytes"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -151,68 +148,4 @@ func TestSnapshotInstallSurvivesPowerCut(t *testing.T) {
 			}
 		})
 	}
-}
-
-// A snapshot installed over tables whose values sit in blob files (large
-// values, separatedValueBytes) replaces them exactly, and the result holds
-// through a full compaction and a reopen: the excise must not leave
-// references to blob values of the keys it removed.
-func TestSnapshotInstallOverBlobFiles(t *testing.T) {
-	large := func(s string) string { return strings.Repeat(s, separatedValueBytes) }
-	sender := openMem(t, vfs.NewMem(), Options{})
-	defer sender.Close()
-	for i := uint64(1); i <= 20; i++ {
-		commitKV(t, sender, i, map[string]string{fmt.Sprintf("k%02d", i): large(fmt.Sprint(i % 10))})
-	}
-	fs := vfs.NewMem()
-	receiver := openMem(t, fs, Options{})
-	for i := uint64(1); i <= 30; i++ {
-		commitKV(t, receiver, i, map[string]string{fmt.Sprintf("k%02d", i+5): large("r")})
-	}
-	if err := receiver.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	names, err := fs.List("db")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(names, func(n string) bool { return strings.HasSuffix(n, ".blob") }) {
-		t.Fatal("the receiver's flushed values are not in a blob file")
-	}
-	w, err := receiver.NewSnapshotWriter("snap.sst")
-	if err != nil {
-		t.Fatal(err)
-	}
-	view, err := sender.NewExportView()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer view.Close()
-	if err := view.ForEach(w.Add); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Finish(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := receiver.InstallSnapshot("snap.sst"); err != nil {
-		t.Fatal(err)
-	}
-	want := contents(t, sender)
-	check := func(when string, e *Engine) {
-		t.Helper()
-		if got := contents(t, e); !maps.Equal(got, want) {
-			t.Fatalf("%s the receiver holds %d keys, want the sender's %d (or values differ)", when, len(got), len(want))
-		}
-	}
-	check("after the install", receiver)
-	if err := receiver.CompactAll(); err != nil {
-		t.Fatal(err)
-	}
-	check("after a full compaction", receiver)
-	if err := receiver.Close(); err != nil {
-		t.Fatal(err)
-	}
-	reopened := openMem(t, fs, Options{})
-	defer reopened.Close()
-	check("after a reopen", reopened)
 }
