@@ -40,13 +40,6 @@
 // from the flushed tables alone, skipping the memtable's skiplist.
 // docs/bench/performance.md has the profiles and the measurements.
 //
-// # Large values in blob files
-//
-// Values of 512 bytes or more are separated at flush into blob files, and
-// compactions carry references to them instead of rewriting them; a read of
-// such a value fetches one more block. The bounds and the measurements that
-// chose them are on the constants (separatedValueBytes).
-//
 // # Reserved keys
 //
 // Keys beginning with the byte 0x00 0x00 are reserved for the engine; the
@@ -63,7 +56,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -107,32 +99,6 @@ const (
 	// maxCompactions: a second compaction runs when Pebble finds the debt
 	// high; with two cores, never more.
 	maxCompactions = 2
-
-	// Values of at least separatedValueBytes are written to blob files at
-	// flush, and compactions move a reference to them instead of the value
-	// (Pebble's value separation). Writing 1 KiB random values until the
-	// data reached 2 GiB, it cut what compactions rewrite enough to raise
-	// the write rate by 16-24% and lower p99 by 19-23%, at the same disk
-	// per key; LISTs of 1 KiB values ran as fast or faster
-	// (docs/bench/performance.md, "Large values kept out of compactions").
-	// Smaller values (YCSB's 100 bytes, the bench's 256) stay in the
-	// tables, where a point read needs no second block.
-	separatedValueBytes = 512
-	// maxBlobReferenceDepth bounds how many blob files that overlap in the
-	// key space one table may reference before a compaction rewrites their
-	// values into a new blob file. strata's keys arrive in hashed order, so
-	// every flush's blob file spans the whole key space and overlaps every
-	// table: with Pebble's suggested 10, compactions soon rewrote the
-	// values again and the 2 GiB run gained nothing (12,355 against 12,747
-	// writes/s) while disk per key grew by 16%. The bound is what limits
-	// the blob files one table's reads may touch.
-	maxBlobReferenceDepth = 1000
-	// blobRewriteMinAge and blobGarbageRatio: a blob file at least a
-	// minute old whose values are one-fifth unreferenced (overwritten or
-	// deleted keys, compacted history) is rewritten to give the space
-	// back.
-	blobRewriteMinAge = time.Minute
-	blobGarbageRatio  = 0.2
 )
 
 // Options configure Open.
@@ -235,15 +201,6 @@ func Open(dir string, opts Options) (*Engine, error) {
 	po.MemTableSize = defaultMemTableSize
 	if opts.memTableSize > 0 {
 		po.MemTableSize = opts.memTableSize
-	}
-	po.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
-		return pebble.ValueSeparationPolicy{
-			Enabled:               true,
-			MinimumSize:           separatedValueBytes,
-			MaxBlobReferenceDepth: maxBlobReferenceDepth,
-			RewriteMinimumAge:     blobRewriteMinAge,
-			TargetGarbageRatio:    blobGarbageRatio,
-		}
 	}
 	po.L0CompactionThreshold = l0CompactionThreshold
 	po.L0StopWritesThreshold = l0StopWritesThreshold

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -355,80 +354,5 @@ func TestReadOnly(t *testing.T) {
 	}
 	if after := files(); !maps.Equal(before, after) {
 		t.Errorf("a read-only open changed the files: before %v, after %v", before, after)
-	}
-}
-
-// TestLargeValuesSeparated checks that values of separatedValueBytes or
-// more reach blob files at flush and read back, through compactions, a
-// checkpoint and a reopen, while smaller ones stay in the tables.
-func TestLargeValuesSeparated(t *testing.T) {
-	fs := vfs.NewMem()
-	e := openMem(t, fs, Options{})
-	blobFiles := func(dir string) int {
-		t.Helper()
-		names, err := fs.List(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, name := range names {
-			if filepath.Ext(name) == ".blob" {
-				n++
-			}
-		}
-		return n
-	}
-	want := map[string]string{}
-	commit := func(index uint64, valueBytes int) {
-		t.Helper()
-		b := e.NewBatch()
-		for i := range 100 {
-			k, v := fmt.Sprintf("k%03d-%d", i, valueBytes), strings.Repeat(string(rune('a'+i%26)), valueBytes)
-			if err := b.Set([]byte(k), []byte(v)); err != nil {
-				t.Fatal(err)
-			}
-			want[k] = v
-		}
-		if err := b.Commit(index); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Flush(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	commit(1, separatedValueBytes-100)
-	if n := blobFiles("db"); n != 0 {
-		t.Fatalf("%d blob files after flushing values under %d bytes, want 0", n, separatedValueBytes)
-	}
-	commit(2, separatedValueBytes)
-	if n := blobFiles("db"); n == 0 {
-		t.Fatalf("no blob file after flushing values of %d bytes", separatedValueBytes)
-	}
-	if err := e.CompactAll(); err != nil {
-		t.Fatal(err)
-	}
-	if got := scan(t, e); !maps.Equal(got, want) {
-		t.Fatalf("after compaction the engine holds %d keys, want %d (or values differ)", len(got), len(want))
-	}
-	if _, err := e.Checkpoint("cp"); err != nil {
-		t.Fatal(err)
-	}
-	if n := blobFiles("cp"); n == 0 {
-		t.Fatal("the checkpoint holds no blob file")
-	}
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for _, dir := range []string{"db", "cp"} {
-		r, err := Open(dir, Options{FS: fs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := scan(t, r); !maps.Equal(got, want) {
-			t.Errorf("%s reopened holds %d keys, want %d (or values differ)", dir, len(got), len(want))
-		}
-		if err := r.Close(); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
