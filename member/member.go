@@ -255,6 +255,9 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	tick := cfg.HeartbeatInterval
 	electionTicks := int(cfg.ElectionTimeout / tick)
+	// incoming counts the client API's writes on their way to the node,
+	// whose group commit waits for them (node/incoming.go).
+	incoming := &node.Incoming{}
 	m.node, err = node.New(node.Config{
 		ID:             m.memberID,
 		Peers:          peers,
@@ -273,6 +276,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		DisablePreVote: cfg.DisablePreVote,
 		LogRetention:   cfg.LoggerRetention,
 		MatchedIndex:   caughtUpTo,
+		Incoming:       incoming,
 		// The forced entries are appended and synced by New, before the
 		// node, the applier or any client API runs.
 		ForceNewCluster: cfg.ForceNewCluster,
@@ -397,7 +401,8 @@ func Start(cfg Config) (_ *Member, err error) {
 		Options: cfg.Client, ListenURLs: cfg.ListenClientURLs, Sockets: cfg.Sockets, TLS: cfg.TLS.Client,
 		ElectionTimeout: cfg.ElectionTimeout, QuotaBackendBytes: cfg.QuotaBackendBytes,
 		Backend: m, Auth: m.authStore, Lessor: m.lessor, Watches: m.watchHub, Maintainer: m.maintainer,
-		Admin: m.membership, Services: []server.Registrar{m.backups}, Metrics: m.metrics, Logger: cfg.Logger,
+		Admin: m.membership, Services: []server.Registrar{m.backups}, Incoming: incoming, Metrics: m.metrics,
+		Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, err

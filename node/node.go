@@ -4,7 +4,8 @@
 //
 //  1. persist the Ready's entries and HardState to the raft log, with one
 //     fsync (group commit: every proposal and peer message that arrived
-//     since the last Ready shares that sync);
+//     since the last Ready shares that sync, and a leader holds the Ready,
+//     briefly, for client writes it knows are on their way: incoming.go);
 //  2. hand the Ready's messages to the transport on Outgoing, after the
 //     entries they acknowledge are durable (a leader hands them over before
 //     its own fsync, as etcd does);
@@ -30,6 +31,7 @@
 //
 //	node.go       the types, New, and the Ready loop (the steps above)
 //	propose.go    proposals and the other requests other goroutines send the loop
+//	incoming.go   the count of client writes on their way, which group commit waits for
 //	readindex.go  linearizable reads: batched ReadIndex requests and their answers
 //	truncate.go   the applied index, engine flushes and log truncation (step 4's sequel)
 //	snapshot.go   snapshot install, the pending-snapshot record, restart storage
@@ -47,6 +49,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -183,6 +186,11 @@ type Config struct {
 	// every copied entry (CatchUp keeps the HardState's term there), and
 	// a leader of that term holds every entry committed before it.
 	MatchedIndex uint64
+	// Incoming counts the client API's write requests on their way to
+	// Propose; a leader holds an append for them up to IncomingWait
+	// (incoming.go). Nil waits for nothing; 0 means DefaultIncomingWait.
+	Incoming     *Incoming
+	IncomingWait time.Duration
 	Logger       *zap.Logger
 }
 
@@ -233,6 +241,10 @@ type Node struct {
 	readInFlight  map[uint64][]chan readResult // round context -> waiters
 	readIssuedAt  map[uint64]int               // round context -> tick it was issued at
 	ticks         int
+	// incomingWait is Config.IncomingWait or its default; incomingTimer
+	// bounds awaitIncoming, nil until its first wait.
+	incomingWait  time.Duration
+	incomingTimer *time.Timer
 	applied       uint64 // highest index the applier reported
 	// pendingUntil, if not 0, is the state machine's applied index after a
 	// snapshot install, which may be past the log's last index: the
@@ -344,6 +356,7 @@ func New(cfg Config) (*Node, error) {
 		logger:        cfg.Logger,
 		announceMatch: cfg.MatchedIndex,
 		rn:            rn,
+		incomingWait:  cmp.Or(cfg.IncomingWait, DefaultIncomingWait),
 		propc:         make(chan proposal, 1024),
 		recvc:         make(chan *raftpb.Message, 4096),
 		ctrlc:         make(chan func(*raft.RawNode), 64),
@@ -509,6 +522,7 @@ func (n *Node) run(ctx context.Context) error {
 		case p := <-n.propc:
 			n.handleProposal(p)
 			n.drainInput()
+			n.awaitIncoming()
 		case m := <-n.recvc:
 			n.step(m)
 			n.drainInput()

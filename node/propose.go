@@ -19,12 +19,15 @@ type proposal struct {
 	data []byte
 	cc   raftpb.ConfChangeI
 	errc chan error
+	// arrival is the counted write request this proposal is for, nil if
+	// none (incoming.go); the node releases it when it takes the proposal.
+	arrival *arrival
 }
 
 // Propose replicates data. It returns once raft accepted the proposal into
 // its log (not once it committed: callers wait for the applier's answer).
 func (n *Node) Propose(ctx context.Context, data []byte) error {
-	return n.propose(ctx, proposal{data: data, errc: make(chan error, 1)})
+	return n.propose(ctx, proposal{data: data, errc: make(chan error, 1), arrival: arrivalOf(ctx)})
 }
 
 // ProposeConfChange replicates a membership change. raft refuses a change
@@ -53,6 +56,7 @@ func (n *Node) propose(ctx context.Context, p proposal) error {
 }
 
 func (n *Node) handleProposal(p proposal) {
+	p.arrival.release()
 	var err error
 	if p.cc != nil {
 		err = n.rn.ProposeConfChange(p.cc)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/strata-kv/strata/auth"
 	"github.com/strata-kv/strata/lease"
+	"github.com/strata-kv/strata/node"
 	"github.com/strata-kv/strata/server/concurrency"
 	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
@@ -92,6 +93,10 @@ type APIConfig struct {
 	Admin      ClusterAdmin
 	// Services are registered beside etcd's (the backup service).
 	Services []Registrar
+	// Incoming counts the KV write requests on their way to the member's
+	// raft node (node.Incoming), which the node's group commit waits for;
+	// nil counts nothing.
+	Incoming *node.Incoming
 	Metrics  *Metrics
 	Logger   *zap.Logger
 }
@@ -126,8 +131,10 @@ func NewAPI(cfg APIConfig) (_ *API, err error) {
 	}
 	b := cfg.Backend
 	authService := NewAuth(b, cfg.Auth, limits, cfg.TLS.ClientCertAuth)
+	writes := writeCounter{cfg.Incoming}
 	a := &API{
-		grpc: grpc.NewServer(slices.Concat([]grpc.ServerOption{RequestStatsOptions(cfg.Options.WarnUnaryDuration, cfg.Logger)},
+		grpc: grpc.NewServer(slices.Concat([]grpc.ServerOption{grpc.StatsHandler(writes), grpc.InTapHandle(writes.tap),
+			RequestStatsOptions(cfg.Options.WarnUnaryDuration, cfg.Logger)},
 			limits.ServerOptions(), cfg.Metrics.GRPCServerOptions(), security, authService.ServerOptions())...),
 		leases:  NewLease(b, cfg.Lessor, limits, cfg.TLS.ForwardConfig(cfg.Logger)),
 		cluster: NewCluster(b, cfg.Admin),
