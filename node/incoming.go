@@ -12,13 +12,14 @@ package node
 // whose next writes cannot come before this batch's answer.
 //
 // So the wait is driven by a count. The client API counts a write request
-// from the moment its handler starts (Incoming.Arrive) until the node takes
-// its proposal (the arrival travels in the proposal's context) or the
-// handler returns without proposing. The invariants, kept by this file:
+// from the moment it arrives (Incoming.Arrive) until the node takes its
+// proposal (the arrival travels in the proposal's context) or the request
+// ends without proposing (its context is done). The invariants, kept by
+// this file:
 //
 //  1. Incoming's count is the number of arrivals not yet released, and an
-//     arrival is released exactly once (the first of the node taking its
-//     proposal and the caller's release function).
+//     arrival is released exactly once: the first of the node taking its
+//     proposal, the request's context ending, and Release.
 //  2. The node waits only as a leader, only after it has taken every queued
 //     proposal, only while the count is above zero, and never longer than
 //     Config.IncomingWait per Ready: a counted request that never proposes
@@ -51,11 +52,25 @@ type Incoming struct {
 type arrival struct {
 	in       *Incoming
 	released atomic.Bool
+	// stopOnEnd unregisters the release at the request's end; set before
+	// the arrival is published in a context, so the node may call it.
+	stopOnEnd func() bool
 }
 
-func (a *arrival) release() {
+// release releases the arrival if nothing has, and says whether it did.
+func (a *arrival) release() bool {
 	if a != nil && a.released.CompareAndSwap(false, true) {
 		a.in.pending.Add(-1)
+		return true
+	}
+	return false
+}
+
+// taken is the node's release, when it takes the proposal: the request's
+// end then has nothing left to do.
+func (a *arrival) taken() {
+	if a.release() {
+		a.stopOnEnd()
 	}
 }
 
@@ -63,15 +78,17 @@ type arrivalKey struct{}
 
 // Arrive counts a write request and returns a context that carries its
 // arrival: Propose hands it to the node, which releases it when it takes
-// the proposal. The caller must call Release with the returned context
-// once the request has ended, which releases the arrival if the node has
-// not (a request that never proposed).
+// the proposal. ctx must be done once the request has ended (gRPC cancels
+// a request's context when it finishes), which releases the arrival if the
+// node has not: a request that never proposed.
 func (in *Incoming) Arrive(ctx context.Context) context.Context {
 	if in == nil {
 		return ctx
 	}
 	in.pending.Add(1)
-	return context.WithValue(ctx, arrivalKey{}, &arrival{in: in})
+	a := &arrival{in: in}
+	a.stopOnEnd = context.AfterFunc(ctx, func() { a.release() })
+	return context.WithValue(ctx, arrivalKey{}, a)
 }
 
 // Release releases the arrival ctx carries, if any and not yet released.

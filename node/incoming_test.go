@@ -150,3 +150,24 @@ func TestLoneWriteIsNotHeld(t *testing.T) {
 		}
 	}
 }
+
+// A request that ends without proposing (its context done) is released by
+// its end.
+func TestIncomingReleasedAtRequestEnd(t *testing.T) {
+	var in Incoming
+	ctx, cancel := context.WithCancel(context.Background())
+	counted := in.Arrive(ctx)
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for in.Pending() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("pending = %d after the request ended, want 0", in.Pending())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The node taking it afterwards changes nothing.
+	arrivalOf(counted).taken()
+	if p := in.Pending(); p != 0 {
+		t.Fatalf("pending = %d, want 0", p)
+	}
+}

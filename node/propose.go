@@ -56,7 +56,9 @@ func (n *Node) propose(ctx context.Context, p proposal) error {
 }
 
 func (n *Node) handleProposal(p proposal) {
-	p.arrival.release()
+	if p.arrival != nil {
+		p.arrival.taken()
+	}
 	var err error
 	if p.cc != nil {
 		err = n.rn.ProposeConfChange(p.cc)

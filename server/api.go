@@ -131,9 +131,8 @@ func NewAPI(cfg APIConfig) (_ *API, err error) {
 	}
 	b := cfg.Backend
 	authService := NewAuth(b, cfg.Auth, limits, cfg.TLS.ClientCertAuth)
-	writes := writeCounter{cfg.Incoming}
 	a := &API{
-		grpc: grpc.NewServer(slices.Concat([]grpc.ServerOption{grpc.StatsHandler(writes), grpc.InTapHandle(writes.tap),
+		grpc: grpc.NewServer(slices.Concat([]grpc.ServerOption{grpc.InTapHandle(countWrites(cfg.Incoming)),
 			RequestStatsOptions(cfg.Options.WarnUnaryDuration, cfg.Logger)},
 			limits.ServerOptions(), cfg.Metrics.GRPCServerOptions(), security, authService.ServerOptions())...),
 		leases:  NewLease(b, cfg.Lessor, limits, cfg.TLS.ForwardConfig(cfg.Logger)),

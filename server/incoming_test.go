@@ -56,8 +56,7 @@ func (k *countingKV) DeleteRange(context.Context, *pb.DeleteRangeRequest) (*pb.D
 func TestWriteCounterReleasesEveryRequest(t *testing.T) {
 	in := &node.Incoming{}
 	kv := &countingKV{in: in, putRunning: make(chan int64, 1), putRelease: make(chan struct{})}
-	writes := writeCounter{in}
-	srv := grpc.NewServer(grpc.StatsHandler(writes), grpc.InTapHandle(writes.tap))
+	srv := grpc.NewServer(grpc.InTapHandle(countWrites(in)))
 	pb.RegisterKVServer(srv, kv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
