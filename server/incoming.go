@@ -14,9 +14,10 @@ import (
 // coming (node/incoming.go). gRPC calls a tap in the connection's reader,
 // before the request's goroutine is started: under load most of a write's
 // way to the node is the wait for that goroutine to run. The count ends
-// when the node takes the request's proposal or, for a request that never
-// proposes (a read-only Txn, one refused or cancelled), when gRPC cancels
-// the request's context at its end. Reads pay one switch on the method.
+// when the node takes the request's proposal, when KV.Txn finds a Txn
+// read-only, or, for a request that never proposes for another reason (one
+// refused or cancelled), when gRPC cancels the request's context at its
+// end. Reads pay one switch on the method.
 func countWrites(in *node.Incoming) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		switch info.FullMethodName {

@@ -255,6 +255,8 @@ func (s *KV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error)
 		return nil, err
 	}
 	if mvcc.IsTxnReadOnly(r) {
+		// It will not propose: the node need not wait for it (countWrites).
+		node.Release(ctx)
 		if !txnSerializable(r) {
 			if err := s.barrier(ctx); err != nil {
 				return nil, err
