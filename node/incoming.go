@@ -19,7 +19,7 @@ package node
 //
 //  1. Incoming's count is the number of arrivals not yet released, and an
 //     arrival is released exactly once: the first of the node taking its
-//     proposal, the request's context ending, and Release.
+//     proposal, the request's context ending, and ReleaseArrival.
 //  2. The node waits only as a leader, only after it has taken every queued
 //     proposal, only while the count is above zero, and never longer than
 //     Config.IncomingWait per Ready: a counted request that never proposes
@@ -38,7 +38,8 @@ import (
 
 // DefaultIncomingWait is Config.IncomingWait's default: the longest a
 // leader holds an append for writes on their way. Measured in
-// docs/bench/performance.md ("Writes on their way").
+// docs/bench/performance.md ("Group commit that waits for the writes on
+// their way").
 const DefaultIncomingWait = time.Millisecond
 
 // Incoming counts the write requests a member's client API has received and
@@ -91,8 +92,8 @@ func (in *Incoming) Arrive(ctx context.Context) context.Context {
 	return context.WithValue(ctx, arrivalKey{}, a)
 }
 
-// Release releases the arrival ctx carries, if any and not yet released.
-func Release(ctx context.Context) { arrivalOf(ctx).release() }
+// ReleaseArrival releases the arrival ctx carries, if any and not yet released.
+func ReleaseArrival(ctx context.Context) { arrivalOf(ctx).release() }
 
 // Pending is the number of counted requests not yet released.
 func (in *Incoming) Pending() int64 {

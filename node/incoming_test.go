@@ -12,7 +12,7 @@ func TestIncomingReleasesEachArrivalOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// steps release the arrival: "node" as the node does when it
-		// takes the proposal, "caller" through Release.
+		// takes the proposal, "caller" through ReleaseArrival.
 		steps []string
 	}{
 		{"node then caller", []string{"node", "caller"}},
@@ -29,15 +29,15 @@ func TestIncomingReleasesEachArrivalOnce(t *testing.T) {
 			}
 			for _, s := range tc.steps {
 				if s == "node" {
-					arrivalOf(ctx).release()
+					arrivalOf(ctx).taken()
 				} else {
-					Release(ctx)
+					ReleaseArrival(ctx)
 				}
 				if got := in.Pending(); got != 1 {
 					t.Fatalf("pending after %v = %d, want 1 (the other arrival)", s, got)
 				}
 			}
-			Release(other)
+			ReleaseArrival(other)
 			if got := in.Pending(); got != 0 {
 				t.Fatalf("pending = %d, want 0", got)
 			}
@@ -45,15 +45,15 @@ func TestIncomingReleasesEachArrivalOnce(t *testing.T) {
 	}
 	var none *Incoming
 	ctx := none.Arrive(context.Background())
-	Release(ctx)
+	ReleaseArrival(ctx)
 	if none.Pending() != 0 || arrivalOf(ctx) != nil {
 		t.Fatal("a nil Incoming counted an arrival")
 	}
 }
 
 // startCountingNode runs a one-member node whose group commit waits for
-// in, up to wait, and returns it once it leads, with the number of log
-// appends that carried entries so far.
+// in, up to wait, and returns it once it leads, with its log and the
+// function that waits for applied entries (startNodeConfig).
 func startCountingNode(t *testing.T, in *Incoming, wait time.Duration) (*Node, *memLog, func(n int) []string) {
 	t.Helper()
 	log := &memLog{MemoryStorage: raft.NewMemoryStorage()}
@@ -86,8 +86,8 @@ func TestLeaderWaitsForWritesOnTheirWay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	first, second := in.Arrive(ctx), in.Arrive(ctx)
-	defer Release(first)
-	defer Release(second)
+	defer ReleaseArrival(first)
+	defer ReleaseArrival(second)
 	if err := n.Propose(first, []byte("first")); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestWaitForWritesOnTheirWayIsBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	lost := in.Arrive(ctx) // a request that fails before it proposes
-	defer Release(lost)
+	defer ReleaseArrival(lost)
 	start := time.Now()
 	if err := n.Propose(ctx, []byte("alone")); err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestLoneWriteIsNotHeld(t *testing.T) {
 		if err := n.Propose(counted, []byte{'a' + byte(i)}); err != nil {
 			t.Fatal(err)
 		}
-		Release(counted)
+		ReleaseArrival(counted)
 		if entries := got(i + 1); len(entries) != i+1 {
 			t.Fatalf("write %d not applied within 10 s (applied %q): the node held it", i, entries)
 		}

@@ -256,7 +256,7 @@ func (s *KV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error)
 	}
 	if mvcc.IsTxnReadOnly(r) {
 		// It will not propose: the node need not wait for it (countWrites).
-		node.Release(ctx)
+		node.ReleaseArrival(ctx)
 		if !txnSerializable(r) {
 			if err := s.barrier(ctx); err != nil {
 				return nil, err
