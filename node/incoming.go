@@ -123,6 +123,7 @@ func (n *Node) awaitIncoming() {
 		n.incomingTimer.Reset(n.incomingWait)
 	}
 	defer n.incomingTimer.Stop()
+	n.incomingWaits.Add(1)
 	for in.Pending() > 0 {
 		select {
 		case p := <-n.propc:
@@ -130,6 +131,7 @@ func (n *Node) awaitIncoming() {
 		case m := <-n.recvc:
 			n.step(m)
 		case <-n.incomingTimer.C:
+			n.incomingTimeouts.Add(1)
 			return
 		}
 	}

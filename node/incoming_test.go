@@ -109,6 +109,9 @@ func TestLeaderWaitsForWritesOnTheirWay(t *testing.T) {
 	if p := in.Pending(); p != 0 {
 		t.Fatalf("pending = %d after both proposals were taken, want 0", p)
 	}
+	if waits, timeouts := n.IncomingWaits(); waits != 1 || timeouts != 0 {
+		t.Fatalf("IncomingWaits = %d, %d; want one hold, ended by the write, not the bound", waits, timeouts)
+	}
 }
 
 // A counted write that never proposes holds an append no longer than
@@ -130,6 +133,9 @@ func TestWaitForWritesOnTheirWayIsBounded(t *testing.T) {
 	if took := time.Since(start); took < 20*time.Millisecond {
 		t.Fatalf("committed after %v, before the wait's bound: the node did not wait for the counted write", took)
 	}
+	if waits, timeouts := n.IncomingWaits(); waits < 1 || timeouts != waits {
+		t.Fatalf("IncomingWaits = %d, %d; want every hold to have run to the bound", waits, timeouts)
+	}
 }
 
 // A lone writer, the only one counted, is appended at once: the node never
@@ -148,6 +154,9 @@ func TestLoneWriteIsNotHeld(t *testing.T) {
 		if entries := got(i + 1); len(entries) != i+1 {
 			t.Fatalf("write %d not applied within 10 s (applied %q): the node held it", i, entries)
 		}
+	}
+	if waits, _ := n.IncomingWaits(); waits != 0 {
+		t.Fatalf("IncomingWaits = %d holds for lone writes, want 0", waits)
 	}
 }
 

@@ -232,6 +232,9 @@ type Node struct {
 	stopErr  atomic.Pointer[error]
 	// leaderChanges counts the times a new leader became known (metrics).
 	leaderChanges atomic.Uint64
+	// incomingWaits counts the appends held for writes on their way, and
+	// incomingTimeouts those holds that ran to their bound (metrics).
+	incomingWaits, incomingTimeouts atomic.Uint64
 
 	// State of the Run goroutine only.
 	// announceMatch is Config.MatchedIndex until the leader was told.

@@ -34,6 +34,10 @@ type StateSource struct {
 		Leader() uint64
 		LeaderChanges() uint64
 		CommitIndex() uint64
+		// IncomingWaits counts the appends a leader held for writes on
+		// their way, and how many of those waits ran to their bound
+		// (node/incoming.go).
+		IncomingWaits() (waits, timeouts uint64)
 	}
 	Applier interface{ AppliedIndex() uint64 }
 	Store   interface {
@@ -263,6 +267,8 @@ var (
 	descLogBatchRecords  = metricDesc{"strata_raftlog_batch_records", "Records the live compacted batch files hold (one per key version kept, or kept entry).", prometheus.GaugeValue}
 	descEngineApplied    = metricDesc{"strata_engine_applied_index", "The raft index of the engine's last committed batch.", prometheus.GaugeValue}
 	descEngineDurable    = metricDesc{"strata_engine_durable_index", "The engine's durable index: every batch at or below it is in durable files.", prometheus.GaugeValue}
+	descIncomingWaits    = metricDesc{"strata_raft_incoming_waits_total", "Appends the leader held for client writes counted on their way to raft (docs/write-path.md, decision 7).", prometheus.CounterValue}
+	descIncomingTimeouts = metricDesc{"strata_raft_incoming_wait_timeouts_total", "Of those holds, the ones that ran to their bound (1 ms) before the counted writes arrived.", prometheus.CounterValue}
 
 	fsyncDesc    = prometheus.NewDesc("etcd_disk_wal_fsync_duration_seconds", "The latency distributions of fsync called by WAL (strata: the raft log's fdatasyncs).", nil, nil)
 	serverIDDesc = prometheus.NewDesc("etcd_server_id", "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.", []string{"server_id"}, nil)
@@ -277,6 +283,7 @@ func init() {
 		descCurrentRev, descCompactRev, descLogSegments, descLogBytes, descLogDiskBytes, descLogAppends,
 		descLogEntries, descLogWritten, descLogFsyncs, descLogFirst, descLogLast, descLogCompactions, descLogSkipped,
 		descLogBatchFiles, descLogBatchBytes, descLogBatchCommands, descLogBatchRecords, descEngineApplied, descEngineDurable,
+		descIncomingWaits, descIncomingTimeouts,
 	} {
 		sourceDescs[d] = prometheus.NewDesc(d.name, d.help, nil, nil)
 	}
@@ -302,6 +309,9 @@ func (c *StateCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(descHasLeader, boolFloat(leader != 0))
 	emit(descIsLeader, boolFloat(leader != 0 && leader == s.MemberID))
 	emit(descLeaderChanges, float64(s.Raft.LeaderChanges()))
+	waits, timeouts := s.Raft.IncomingWaits()
+	emit(descIncomingWaits, float64(waits))
+	emit(descIncomingTimeouts, float64(timeouts))
 	emit(descCommitted, float64(s.Raft.CommitIndex()))
 	emit(descApplied, float64(s.Applier.AppliedIndex()))
 	size := float64(s.Engine.DiskSize())

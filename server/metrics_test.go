@@ -18,16 +18,17 @@ import (
 // fakeState gives fixed readings for every part of a StateSource.
 type fakeState struct{ leader uint64 }
 
-func (f fakeState) Leader() uint64            { return f.leader }
-func (fakeState) LeaderChanges() uint64       { return 3 }
-func (fakeState) CommitIndex() uint64         { return 42 }
-func (fakeState) Rev() int64                  { return 17 }
-func (fakeState) CompactRev() int64           { return 5 }
-func (fakeState) DiskSize() int64             { return 4096 }
-func (fakeState) AppliedIndex() uint64        { return 41 }
-func (fakeState) DurableIndex() uint64        { return 30 }
-func (fakeState) FirstIndex() (uint64, error) { return 10, nil }
-func (fakeState) LastIndex() (uint64, error)  { return 42, nil }
+func (f fakeState) Leader() uint64                { return f.leader }
+func (fakeState) LeaderChanges() uint64           { return 3 }
+func (fakeState) IncomingWaits() (uint64, uint64) { return 11, 2 }
+func (fakeState) CommitIndex() uint64             { return 42 }
+func (fakeState) Rev() int64                      { return 17 }
+func (fakeState) CompactRev() int64               { return 5 }
+func (fakeState) DiskSize() int64                 { return 4096 }
+func (fakeState) AppliedIndex() uint64            { return 41 }
+func (fakeState) DurableIndex() uint64            { return 30 }
+func (fakeState) FirstIndex() (uint64, error)     { return 10, nil }
+func (fakeState) LastIndex() (uint64, error)      { return 42, nil }
 func (fakeState) Stats() raftlog.Stats {
 	return raftlog.Stats{Segments: 2, Bytes: 100, DiskBytes: 200, Appends: 7, Entries: 9, BytesWritten: 300, Fsyncs: 7,
 		BatchFiles: 2, BatchBytes: 4096, BatchCommands: 1200, BatchRecords: 150, BatchesWritten: 3, CompactionsSkipped: 4}
@@ -74,6 +75,7 @@ func TestMetricsExposition(t *testing.T) {
 			"strata_raftlog_appends_total 7", "strata_raftlog_entries_total 9", "strata_raftlog_written_bytes_total 300",
 			"strata_raftlog_fsyncs_total 7", "strata_raftlog_first_index 10", "strata_raftlog_last_index 42",
 			"strata_raftlog_compactions_total 3", "strata_raftlog_compactions_skipped_total 4", "strata_raftlog_batch_files 2", "strata_raftlog_batch_commands 1200", "strata_raftlog_batch_records 150", "strata_engine_applied_index 41", "strata_engine_durable_index 30",
+			"strata_raft_incoming_waits_total 11", "strata_raft_incoming_wait_timeouts_total 2",
 			`etcd_server_id{server_id="abc"} 1`, `etcd_server_version{server_version="` + EtcdVersion + `"} 1`,
 		}},
 		{name: "follower", leader: 0xdef, want: []string{"etcd_server_has_leader 1", "etcd_server_is_leader 0"}},
