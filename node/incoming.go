@@ -25,10 +25,12 @@ package node
 //     Config.IncomingWait per Ready: a counted request that never proposes
 //     (refused by the quota, its client gone) costs at most that bound.
 //
-// A closed loop of a few clients never waits: when the node decides, every
-// client's write is in the batch and the count is zero. Under load the count
-// is rarely zero and each append waits up to the bound, which lengthens the
-// cycle as etcd's is long, without a guess.
+// A lone writer is never held: when the node decides, its write is in the
+// batch and the count is zero. With a few clients a hold starts only while
+// another client's write is already on its way, and ends when it arrives.
+// Under load the count is rarely zero and each append waits up to the
+// bound, which lengthens the cycle as etcd's is long, without a guess
+// (docs/bench/performance.md has how often each happens).
 
 import (
 	"context"
