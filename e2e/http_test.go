@@ -13,8 +13,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/strata-kv/strata/internal/testutil"
 )
@@ -210,26 +213,7 @@ func TestHTTPMetrics(t *testing.T) {
 	t.Parallel()
 	p := start(t, strata)
 	url := p.Endpoint()
-	scrape := func() map[string]float64 {
-		t.Helper()
-		code, body := httpDo(t, http.MethodGet, url+"/metrics", "")
-		if code != 200 {
-			t.Fatalf("/metrics = %d", code)
-		}
-		out := map[string]float64{}
-		for _, line := range strings.Split(body, "\n") {
-			if line == "" || strings.HasPrefix(line, "#") {
-				continue
-			}
-			i := strings.LastIndexByte(line, ' ')
-			v, err := strconv.ParseFloat(line[i+1:], 64)
-			if err != nil {
-				t.Fatalf("metrics line %q: %v", line, err)
-			}
-			out[line[:i]] = v
-		}
-		return out
-	}
+	scrape := func() map[string]float64 { return scrapeMetrics(t, url) }
 	before := scrape()
 	cli := p.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -278,6 +262,88 @@ func TestHTTPMetrics(t *testing.T) {
 	if after["etcd_server_proposals_pending"] != 0 || after["etcd_server_proposals_failed_total"] != 0 {
 		t.Errorf("pending %v, failed %v after acknowledged puts, want 0 and 0",
 			after["etcd_server_proposals_pending"], after["etcd_server_proposals_failed_total"])
+	}
+}
+
+// scrapeMetrics reads a server's /metrics: each sample's name (with its
+// labels) and value.
+func scrapeMetrics(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	code, body := httpDo(t, http.MethodGet, url+"/metrics", "")
+	if code != 200 {
+		t.Fatalf("/metrics = %d", code)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// TestGroupCommitWaitsForWritesOnTheirWay checks the member's wiring of the
+// group commit's wait (docs/write-path.md, decision 7) through the real
+// binary: a lone writer's puts are never held, and concurrent writers' are,
+// so that many puts share each fsync.
+func TestGroupCommitWaitsForWritesOnTheirWay(t *testing.T) {
+	t.Parallel()
+	p := start(t, strata)
+	url := p.Endpoint()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const holds = "strata_raft_incoming_waits_total"
+
+	cli := p.Client(t)
+	before := scrapeMetrics(t, url)
+	for i := range 50 {
+		if _, err := cli.Put(ctx, "lone"+strconv.Itoa(i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := scrapeMetrics(t, url)
+	if _, ok := after[holds]; !ok {
+		t.Fatalf("metric %s missing", holds)
+	}
+	if after[holds] != before[holds] {
+		t.Fatalf("%s moved from %v to %v over one writer's puts: a lone writer was held", holds, before[holds], after[holds])
+	}
+
+	const writers, each = 64, 50
+	clients := []*clientv3.Client{cli, p.Client(t), p.Client(t), p.Client(t)}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				if _, err := clients[w%len(clients)].Put(ctx, fmt.Sprintf("w%d-%d", w, i), "v"); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	loaded := scrapeMetrics(t, url)
+	if loaded[holds] <= after[holds] {
+		t.Errorf("%s did not move over %d concurrent writers' puts: the leader never waited for writes on their way", holds, writers)
+	}
+	entries := loaded["strata_raftlog_entries_total"] - after["strata_raftlog_entries_total"]
+	fsyncs := loaded["strata_raftlog_fsyncs_total"] - after["strata_raftlog_fsyncs_total"]
+	if entries < writers*each || fsyncs <= 0 || entries/fsyncs < 2 {
+		t.Errorf("%v entries in %v fsyncs for %d puts from %d writers: want at least 2 entries per fsync", entries, fsyncs, writers*each, writers)
 	}
 }
 
