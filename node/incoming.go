@@ -113,8 +113,8 @@ func arrivalOf(ctx context.Context) *arrival {
 
 // awaitIncoming holds the next Ready while writes are on their way
 // (invariant 2): it takes proposals and peer messages until the count
-// falls to zero or IncomingWait has passed.
-func (n *Node) awaitIncoming() {
+// falls to zero, IncomingWait has passed or ctx ends.
+func (n *Node) awaitIncoming(ctx context.Context) {
 	in := n.cfg.Incoming
 	if in.Pending() == 0 || n.leader.Load() != n.cfg.ID {
 		return
@@ -134,6 +134,8 @@ func (n *Node) awaitIncoming() {
 			n.step(m)
 		case <-n.incomingTimer.C:
 			n.incomingTimeouts.Add(1)
+			return
+		case <-ctx.Done():
 			return
 		}
 	}

@@ -52,8 +52,9 @@ func TestIncomingReleasesEachArrivalOnce(t *testing.T) {
 }
 
 // startCountingNode runs a one-member node whose group commit waits for
-// in, up to wait, and returns it once it leads, with its log and the
-// function that waits for applied entries (startNodeConfig).
+// in, up to wait, and returns it once it leads and has applied one entry,
+// "warm-up" (so that the leader's own first append is behind it), with its
+// log and the function that waits for applied entries (startNodeConfig).
 func startCountingNode(t *testing.T, in *Incoming, wait time.Duration) (*Node, *memLog, func(n int) []string) {
 	t.Helper()
 	log := &memLog{MemoryStorage: raft.NewMemoryStorage()}
@@ -66,6 +67,12 @@ func startCountingNode(t *testing.T, in *Incoming, wait time.Duration) (*Node, *
 	defer cancel()
 	if err := n.WaitLeader(ctx); err != nil {
 		t.Fatalf("no leader: %v", err)
+	}
+	if err := n.Propose(ctx, []byte("warm-up")); err != nil {
+		t.Fatal(err)
+	}
+	if entries := got(1); len(entries) != 1 {
+		t.Fatalf("applied %q, want the warm-up entry", entries)
 	}
 	return n, log, got
 }
@@ -100,8 +107,8 @@ func TestLeaderWaitsForWritesOnTheirWay(t *testing.T) {
 	if err := n.Propose(second, []byte("second")); err != nil {
 		t.Fatal(err)
 	}
-	if entries := got(2); len(entries) != 2 {
-		t.Fatalf("applied %q, want both proposals", entries)
+	if entries := got(3); len(entries) != 3 {
+		t.Fatalf("applied %q, want the warm-up and both proposals", entries)
 	}
 	if a := log.appendCount(); a != before+1 {
 		t.Fatalf("%d appends for the two proposals, want 1", a-before)
@@ -127,8 +134,8 @@ func TestWaitForWritesOnTheirWayIsBounded(t *testing.T) {
 	if err := n.Propose(ctx, []byte("alone")); err != nil {
 		t.Fatal(err)
 	}
-	if entries := got(1); len(entries) != 1 {
-		t.Fatalf("applied %q, want the proposal", entries)
+	if entries := got(2); len(entries) != 2 {
+		t.Fatalf("applied %q, want the warm-up and the proposal", entries)
 	}
 	if took := time.Since(start); took < 20*time.Millisecond {
 		t.Fatalf("committed after %v, before the wait's bound: the node did not wait for the counted write", took)
@@ -151,7 +158,7 @@ func TestLoneWriteIsNotHeld(t *testing.T) {
 			t.Fatal(err)
 		}
 		ReleaseArrival(counted)
-		if entries := got(i + 1); len(entries) != i+1 {
+		if entries := got(i + 2); len(entries) != i+2 {
 			t.Fatalf("write %d not applied within 10 s (applied %q): the node held it", i, entries)
 		}
 	}
@@ -178,5 +185,39 @@ func TestIncomingReleasedAtRequestEnd(t *testing.T) {
 	arrivalOf(counted).taken()
 	if p := in.Pending(); p != 0 {
 		t.Fatalf("pending = %d, want 0", p)
+	}
+}
+
+// Stopping the node ends a hold at once, not at the wait's bound.
+func TestStopEndsTheWaitForWritesOnTheirWay(t *testing.T) {
+	var in Incoming
+	n, err := New(Config{
+		ID: 1, Peers: []raft.Peer{{ID: 1}}, Log: &memLog{MemoryStorage: raft.NewMemoryStorage()},
+		TickInterval: time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
+		SnapshotCount: 1000, CatchUpEntries: 2, Incoming: &in, IncomingWait: time.Minute,
+		Engine: &fakeEngine{}, Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := n.WaitLeader(wctx); err != nil {
+		t.Fatalf("no leader: %v", err)
+	}
+	lost := in.Arrive(wctx) // never proposes: the node holds for it
+	defer ReleaseArrival(lost)
+	if err := n.Propose(wctx, []byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10 s of its context's end: the hold ignored it")
 	}
 }

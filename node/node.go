@@ -525,7 +525,7 @@ func (n *Node) run(ctx context.Context) error {
 		case p := <-n.propc:
 			n.handleProposal(p)
 			n.drainInput()
-			n.awaitIncoming()
+			n.awaitIncoming(ctx)
 		case m := <-n.recvc:
 			n.step(m)
 			n.drainInput()
