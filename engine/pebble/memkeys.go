@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"bytes"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -37,10 +38,21 @@ import (
 //     is in a flushed table. A reader drops it only before building the
 //     iterator that relies on it, so that iterator sees those tables.
 //  3. valid is false whenever the memtables may hold what the filters do not
-//     show: a range deletion (it covers keys it does not name), an ingest
-//     queued as a flushable, Pebble's own WAL replayed at Open. It turns true
-//     again once flushed() reaches validAt, taken after the cause, when
-//     every memtable that could hold it is flushed.
+//     show, for any key: an ingest queued as a flushable, Pebble's own WAL
+//     replayed at Open, a range key, or more range deletions at once than
+//     maxDeletedSpans. It turns true again once flushed() reaches validAt,
+//     taken after the cause, when every memtable that could hold it is
+//     flushed.
+//  4. A range deletion covers keys it does not name, but only inside its
+//     span: every range deletion of a batch committed to a memtable that has
+//     not been flushed is in spans, added in addBatch before the batch is
+//     applied, and a key inside one is never reported as outside the
+//     memtables. A span is dropped once flushed() reaches its flushedAt,
+//     taken after its commit. Reads of keys outside every span still skip
+//     the memtables: the log compactor's ForgetIndexRevisions deletes a
+//     range of index rows ("mi") at every log truncation, several times per
+//     memtable under a load, and before spans each one switched the filter
+//     off for every key until the next flush.
 //
 // Concurrency: mu guards everything; commits come from one goroutine (the
 // applier), reads of the decision from the same, so mu is uncontended.
@@ -61,10 +73,29 @@ type memKeys struct {
 
 	valid   bool
 	validAt uint64 // while !valid: flushed() at which valid turns true
-	// rangeDeleted: a batch being committed holds a range deletion; once
-	// it is in a memtable, valid turns false (invariant 3).
-	rangeDeleted bool
+	// rangeKeyed: a batch being committed holds a range key; once it is in
+	// a memtable, valid turns false (invariant 3). strata writes none today.
+	rangeKeyed bool
+
+	spans []deletedSpan // range deletions the memtables may hold (invariant 4)
 }
+
+// deletedSpan is a range deletion [start, end) that a memtable not yet
+// flushed may hold.
+type deletedSpan struct {
+	start, end []byte
+	// flushedAt is the flushed() count at which every memtable that may
+	// hold it is flushed: notCommitted until its batch's commit returns.
+	flushedAt uint64
+}
+
+// notCommitted is the flushedAt of a span whose batch is being committed.
+const notCommitted = ^uint64(0)
+
+// maxDeletedSpans bounds the spans a read compares its key against; past
+// it the filter is switched off until the memtables are flushed (invariant
+// 3). A memtable sees one span per log truncation, a few per 32 MiB.
+const maxDeletedSpans = 64
 
 // memKeysCapacity is how many keys a filter takes before it is rotated: at
 // 10 bits a key, 1.3 MB each, two at most. A 32 MiB memtable holds about
@@ -99,13 +130,13 @@ func (m *memKeys) allFlushedAt() uint64 {
 }
 
 // addBatch records every key of a batch about to be committed (invariant
-// 1), and notes a range deletion (invariant 3).
+// 1), every range deletion's span (4), and notes a range key (3).
 func (m *memKeys) addBatch(pb *pebble.Batch) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := pb.Reader()
 	for {
-		kind, key, _, ok, err := r.Next()
+		kind, key, value, ok, err := r.Next()
 		if err != nil {
 			return fmt.Errorf("read batch keys: %w", err)
 		}
@@ -113,25 +144,42 @@ func (m *memKeys) addBatch(pb *pebble.Batch) error {
 			return nil
 		}
 		switch kind {
-		case pebble.InternalKeyKindRangeDelete, pebble.InternalKeyKindRangeKeySet,
-			pebble.InternalKeyKindRangeKeyUnset, pebble.InternalKeyKindRangeKeyDelete:
-			m.rangeDeleted = true
+		case pebble.InternalKeyKindRangeDelete:
+			// The batch's buffer is reused after the commit: the span
+			// keeps copies. A range deletion's value is its end key.
+			m.spans = append(m.spans, deletedSpan{
+				start:     append([]byte(nil), key...),
+				end:       append([]byte(nil), value...),
+				flushedAt: notCommitted,
+			})
+		case pebble.InternalKeyKindRangeKeySet, pebble.InternalKeyKindRangeKeyUnset,
+			pebble.InternalKeyKindRangeKeyDelete:
+			m.rangeKeyed = true
 		default:
 			m.cur.add(m.hash(key))
 		}
 	}
 }
 
-// committed runs after each commit: it turns valid off after a range
-// deletion, rotates a full filter, and drops a flushed one.
+// committed runs after each commit: it dates the batch's range deletions
+// (or turns valid off after a range key or too many spans), rotates a full
+// filter, and drops a flushed one.
 func (m *memKeys) committed() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.retireLocked()
-	if m.rangeDeleted {
-		m.rangeDeleted = false
+	flushedAt := m.allFlushedAt()
+	for i := range m.spans {
+		if m.spans[i].flushedAt == notCommitted {
+			m.spans[i].flushedAt = flushedAt
+		}
+	}
+	if m.rangeKeyed || len(m.spans) > maxDeletedSpans {
+		// Every span is older than flushedAt: validAt covers them all.
+		m.rangeKeyed = false
+		m.spans = nil
 		m.valid = false
-		m.validAt = m.allFlushedAt()
+		m.validAt = flushedAt
 	}
 	if m.old == nil && m.cur.count >= m.capacity {
 		m.old, m.oldFlushedAt = m.cur, m.allFlushedAt()
@@ -156,8 +204,9 @@ func (m *memKeys) ingested() {
 	m.validAt = m.allFlushedAt()
 }
 
-// retireLocked drops old once its memtables are flushed (invariant 2) and
-// turns valid back on when the memtables behind its cause are (3).
+// retireLocked drops old once its memtables are flushed (invariant 2),
+// turns valid back on when the memtables behind its cause are (3), and
+// drops the spans whose memtables are (4).
 func (m *memKeys) retireLocked() {
 	f := m.flushed()
 	if m.old != nil && f >= m.oldFlushedAt {
@@ -166,13 +215,22 @@ func (m *memKeys) retireLocked() {
 	if !m.valid && f >= m.validAt {
 		m.valid = true
 	}
+	kept := m.spans[:0]
+	for _, sp := range m.spans {
+		if f < sp.flushedAt {
+			kept = append(kept, sp)
+		}
+	}
+	clear(m.spans[len(kept):])
+	m.spans = kept
 }
 
-// notInMemtables reports whether key is certainly in no memtable, so that
-// reading the flushed tables alone gives its latest committed value. retire
-// says whether the caller is about to build its flushed-tables iterator,
-// which is when old may be dropped (invariant 2).
-func (m *memKeys) notInMemtables(h uint64, retire bool) bool {
+// notInMemtables reports whether key, whose hash is h, is certainly in no
+// memtable and covered by no range deletion a memtable holds, so that
+// reading the flushed tables alone gives its latest committed value.
+// retire says whether the caller is about to build its flushed-tables
+// iterator, which is when old and spans may be dropped (invariants 2, 4).
+func (m *memKeys) notInMemtables(key []byte, h uint64, retire bool) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if retire {
@@ -181,7 +239,15 @@ func (m *memKeys) notInMemtables(h uint64, retire bool) bool {
 	if !m.valid || m.cur.mayContain(h) {
 		return false
 	}
-	return m.old == nil || !m.old.mayContain(h)
+	if m.old != nil && m.old.mayContain(h) {
+		return false
+	}
+	for _, sp := range m.spans {
+		if bytes.Compare(key, sp.start) >= 0 && bytes.Compare(key, sp.end) < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // keyFilter is a blocked bloom filter over 64-bit key hashes: each key sets

@@ -142,3 +142,73 @@ func TestMemKeysAfterWALReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestRangeDeletionKeepsOtherKeysOffTheMemtables: a range deletion in a
+// memtable makes the reads of keys inside its span go through the
+// memtables (invariant 4), and no others. The log compactor deletes a
+// range of index rows at every log truncation; when any range deletion
+// switched the filter off, a load's previous-version reads went through
+// the memtables' skiplist until the next flush.
+func TestRangeDeletionKeepsOtherKeysOffTheMemtables(t *testing.T) {
+	// A filter of one key rotates at every commit, so after the flush it no
+	// longer holds the keys read below: only the span can send them
+	// through the memtables.
+	e := openMem(t, vfs.NewMem(), Options{memKeysCapacity: 1})
+	defer e.Close()
+	b := e.NewBatch()
+	for _, k := range []string{"a", "m5", "z"} {
+		if err := b.Set([]byte(k), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Commit(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	b = e.NewBatch()
+	if err := b.DeleteRange([]byte("m"), []byte("n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(2); err != nil {
+		t.Fatal(err)
+	}
+
+	// through reports whether a fresh batch's Get of key answered want, and
+	// which way it read: through the memtables or the flushed tables alone.
+	through := func(key, want string) (memtables bool) {
+		t.Helper()
+		rb := e.NewBatch().(*batch)
+		defer rb.Close()
+		v, err := rb.Get([]byte(key))
+		switch {
+		case want == "" && !errors.Is(err, engine.ErrNotFound):
+			t.Fatalf("Get(%s) = %q, %v; want ErrNotFound", key, v, err)
+		case want != "" && (err != nil || string(v) != want):
+			t.Fatalf("Get(%s) = %q, %v; want %q", key, v, err, want)
+		}
+		if (rb.reads != nil) == (rb.flushedReads != nil) {
+			t.Fatalf("Get(%s) built reads %v and flushedReads %v; want exactly one", key, rb.reads != nil, rb.flushedReads != nil)
+		}
+		return rb.reads != nil
+	}
+	for _, k := range []string{"a", "z", "n", "b"} {
+		if through(k, map[string]string{"a": "v", "z": "v"}[k]) {
+			t.Errorf("Get(%s), outside the deleted span [m, n), read through the memtables; want the flushed tables alone", k)
+		}
+	}
+	for _, k := range []string{"m", "m5", "m7"} {
+		if !through(k, "") {
+			t.Errorf("Get(%s), inside the deleted span [m, n), read the flushed tables alone; want the memtables too", k)
+		}
+	}
+
+	// Once the deletion is flushed its span no longer holds reads back.
+	if err := e.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if through("m5", "") {
+		t.Errorf("Get(m5) after the range deletion was flushed read through the memtables; want the flushed tables alone")
+	}
+}

@@ -461,7 +461,7 @@ func (b *batch) Get(key []byte) ([]byte, error) {
 		h := mk.hash(key)
 		if _, written := b.own[h]; !written {
 			rebuild := b.flushedReads == nil || b.flushedGeneration != b.e.generation.Load()
-			if mk.notInMemtables(h, rebuild) {
+			if mk.notInMemtables(key, h, rebuild) {
 				return b.getFlushed(key, rebuild)
 			}
 		}
