@@ -225,29 +225,44 @@ func (m *memKeys) retireLocked() {
 	m.spans = kept
 }
 
-// notInMemtables reports whether key, whose hash is h, is certainly in no
-// memtable and covered by no range deletion a memtable holds, so that
-// reading the flushed tables alone gives its latest committed value.
-// retire says whether the caller is about to build its flushed-tables
-// iterator, which is when old and spans may be dropped (invariants 2, 4).
-func (m *memKeys) notInMemtables(key []byte, h uint64, retire bool) bool {
+// keyPlace is what memKeys can tell of where a key's newest version is.
+type keyPlace int
+
+const (
+	// placeUnknown: the filter is off (invariant 3), or the key is inside a
+	// range deletion a memtable may hold (4); every level must be read.
+	placeUnknown keyPlace = iota
+	// placeMemtable: a filter has seen the key, so a memtable probably
+	// holds its newest version (1% of keys never seen pass too, and a key
+	// stays in its filter after its memtable is flushed).
+	placeMemtable
+	// placeFlushed: no memtable holds the key and no range deletion in one
+	// covers it, so the flushed tables alone give its latest committed
+	// value.
+	placeFlushed
+)
+
+// place says where key, whose hash is h, is to be read from. retire says
+// whether the caller is about to build its flushed-tables iterator, which
+// is when old and spans may be dropped (invariants 2, 4).
+func (m *memKeys) place(key []byte, h uint64, retire bool) keyPlace {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if retire {
 		m.retireLocked()
 	}
-	if !m.valid || m.cur.mayContain(h) {
-		return false
+	if !m.valid {
+		return placeUnknown
 	}
-	if m.old != nil && m.old.mayContain(h) {
-		return false
+	if m.cur.mayContain(h) || (m.old != nil && m.old.mayContain(h)) {
+		return placeMemtable
 	}
 	for _, sp := range m.spans {
 		if bytes.Compare(key, sp.start) >= 0 && bytes.Compare(key, sp.end) < 0 {
-			return false
+			return placeUnknown
 		}
 	}
-	return true
+	return placeFlushed
 }
 
 // keyFilter is a blocked bloom filter over 64-bit key hashes: each key sets

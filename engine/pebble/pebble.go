@@ -33,11 +33,21 @@
 // # Point reads inside a batch
 //
 // mvcc reads each key's previous version before it writes the key, so the
-// apply batch's Get is the engine's hottest read. A batch keeps one prefix
-// iterator that reads the bottom level's bloom filters (pebble.Batch.Get
-// builds an iterator stack per call and skips them), and reads a key that no
-// memtable can hold (memkeys.go: a filter over the keys not yet flushed)
-// from the flushed tables alone, skipping the memtable's skiplist.
+// apply batch's Get is the engine's hottest read. It takes one of three ways,
+// chosen by memkeys.go's filter over the keys the memtables may hold:
+//   - a key no memtable can hold is read from the flushed tables alone,
+//     skipping the memtable's skiplist;
+//   - a key the filter has seen, or the batch wrote, is read by
+//     pebble.Batch.Get, which looks at the batch, then the memtables, then
+//     each level in turn and stops at the first that holds the key: a hot
+//     key's newest version is usually in a memtable, and a merging iterator
+//     would also seek every level below it, reading a data block of the
+//     bottom level for a version it then hides;
+//   - otherwise (the filter is off, or the key is inside a range deletion
+//     not yet flushed) through one prefix iterator kept for the batch,
+//     which reads the bottom level's bloom filters (Batch.Get skips them, so
+//     a key the store does not hold would cost a block search there).
+//
 // docs/bench/performance.md has the profiles and the measurements.
 //
 // # Reserved keys
@@ -413,17 +423,18 @@ func get(r pebble.Reader, key []byte) ([]byte, error) {
 
 // batch is an indexed pebble batch (engine.Batch).
 //
-// Its point reads go through one prefix iterator kept for the batch's life
-// (reads), not through pebble.Batch.Get: every Put in mvcc reads its key's
-// previous version, and Get builds a new iterator stack per call and never
-// consults the bottom level's bloom filters, so a key the store does not
-// hold costs a block search in the largest level on each put. The kept
+// Its point reads take one of three ways (the package comment, "Point
+// reads inside a batch"). The kept iterator, reads, is for keys memKeys
+// cannot place: pebble.Batch.Get builds a new iterator stack per call and
+// never consults the bottom level's bloom filters, so a key the store does
+// not hold would cost a block search in the largest level. The kept
 // iterator reuses its levels' table iterators from one seek to the next and
 // reads L6 filters (UseL6Filters); SeekPrefixGE with Pebble's default
 // comparer, whose prefix is the whole key, finds the key itself or nothing.
 //
 // Invariant: reads sees the batch's own writes and every write committed to
-// the engine before the read. SetOptions before each seek brings in the
+// the engine before the read (Batch.Get does too: it reads at the engine's
+// latest sequence number, through the batch's index). SetOptions before each seek brings in the
 // batch's writes since the last one (a no-op when there are none); a commit
 // or ingest on the engine after the iterator was made (e.generation moved)
 // makes the next read build a new one, since an iterator's view of the
@@ -459,11 +470,15 @@ var flushedReadOptions = pebble.IterOptions{UseL6Filters: true, OnlyReadGuarante
 func (b *batch) Get(key []byte) ([]byte, error) {
 	if mk := b.e.memKeys; mk != nil && !b.ownRangeDel {
 		h := mk.hash(key)
-		if _, written := b.own[h]; !written {
-			rebuild := b.flushedReads == nil || b.flushedGeneration != b.e.generation.Load()
-			if mk.notInMemtables(key, h, rebuild) {
-				return b.getFlushed(key, rebuild)
-			}
+		if _, written := b.own[h]; written {
+			return get(b.b, key)
+		}
+		rebuild := b.flushedReads == nil || b.flushedGeneration != b.e.generation.Load()
+		switch mk.place(key, h, rebuild) {
+		case placeFlushed:
+			return b.getFlushed(key, rebuild)
+		case placeMemtable:
+			return get(b.b, key)
 		}
 	}
 	if b.reads != nil && b.readsGeneration != b.e.generation.Load() {
