@@ -37,20 +37,18 @@ func TestComposeCluster(t *testing.T) {
 	if _, err := exec.LookPath("docker-compose"); err != nil {
 		t.Skip("docker-compose is not installed")
 	}
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed (the image is built by `make image`)")
+	}
 	root, err := testutil.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The image, as `make image` builds it, under a name of this test's own.
-	buildDir := t.TempDir()
-	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(buildDir, "strata-static"), "./cmd/strata")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	run(t, build)
+	// The image, built by `make image`, under a name of this test's own.
 	suffix := fmt.Sprintf("%d%d", os.Getpid(), time.Now().UnixNano()%1e6)
 	image := "strata-test:" + suffix
-	run(t, exec.Command("docker", "build", "-q", "-t", image, "-f", filepath.Join(root, "deploy", "Dockerfile"), buildDir))
 	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", image).Run() })
+	run(t, exec.Command("make", "-C", root, "image", "IMAGE="+image, "IMAGE_DIR="+t.TempDir()))
 
 	ports := testutil.FreePorts(t, 3)
 	project := "stratatest" + suffix
