@@ -46,8 +46,8 @@ import (
 //  4. A range deletion covers keys it does not name, but only inside its
 //     span: every range deletion of a batch committed to a memtable that has
 //     not been flushed is in spans, added in addBatch before the batch is
-//     applied, and a key inside one is never reported as outside the
-//     memtables. A span is dropped once flushed() reaches its flushedAt,
+//     applied, and a key inside one is never placed in the flushed tables
+//     alone. A span is dropped once flushed() reaches its flushedAt,
 //     taken after its commit. Reads of keys outside every span still skip
 //     the memtables: the log compactor's ForgetIndexRevisions deletes a
 //     range of index rows ("mi") at every log truncation, several times per

@@ -433,12 +433,12 @@ func get(r pebble.Reader, key []byte) ([]byte, error) {
 // comparer, whose prefix is the whole key, finds the key itself or nothing.
 //
 // Invariant: reads sees the batch's own writes and every write committed to
-// the engine before the read (Batch.Get does too: it reads at the engine's
-// latest sequence number, through the batch's index). SetOptions before each seek brings in the
-// batch's writes since the last one (a no-op when there are none); a commit
-// or ingest on the engine after the iterator was made (e.generation moved)
-// makes the next read build a new one, since an iterator's view of the
-// engine is fixed when it is made.
+// the engine before the read (Batch.Get does too: it reads through the
+// batch's index and at the engine's latest sequence number). SetOptions
+// before each seek brings in the batch's writes since the last one (a no-op
+// when there are none); a commit or ingest on the engine after the iterator
+// was made (e.generation moved) makes the next read build a new one, since
+// an iterator's view of the engine is fixed when it is made.
 type batch struct {
 	e    *Engine
 	b    *pebble.Batch
