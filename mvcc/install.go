@@ -15,6 +15,9 @@ import (
 func (s *Store) Replace(install func() error) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	// Odd until rev and compactRev are the new content's; after a failure
+	// it stays odd, and readers take the state from their snapshots.
+	s.changes.Add(1)
 	if err := install(); err != nil {
 		return err
 	}
@@ -45,6 +48,7 @@ func (s *Store) Replace(install func() error) error {
 	}
 	s.rev.Store(st.rev)
 	s.compactRev.Store(st.compactRev)
+	s.changes.Add(1)
 	s.mu.Lock()
 	s.mu.job = job
 	s.mu.Unlock()

@@ -624,11 +624,15 @@ func (w *WriteBatch) commit(appliedIndex uint64, tails []engine.WriteOnlyBatch) 
 		}
 	}
 	handedOver = true
+	s.changes.Add(1) // odd: the engine may move ahead of rev (Store.changes)
 	if err := w.b.CommitWith(appliedIndex, tails); err != nil {
+		// Whether any of the batch is in is unknown: changes stays odd,
+		// and readers take the state from their snapshots from now on.
 		return fmt.Errorf("mvcc: commit at index %d: %w", appliedIndex, err)
 	}
 	s.rev.Store(w.st.rev)
 	s.compactRev.Store(w.st.compactRev)
+	s.changes.Add(1)
 	if recordLayout {
 		s.layoutRecorded.Store(true)
 	}
