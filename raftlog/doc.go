@@ -33,7 +33,7 @@
 // # Memory
 //
 // Terms and on-disk positions of all live entries are kept in memory (24
-// bytes per entry); the newest entries appended since Open (up to 8 MiB)
+// bytes per entry); the newest entries appended since Open (up to 2 MiB)
 // are kept whole, older ones are read back from their frame on demand.
 // Recovery keeps no entry whole: which entries are the newest is known only
 // once the last segment is scanned. Log compaction (Compact,
