@@ -11,7 +11,7 @@ import (
 // to a follower, both soon after its append; one Ready's entries are at
 // most a few hundred KiB even at 1,000 clients. The same bytes also sit in
 // the engine's memtable until it flushes, so a larger tail held the data
-// twice: at 8 MiB it was a third of the live heap after a small load, and
+// twice: at 8 MiB it was two fifths of the live heap after a small load, and
 // 2 MiB lowered the peak memory of a 10^4-key LIST by 4-12 MiB with puts
 // (one and three members) and a 10^6-key load unchanged
 // (docs/bench/performance.md, "The raft log's in-memory tail").
