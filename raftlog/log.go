@@ -62,9 +62,19 @@ type Options struct {
 	// turns. 0 means DefaultMinStripeBytes; negative splits every Append.
 	MinStripeBytes int
 
+	// WarnSyncDuration is how long an fdatasync of the log, or the roll
+	// to a new segment, may take before the log warns about it ("slow
+	// fdatasync", as etcd's WAL does); 0 means DefaultWarnSyncDuration.
+	WarnSyncDuration time.Duration
+
 	// tailBudget overrides the in-memory tail budget (tests).
 	tailBudget int
 }
+
+// DefaultWarnSyncDuration is etcd's threshold for its "slow fdatasync"
+// warning: a sync this slow holds every write of the member back, and an
+// operator grepping for etcd's message finds strata's too.
+const DefaultWarnSyncDuration = time.Second
 
 // Stats are counters for metrics.
 type Stats struct {
@@ -118,6 +128,7 @@ type Log struct {
 	minStripe int // Options.MinStripeBytes, resolved
 	budget    int // in-memory tail budget
 	logger    *zap.Logger
+	warnSync  time.Duration // Options.WarnSyncDuration, resolved
 	// nextSeq is the sequence number of the next segment, in any lane;
 	// lanes roll concurrently during a striped Append.
 	nextSeq atomic.Uint64
@@ -188,7 +199,11 @@ func Open(opts Options) (*Log, error) {
 	if len(opts.Dirs) == 0 || len(opts.Dirs) > maxDirs {
 		return nil, fmt.Errorf("raftlog: %d log directories given; want 1 to %d", len(opts.Dirs), maxDirs)
 	}
-	l := &Log{fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger, budget: opts.tailBudget, minStripe: opts.MinStripeBytes}
+	l := &Log{fs: opts.FS, segSize: opts.SegmentSize, logger: opts.Logger, budget: opts.tailBudget,
+		minStripe: opts.MinStripeBytes, warnSync: opts.WarnSyncDuration}
+	if l.warnSync <= 0 {
+		l.warnSync = DefaultWarnSyncDuration
+	}
 	if l.minStripe == 0 {
 		l.minStripe = DefaultMinStripeBytes
 	}
@@ -432,10 +447,13 @@ func zeroRange(f vfs.File, from, to int64) error {
 // frame is wrapped in stripe sp (which must be non-nil). It uses the spare
 // file if one is being prepared (waiting for it if need be).
 func (l *Log) startSegment(ln *lane, firstIndex uint64, st logState, sp *stripe) error {
+	start := time.Now()
 	seq := l.nextSeq.Add(1) - 1
 	spare := ""
+	var spareWait time.Duration
 	if ln.spare != nil {
 		r := <-ln.spare
+		spareWait = time.Since(start)
 		ln.spare = nil
 		if r.err == nil {
 			spare = r.path
@@ -458,6 +476,13 @@ func (l *Log) startSegment(ln *lane, firstIndex uint64, st logState, sp *stripe)
 	})
 	if err != nil {
 		return err
+	}
+	// A roll syncs the new segment's header and the directory, and may
+	// wait for its spare: all of it delays the Append that rolled.
+	if took := time.Since(start); took > l.warnSync {
+		l.logger.Warn("raftlog: slow segment roll", zap.String("segment", seg.path(l.fs)),
+			zap.Duration("took", took), zap.Duration("spare-wait", spareWait),
+			zap.Duration("expected-duration", l.warnSync))
 	}
 	seg.frames = 1
 	l.mu.Lock()
@@ -629,6 +654,10 @@ func (l *Log) writeAndSync(ln *lane, buf []byte) error {
 	l.stats.fsyncHist.observe(took)
 	if err != nil {
 		return fmt.Errorf("fdatasync %s: %w", seg.path(l.fs), err)
+	}
+	if took > l.warnSync {
+		l.logger.Warn("slow fdatasync", zap.String("segment", seg.path(l.fs)), zap.Int("bytes", len(buf)),
+			zap.Duration("took", took), zap.Duration("expected-duration", l.warnSync))
 	}
 	failpoint.Hit("raftlog/after-sync")
 	ln.off += int64(len(buf))

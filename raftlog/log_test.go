@@ -3,14 +3,19 @@ package raftlog
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -539,6 +544,60 @@ func TestSegmentSizeChange(t *testing.T) {
 			}
 			if st.DiskBytes != disk {
 				t.Errorf("Stats().DiskBytes = %d, the files hold %d", st.DiskBytes, disk)
+			}
+		})
+	}
+}
+
+// TestSlowSyncWarnings: an fdatasync or a segment roll slower than
+// WarnSyncDuration is logged, under etcd's message for the sync, so an
+// operator sees why writes stalled; fast ones are not.
+func TestSlowSyncWarnings(t *testing.T) {
+	const warn, delay = 5 * time.Millisecond, 30 * time.Millisecond
+	for _, tt := range []struct {
+		name string
+		slow func(op errorfs.Op) bool // which operations take delay
+		want map[string]int           // warnings expected, by message
+	}{
+		{"fast disk", func(errorfs.Op) bool { return false }, map[string]int{}},
+		{"slow fdatasync of the segments", func(op errorfs.Op) bool {
+			return op.Kind == errorfs.OpFileSyncData && !strings.Contains(op.Path, "spare-")
+		}, map[string]int{"slow fdatasync": 2}},
+		{"slow directory sync", func(op errorfs.Op) bool {
+			return op.Kind == errorfs.OpFileSync && op.Path == testDir
+		}, map[string]int{"raftlog: slow segment roll": 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var slow atomic.Bool
+			fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if slow.Load() && tt.slow(op) {
+					time.Sleep(delay)
+				}
+				return nil
+			}))
+			core, logs := observer.New(zap.WarnLevel)
+			l, err := Open(Options{FS: fs, Dirs: []string{testDir}, SegmentSize: 4096,
+				WarnSyncDuration: warn, Logger: zap.New(core)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			mustAppend(t, l, ents(1, 1, 1), nil) // starts preparing a spare
+			slow.Store(true)
+			mustAppend(t, l, nil, hs(1, 1, 1)) // one sync, no roll
+			big := ents(2, 2, 1)
+			big[0].Data = make([]byte, 3900) // does not fit: a roll, then one sync
+			mustAppend(t, l, big, nil)
+			slow.Store(false)
+			got := map[string]int{}
+			for _, e := range logs.TakeAll() {
+				got[e.Message]++
+				if took, ok := e.ContextMap()["took"].(time.Duration); !ok || took < delay {
+					t.Errorf("%q: took = %v, want >= %v", e.Message, e.ContextMap()["took"], delay)
+				}
+			}
+			if !maps.Equal(got, tt.want) {
+				t.Fatalf("warnings %v, want %v", got, tt.want)
 			}
 		})
 	}

@@ -3,7 +3,9 @@ package pebble
 import (
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 )
 
 // The engine's own metrics, read from Pebble at scrape time: what an operator
@@ -34,6 +36,7 @@ type stallClock struct {
 	count   int64
 	total   time.Duration
 	started time.Time // zero when no stall is under way
+	reason  string    // of the stall under way
 }
 
 // Describe implements prometheus.Collector.
@@ -79,18 +82,35 @@ func (e *Engine) Collect(ch chan<- prometheus.Metric) {
 	gauge(descMemtables, float64(m.MemTable.Size))
 }
 
-func (e *Engine) stallBegan() {
+// warnStallDuration is the write stall worth a warning: a stall holds back
+// the apply of every write, so one this long is felt by clients (etcd's
+// "apply request took too long" uses the same 100 ms).
+const warnStallDuration = 100 * time.Millisecond
+
+func (e *Engine) stallBegan(info pebble.WriteStallBeginInfo) {
 	e.stallMu.Lock()
 	defer e.stallMu.Unlock()
 	e.stalls.count++
 	e.stalls.started = time.Now()
+	e.stalls.reason = info.Reason
 }
 
+// stallEnded closes the stall under way; one of warnStallDuration or more
+// is logged with its reason (too many memtables, or L0 sublevels), which
+// tells an operator whether flushes or compactions fell behind.
 func (e *Engine) stallEnded() {
 	e.stallMu.Lock()
-	defer e.stallMu.Unlock()
-	if !e.stalls.started.IsZero() {
-		e.stalls.total += time.Since(e.stalls.started)
-		e.stalls.started = time.Time{}
+	if e.stalls.started.IsZero() {
+		e.stallMu.Unlock()
+		return
+	}
+	took := time.Since(e.stalls.started)
+	reason := e.stalls.reason
+	e.stalls.total += took
+	e.stalls.started = time.Time{}
+	e.stallMu.Unlock()
+	if took >= warnStallDuration {
+		e.opts.Logger.Warn("pebble: write stall", zap.String("reason", reason),
+			zap.Duration("took", took), zap.Duration("expected-duration", warnStallDuration))
 	}
 }

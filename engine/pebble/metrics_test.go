@@ -2,9 +2,13 @@ package pebble
 
 import (
 	"testing"
+	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestMetrics: a registry scrapes the engine's metrics, and they move with
@@ -62,5 +66,41 @@ func TestMetrics(t *testing.T) {
 	}
 	if n := value("strata_pebble_write_stalls_total"); n != 0 {
 		t.Errorf("write stalls = %v on an idle engine", n)
+	}
+}
+
+// TestWriteStallWarning: a write stall as long as warnStallDuration is
+// logged with Pebble's reason and counted; a short one is only counted.
+func TestWriteStallWarning(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		took  time.Duration
+		warns int
+	}{
+		{"short", warnStallDuration / 10, 0},
+		{"long", warnStallDuration * 3 / 2, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			core, logs := observer.New(zap.WarnLevel)
+			e := openMem(t, vfs.NewMem(), Options{Logger: zap.New(core)})
+			defer e.Close()
+			const reason = "memtable count limit reached"
+			e.stallBegan(pebble.WriteStallBeginInfo{Reason: reason})
+			e.stallMu.Lock()
+			e.stalls.started = e.stalls.started.Add(-tt.took) // as if it began tt.took ago
+			e.stallMu.Unlock()
+			e.stallEnded()
+			e.stallEnded() // Pebble's events come in pairs; an unpaired end is ignored
+			if e.stalls.count != 1 || e.stalls.total < tt.took {
+				t.Errorf("stalls counted %d for %v, want 1 for >= %v", e.stalls.count, e.stalls.total, tt.took)
+			}
+			got := logs.FilterMessage("pebble: write stall").All()
+			if len(got) != tt.warns {
+				t.Fatalf("%d warnings, want %d", len(got), tt.warns)
+			}
+			if tt.warns > 0 && got[0].ContextMap()["reason"] != reason {
+				t.Errorf("warning %v does not name the reason %q", got[0].ContextMap(), reason)
+			}
+		})
 	}
 }

@@ -222,7 +222,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 				e.flushed.Store(true)
 			}
 		},
-		WriteStallBegin: func(pebble.WriteStallBeginInfo) { e.stallBegan() },
+		WriteStallBegin: e.stallBegan,
 		WriteStallEnd:   e.stallEnded,
 	}
 	// The gate holds compactions back until Open has returned (openGate).
