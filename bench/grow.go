@@ -383,6 +383,12 @@ func (g *growRun) grow(ctx context.Context, c *cluster.Cluster, run *report.Grow
 		<-writersDone
 		return err
 	}
+	lastWaits, err := c.DiskWaits()
+	if err != nil {
+		w.stop.Store(true)
+		<-writersDone
+		return err
+	}
 	// sample appends the interval from last to now.
 	sample := func() error {
 		now := time.Now()
@@ -396,12 +402,18 @@ func (g *growRun) grow(ctx context.Context, c *cluster.Cluster, run *report.Grow
 		if err != nil {
 			return err
 		}
+		waits, err := c.DiskWaits()
+		if err != nil {
+			return err
+		}
+		waited := waits.Sub(lastWaits)
 		ok, errs := w.ok.Load(), w.errs.Load()
 		s := report.GrowSample{
 			Seconds: now.Sub(start).Seconds(), Keys: ok,
 			DataDirBytes: size, DataDirApparentBytes: apparent,
 			IntervalSeconds: now.Sub(last).Seconds(), Ops: ok - lastOK, Errors: errs - lastErrs,
 			RSSBytes: ps.RSSBytes, CPUSeconds: ps.CPUSeconds - lastPS.CPUSeconds, Load1: loadAvg1(),
+			SlowFsyncs: waited.SlowFsyncs, FsyncSeconds: waited.FsyncSeconds, WriteStallSeconds: waited.WriteStallSeconds,
 		}
 		if s.IntervalSeconds > 0 {
 			s.Throughput = float64(s.Ops) / s.IntervalSeconds
@@ -412,7 +424,7 @@ func (g *growRun) grow(ctx context.Context, c *cluster.Cluster, run *report.Grow
 			s.Max = float64(h.Max()) / 1000
 		}
 		run.Samples = append(run.Samples, s)
-		last, lastOK, lastErrs, lastPS = now, ok, errs, ps
+		last, lastOK, lastErrs, lastPS, lastWaits = now, ok, errs, ps, waits
 		g.log.Info("grow", zap.String("server", c.Spec().Name), zap.Float64("t s", s.Seconds), zap.Int64("keys", s.Keys),
 			zap.Float64("disk MiB", float64(s.DataDirBytes)/(1<<20)), zap.Float64("writes/s", s.Throughput),
 			zap.Float64("p99 ms", s.P99), zap.Float64("RSS MiB", float64(s.RSSBytes)/(1<<20)), zap.Float64("CPU %", s.CPUPercent()))

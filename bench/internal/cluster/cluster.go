@@ -543,25 +543,35 @@ func freePorts(n int) ([]int, error) {
 // scrapeCounters fetches url (a Prometheus text endpoint) and returns the sum
 // of the samples of each named metric, and whether any was present.
 func scrapeCounters(url string, names []string) (float64, bool, error) {
-	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get(url)
+	text, err := scrapeText(url)
 	if err != nil {
-		return 0, false, fmt.Errorf("scrape %s: %w", url, err)
+		return 0, false, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, false, fmt.Errorf("scrape %s: status %s", url, resp.Status)
-	}
-	var b strings.Builder
-	if _, err := io.Copy(&b, io.LimitReader(resp.Body, 64<<20)); err != nil {
-		return 0, false, fmt.Errorf("read %s: %w", url, err)
-	}
-	sum, found := sumMetrics(b.String(), names)
+	sum, found := sumMetrics(text, names)
 	return sum, found, nil
 }
 
+// scrapeText fetches url, a Prometheus text endpoint.
+func scrapeText(url string) (string, error) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return "", fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("scrape %s: status %s", url, resp.Status)
+	}
+	var b strings.Builder
+	if _, err := io.Copy(&b, io.LimitReader(resp.Body, 64<<20)); err != nil {
+		return "", fmt.Errorf("read %s: %w", url, err)
+	}
+	return b.String(), nil
+}
+
 // sumMetrics sums, over the Prometheus text exposition text, every sample
-// whose metric name is in names (labels ignored).
+// whose metric name is in names: a bare name matches whatever its labels, a
+// name written with its labels (`x_bucket{le="0.128"}`) only those.
 func sumMetrics(text string, names []string) (float64, bool) {
 	want := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -575,8 +585,16 @@ func sumMetrics(text string, names []string) (float64, bool) {
 			continue
 		}
 		end := strings.IndexAny(line, "{ ")
-		if end < 0 || !want[line[:end]] {
+		if end < 0 {
 			continue
+		}
+		if !want[line[:end]] {
+			// A name may carry its labels, as the exposition writes
+			// them: one bucket of a histogram, say.
+			closing := strings.IndexByte(line, '}')
+			if line[end] != '{' || closing < 0 || !want[line[:closing+1]] {
+				continue
+			}
 		}
 		// The value follows the last label brace, separated by a space;
 		// an optional timestamp may follow it.

@@ -74,6 +74,7 @@ func TestSumMetrics(t *testing.T) {
 	text := `# HELP etcd_disk_wal_fsync_duration_seconds The latency distributions of fsync called by WAL.
 # TYPE etcd_disk_wal_fsync_duration_seconds histogram
 etcd_disk_wal_fsync_duration_seconds_bucket{le="0.001"} 10
+etcd_disk_wal_fsync_duration_seconds_bucket{le="0.128"} 40
 etcd_disk_wal_fsync_duration_seconds_sum 0.5
 etcd_disk_wal_fsync_duration_seconds_count 42
 etcd_disk_backend_commit_duration_seconds_count 8
@@ -91,6 +92,8 @@ strata_raftlog_syncs_total{dir="b b"} 4 1700000000
 		{name: "labelled samples summed, timestamp ignored", names: []string{"strata_raftlog_syncs_total"}, want: 7, wantFound: true},
 		{name: "bucket is not count", names: []string{"etcd_disk_wal_fsync_duration_seconds"}, want: 0, wantFound: false},
 		{name: "absent", names: []string{"nope"}, want: 0, wantFound: false},
+		{name: "one bucket by its label", names: []string{`etcd_disk_wal_fsync_duration_seconds_bucket{le="0.128"}`}, want: 40, wantFound: true},
+		{name: "a label no sample has", names: []string{`etcd_disk_wal_fsync_duration_seconds_bucket{le="0.5"}`}, want: 0, wantFound: false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -100,6 +101,14 @@ type GrowSample struct {
 	CPUSeconds float64 `json:"cpu_seconds"`
 	// Load1 is the machine's 1-minute load average at the sample.
 	Load1 float64 `json:"load1"`
+	// SlowFsyncs counts the interval's WAL fsyncs slower than 128 ms, and
+	// FsyncSeconds is their total time, from the server's fsync histogram;
+	// WriteStallSeconds is the time Pebble stalled writes (strata only).
+	// They tell whether a slow interval waited on the log's syncs or on
+	// the engine.
+	SlowFsyncs        float64 `json:"slow_fsyncs"`
+	FsyncSeconds      float64 `json:"fsync_seconds"`
+	WriteStallSeconds float64 `json:"write_stall_seconds"`
 }
 
 // CPUPercent is the server's CPU use in the interval, 100 per core.
@@ -249,18 +258,41 @@ func GrowMarkdown(rep *GrowReport) string {
 		if step > 1 {
 			fmt.Fprintf(&b, "Every %dth sample of %d, and the last; results.json has them all.\n\n", step, len(r.Samples))
 		}
-		b.WriteString("| t s | keys | disk MiB | files MiB | writes/s | p50 ms | p99 ms | max ms | errors | RSS MiB | CPU % | load1 |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-		for i, s := range r.Samples {
-			if i%step != 0 && i != len(r.Samples)-1 {
-				continue
-			}
-			fmt.Fprintf(&b, "| %.0f | %d | %.1f | %.1f | %.0f | %.2f | %.2f | %.1f | %d | %.0f | %.0f | %.2f |\n",
-				s.Seconds, s.Keys, float64(s.DataDirBytes)/mib, float64(s.DataDirApparentBytes)/mib, s.Throughput,
-				s.P50, s.P99, s.Max, s.Errors, float64(s.RSSBytes)/mib, s.CPUPercent(), s.Load1)
+		writeGrowSamples(&b, r.Samples, step, len(r.Samples)-1)
+		slowest := slowestSamples(r.Samples, growSlowestRows)
+		if len(slowest) > 0 {
+			fmt.Fprintf(&b, "\nThe %d intervals with the slowest writes (max ms), and where they waited: fsyncs over 128 ms, "+
+				"time in fsync, and Pebble's write stalls.\n\n", len(slowest))
+			writeGrowSamples(&b, slowest, 1, -1)
 		}
 	}
 	return b.String()
+}
+
+// growSlowestRows is how many of a run's slowest intervals GrowMarkdown lists.
+const growSlowestRows = 5
+
+// writeGrowSamples writes a table of every step-th sample and the one at
+// index last.
+func writeGrowSamples(b *strings.Builder, samples []GrowSample, step, last int) {
+	b.WriteString("| t s | keys | disk MiB | files MiB | writes/s | p50 ms | p99 ms | max ms | errors | RSS MiB | CPU % | load1 | fsyncs > 128 ms | fsync s | stall s |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for i, s := range samples {
+		if i%step != 0 && i != last {
+			continue
+		}
+		fmt.Fprintf(b, "| %.0f | %d | %.1f | %.1f | %.0f | %.2f | %.2f | %.1f | %d | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f |\n",
+			s.Seconds, s.Keys, float64(s.DataDirBytes)/mib, float64(s.DataDirApparentBytes)/mib, s.Throughput,
+			s.P50, s.P99, s.Max, s.Errors, float64(s.RSSBytes)/mib, s.CPUPercent(), s.Load1,
+			s.SlowFsyncs, s.FsyncSeconds, s.WriteStallSeconds)
+	}
+}
+
+// slowestSamples returns the n samples with the largest Max, slowest first.
+func slowestSamples(samples []GrowSample, n int) []GrowSample {
+	out := slices.Clone(samples)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Max > out[j].Max })
+	return out[:min(n, len(out))]
 }
 
 // GrowTenth is one tenth of a growth run's full-length intervals, by time.

@@ -74,3 +74,37 @@ func TestGrowMarkdownFlatness(t *testing.T) {
 		t.Fatalf("per-tenth line missing:\n%s", md)
 	}
 }
+
+// TestGrowMarkdownSlowest: the intervals with the slowest writes are listed
+// slowest first, each with what it waited on.
+func TestGrowMarkdownSlowest(t *testing.T) {
+	ss := samples([]float64{1000, 1000, 1000, 1000, 1000, 1000, 1000}, 0)
+	for i := range ss {
+		ss[i].Max = float64(10 + i)
+	}
+	ss[2].Max, ss[2].SlowFsyncs, ss[2].FsyncSeconds = 1684, 3, 1.5
+	ss[5].Max, ss[5].WriteStallSeconds = 900, 0.75
+	rep := &GrowReport{Settings: GrowSettings{IntervalSeconds: 10}, Runs: []GrowRun{{Server: "strata", Samples: ss}}}
+	md := GrowMarkdown(rep)
+	i := strings.Index(md, "The 5 intervals with the slowest writes")
+	if i < 0 {
+		t.Fatalf("no slowest-interval table:\n%s", md)
+	}
+	rows := strings.Split(strings.TrimSpace(md[i:]), "\n")[4:]
+	if len(rows) != 5 {
+		t.Fatalf("%d rows, want 5:\n%s", len(rows), md[i:])
+	}
+	for n, want := range []string{
+		"| 30 | 3000 |", "| 1684.0 |", "| 3 | 1.50 | 0.00 |",
+	} {
+		if !strings.Contains(rows[0], want) {
+			t.Errorf("slowest row %q lacks %q (%d)", rows[0], want, n)
+		}
+	}
+	if !strings.HasPrefix(rows[1], "| 60 | 6000 |") || !strings.HasSuffix(rows[1], "| 0 | 0.00 | 0.75 |") {
+		t.Errorf("second row %q, want the 900 ms interval with its stall", rows[1])
+	}
+	if !strings.HasPrefix(rows[4], "| 40 | 4000 |") {
+		t.Errorf("fifth row %q, want t=40 (max 13 ms)", rows[4])
+	}
+}
