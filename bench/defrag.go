@@ -48,19 +48,24 @@ const defragDelay = time.Second
 const defragTimeout = 5 * time.Minute
 
 // stepDefrag runs the defrag measurement for each key count and server.
+//
+// With -rounds N each key count is measured N times per server, the
+// servers alternating (roundOrder), each time on a fresh cluster.
 func (s *suite) stepDefrag(ctx context.Context) {
 	for _, n := range s.o.defragKeys {
-		for _, spec := range s.specs {
-			s.withCluster(ctx, spec, fmt.Sprintf("defrag-%d", n), func(c *cluster.Cluster) error {
-				return s.measureDefrag(ctx, c, n)
-			})
+		for round := range s.o.rounds {
+			for _, spec := range s.roundOrder(round) {
+				s.withCluster(ctx, spec, fmt.Sprintf("defrag-%d%s", n, s.roundLabel(round)), func(c *cluster.Cluster) error {
+					return s.measureDefrag(ctx, c, n, s.roundNumber(round))
+				})
+			}
 		}
 	}
 }
 
 // measureDefrag prepares n keys with garbage on c, then measures writes
-// during a defragmentation and adds the result.
-func (s *suite) measureDefrag(ctx context.Context, c *cluster.Cluster, n int64) error {
+// during a defragmentation and adds the result, tagged with round.
+func (s *suite) measureDefrag(ctx context.Context, c *cluster.Cluster, n int64, round int) error {
 	name := c.Spec().Name
 	for pass := 1; pass <= 2; pass++ {
 		if err := load.Load(ctx, c.Endpoints(), n, s.o.ycsbValSize, s.progress, fmt.Sprintf("%s defrag load %d/2", name, pass)); err != nil {
@@ -105,7 +110,7 @@ func (s *suite) measureDefrag(ctx context.Context, c *cluster.Cluster, n int64) 
 		return err
 	}
 	res := report.Result{
-		Server: name, Workload: "defrag", Phase: "defrag", Records: n,
+		Server: name, Workload: "defrag", Phase: "defrag", Records: n, Round: round,
 		Conns: 1, Clients: s.o.defragClients,
 		Ops: dr.ops, Errors: dr.errors, Seconds: dr.elapsed.Seconds(),
 		Usage:        s1.Sub(s0, c.FsyncSource()),

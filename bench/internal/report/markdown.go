@@ -116,13 +116,7 @@ func Markdown(rep *Report) string {
 				"(min–max) of the per-round ratios (round k's server over round k's etcd); errors are summed over the rounds. " +
 				"Each round is listed under Rounds.\n\n")
 		}
-		b.WriteString("| workload | conns/clients | records | server | errors |")
-		sep := "|---|---|---|---|---|"
-		for _, c := range runColumns {
-			b.WriteString(" " + c.head + " |")
-			sep += "---|"
-		}
-		b.WriteString("\n" + sep + "\n")
+		writeTableHead(&b, []string{"workload", "conns/clients", "records", "server", "errors"}, runColumns)
 		for _, g := range gs {
 			if hasRounds(g) {
 				writeRoundsGroup(&b, g)
@@ -155,23 +149,74 @@ func Markdown(rep *Report) string {
 			"Defragment runs on every member (from 1 s into the window). stall: the longest interval without a " +
 			"completed write; defrag s: how long the Defragment calls took to return (strata's returns at once and " +
 			"compacts in the background). disk MiB before: after the load and the revision compaction; after: at the end of the window.\n\n")
-		b.WriteString("| records | clients | server | writes/s | p99 ms | max ms | stall ms | defrag s | disk MiB before | disk MiB after | ratio stall | ratio disk after |\n" +
-			"|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-		for _, g := range gs {
-			base, hasBase := baseline(g)
-			for _, r := range g.results {
-				rs, rd := "", ""
-				if hasBase && r.Server != Baseline {
-					rs = ratio(r.StallSeconds, base.StallSeconds)
-					rd = ratio(float64(r.DataDirBytes), float64(base.DataDirBytes))
-				}
-				fmt.Fprintf(&b, "| %d | %d | %s | %.0f | %.2f | %.1f | %.0f | %.3f | %.1f | %.1f | %s | %s |\n", r.Records, r.Clients, r.Server,
-					r.Throughput, r.Latency.P99, r.Latency.Max, r.StallSeconds*1000, r.DefragSeconds,
-					float64(r.DataDirBytesBefore)/mib, float64(r.DataDirBytes)/mib, rs, rd)
-			}
+		if slices.ContainsFunc(gs, hasRounds) {
+			writeDefragRounds(&b, gs)
+		} else {
+			writeDefragRuns(&b, gs)
 		}
 	}
 	return b.String()
+}
+
+// writeDefragRuns writes the Defragment table of a run of one round.
+func writeDefragRuns(b *strings.Builder, gs []group) {
+	b.WriteString("| records | clients | server | writes/s | p99 ms | max ms | stall ms | defrag s | disk MiB before | disk MiB after | ratio stall | ratio disk after |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, g := range gs {
+		base, hasBase := baseline(g)
+		for _, r := range g.results {
+			rs, rd := "", ""
+			if hasBase && r.Server != Baseline {
+				rs = ratio(r.StallSeconds, base.StallSeconds)
+				rd = ratio(float64(r.DataDirBytes), float64(base.DataDirBytes))
+			}
+			fmt.Fprintf(b, "| %d | %d | %s | %.0f | %.2f | %.1f | %.0f | %.3f | %.1f | %.1f | %s | %s |\n", r.Records, r.Clients, r.Server,
+				r.Throughput, r.Latency.P99, r.Latency.Max, r.StallSeconds*1000, r.DefragSeconds,
+				float64(r.DataDirBytesBefore)/mib, float64(r.DataDirBytes)/mib, rs, rd)
+		}
+	}
+}
+
+// writeTableHead writes a table's header row and separator: the lead
+// cells, then one per column.
+func writeTableHead(b *strings.Builder, lead []string, cols []column) {
+	heads := slices.Clone(lead)
+	for _, c := range cols {
+		heads = append(heads, c.head)
+	}
+	b.WriteString("| " + strings.Join(heads, " | ") + " |\n|" + strings.Repeat("---|", len(heads)) + "\n")
+}
+
+// defragColumns are the Defragment table's measured columns.
+var defragColumns = []column{
+	{head: "writes/s", val: func(r Result) (float64, bool) { return r.Throughput, true }, fmt: "%.0f"},
+	{head: "p99 ms", val: func(r Result) (float64, bool) { return r.Latency.P99, true }, fmt: "%.2f"},
+	{head: "max ms", val: func(r Result) (float64, bool) { return r.Latency.Max, true }, fmt: "%.1f"},
+	{head: "stall ms", val: func(r Result) (float64, bool) { return r.StallSeconds * 1000, true }, fmt: "%.0f"},
+	{head: "defrag s", val: func(r Result) (float64, bool) { return r.DefragSeconds, true }, fmt: "%.3f"},
+	{head: "disk MiB before", val: func(r Result) (float64, bool) { return float64(r.DataDirBytesBefore) / mib, true }, fmt: "%.1f"},
+	{head: "disk MiB after", val: func(r Result) (float64, bool) { return float64(r.DataDirBytes) / mib, true }, fmt: "%.1f"},
+}
+
+// defragSpread are the Defragment columns shown with their spread: the
+// stall varies between runs of one build by more than builds differ
+// (docs/bench/tail-20261129/), so one run of it says little.
+var defragSpread = map[string]bool{"writes/s": true, "max ms": true, "stall ms": true}
+
+// writeDefragRounds writes the Defragment table of an interleaved run: per
+// server the medians over the rounds, and the ratios to the baseline.
+func writeDefragRounds(b *strings.Builder, gs []group) {
+	b.WriteString("Interleaved rounds (-rounds): a server's row is the median over its rounds, with (min–max) for " +
+		"writes/s, max and stall; the ratio row divides the medians and gives (min–max) of the per-round ratios.\n\n")
+	writeTableHead(b, []string{"records", "clients", "server"}, defragColumns)
+	for _, g := range gs {
+		first := g.results[0]
+		writeRoundsRows(b, g, defragColumns, defragSpread, func(name string, rs []Result) string {
+			return fmt.Sprintf("| %d | %d | %s (%d rounds) |", first.Records, first.Clients, name, len(rs))
+		}, func(name string) string {
+			return fmt.Sprintf("| %d | %d | **%s/%s** |", first.Records, first.Clients, name, Baseline)
+		})
+	}
 }
 
 // fsyncSources lists, per server, where its fsync count comes from.

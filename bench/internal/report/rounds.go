@@ -135,21 +135,35 @@ var spreadColumns = map[string]bool{"ops/s": true, "p50 ms": true, "p99 ms": tru
 // with the spread of spreadColumns) and one ratio row per non-baseline
 // server.
 func writeRoundsGroup(b *strings.Builder, g group) {
-	names, per := byServer(g.results)
 	first := g.results[0]
-	for _, name := range names {
-		rs := per[name]
+	writeRoundsRows(b, g, runColumns, spreadColumns, func(name string, rs []Result) string {
 		var errs int64
 		for _, r := range rs {
 			errs += r.Errors
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s (%d rounds) | %d |", first.Workload, connsClients(first), records(first), name, len(rs), errs)
-		for _, c := range runColumns {
+		return fmt.Sprintf("| %s | %s | %s | %s (%d rounds) | %d |", first.Workload, connsClients(first), records(first), name, len(rs), errs)
+	}, func(name string) string {
+		return fmt.Sprintf("| %s | %s | %s | **%s/%s** | |", first.Workload, connsClients(first), records(first), name, Baseline)
+	})
+}
+
+// writeRoundsRows writes, for the group's interleaved rounds, one row per
+// server (lead's cells, then the median of each of cols, with the spread
+// of those in spread) and one ratio row per non-baseline server (ratioLead's
+// cells, then the ratio of the medians, with the range of the per-round
+// ratios for those in spread).
+func writeRoundsRows(b *strings.Builder, g group, cols []column, spread map[string]bool,
+	lead func(server string, rounds []Result) string, ratioLead func(server string) string) {
+	names, per := byServer(g.results)
+	for _, name := range names {
+		rs := per[name]
+		b.WriteString(lead(name, rs))
+		for _, c := range cols {
 			s, ok := columnSpread(rs, c)
 			switch {
 			case !ok:
 				b.WriteString(" n/a |")
-			case spreadColumns[c.head]:
+			case spread[c.head]:
 				fmt.Fprintf(b, " "+c.fmt+" ("+c.fmt+"–"+c.fmt+") |", s.Median, s.Min, s.Max)
 			default:
 				fmt.Fprintf(b, " "+c.fmt+" |", s.Median)
@@ -165,13 +179,13 @@ func writeRoundsGroup(b *strings.Builder, g group) {
 		if name == Baseline {
 			continue
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | **%s/%s** | |", first.Workload, connsClients(first), records(first), name, Baseline)
-		for _, c := range runColumns {
+		b.WriteString(ratioLead(name))
+		for _, c := range cols {
 			rs, ok := ratioSpread(base, per[name], c)
 			switch {
 			case !ok:
 				b.WriteString(" n/a |")
-			case spreadColumns[c.head] && rs.Rounds > 0:
+			case spread[c.head] && rs.Rounds > 0:
 				fmt.Fprintf(b, " %.2f× (%.2f–%.2f×) |", rs.OfMedians, rs.Min, rs.Max)
 			default:
 				fmt.Fprintf(b, " %.2f× |", rs.OfMedians)

@@ -167,3 +167,35 @@ func TestMarkdownRounds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMarkdownDefragRounds: Defragment measured in interleaved rounds is one
+// row per server of medians, with the stall's spread, and a ratio row whose
+// stall range comes from the per-round ratios.
+func TestMarkdownDefragRounds(t *testing.T) {
+	defrag := func(server string, round int, stallMs float64) Result {
+		return Result{Server: server, Workload: "defrag", Phase: "defrag", Records: 100000, Conns: 1, Clients: 10,
+			Round: round, Throughput: 1000, StallSeconds: stallMs / 1000, DataDirBytes: 64 * mib}
+	}
+	rep := &Report{Results: []Result{
+		defrag("etcd", 1, 200), defrag("strata", 1, 10),
+		defrag("strata", 2, 700), defrag("etcd", 2, 300),
+		defrag("etcd", 3, 250), defrag("strata", 3, 50),
+	}}
+	md := Markdown(rep)
+	for _, want := range []string{
+		// etcd's stall: median 250 (200–300); strata's: 50 (10–700).
+		"| 100000 | 10 | etcd (3 rounds) | 1000 (1000–1000) | 0.00 | 0.0 (0.0–0.0) | 250 (200–300) |",
+		"| 100000 | 10 | strata (3 rounds) | 1000 (1000–1000) | 0.00 | 0.0 (0.0–0.0) | 50 (10–700) |",
+		// Ratio of medians 50/250; per round 10/200, 700/300, 50/250.
+		"| 100000 | 10 | **strata/etcd** | 1.00× (1.00–1.00×) | n/a | n/a | 0.20× (0.05–2.33×) |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("defrag table lacks %q:\n%s", want, md)
+		}
+	}
+	// One round keeps the one-row-per-run table.
+	one := &Report{Results: []Result{defrag("etcd", 0, 200), defrag("strata", 0, 10)}}
+	if md := Markdown(one); !strings.Contains(md, "| 100000 | 10 | strata | 1000 | 0.00 | 0.0 | 10 |") {
+		t.Errorf("one-round defrag table changed:\n%s", md)
+	}
+}
