@@ -413,7 +413,7 @@ func (g *growRun) grow(ctx context.Context, c *cluster.Cluster, run *report.Grow
 			DataDirBytes: size, DataDirApparentBytes: apparent,
 			IntervalSeconds: now.Sub(last).Seconds(), Ops: ok - lastOK, Errors: errs - lastErrs,
 			RSSBytes: ps.RSSBytes, CPUSeconds: ps.CPUSeconds - lastPS.CPUSeconds, Load1: loadAvg1(),
-			SlowFsyncs: waited.SlowFsyncs, FsyncSeconds: waited.FsyncSeconds, WriteStallSeconds: waited.WriteStallSeconds,
+			Fsyncs: waited.Fsyncs, SlowFsyncs: waited.SlowFsyncs, FsyncSeconds: waited.FsyncSeconds, WriteStallSeconds: waited.WriteStallSeconds,
 		}
 		if s.IntervalSeconds > 0 {
 			s.Throughput = float64(s.Ops) / s.IntervalSeconds

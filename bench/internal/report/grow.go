@@ -101,11 +101,13 @@ type GrowSample struct {
 	CPUSeconds float64 `json:"cpu_seconds"`
 	// Load1 is the machine's 1-minute load average at the sample.
 	Load1 float64 `json:"load1"`
-	// SlowFsyncs counts the interval's WAL fsyncs slower than 128 ms, and
-	// FsyncSeconds is their total time, from the server's fsync histogram;
+	// Fsyncs counts the interval's WAL fsyncs and SlowFsyncs those slower
+	// than 128 ms, and FsyncSeconds is their total time, from the server's
+	// fsync histogram;
 	// WriteStallSeconds is the time Pebble stalled writes (strata only).
 	// They tell whether a slow interval waited on the log's syncs or on
 	// the engine.
+	Fsyncs            float64 `json:"fsyncs"`
 	SlowFsyncs        float64 `json:"slow_fsyncs"`
 	FsyncSeconds      float64 `json:"fsync_seconds"`
 	WriteStallSeconds float64 `json:"write_stall_seconds"`
