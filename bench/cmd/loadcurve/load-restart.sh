@@ -4,6 +4,7 @@
 # load N keys with loadcurve, report the server's CPU seconds, peak RSS and
 # disk, then kill -9 it and time a restart until /health answers true.
 # Run from bench/: go build -o /tmp/loadcurve ./cmd/loadcurve first.
+# LOADCURVE_FLAGS adds loadcurve flags, e.g. "-txn 1 -w 64" for plain puts.
 set -u
 BIN=$1; N=$2; shift 2
 LOADCURVE=${LOADCURVE:-/tmp/loadcurve}
@@ -24,7 +25,8 @@ healthy() {
 }
 start "$@"
 healthy || { echo "server did not start"; cat "$D/server.log"; kill -9 $PID; rm -rf "$D"; exit 1; }
-"$LOADCURVE" -ep "127.0.0.1:$PORT" -n "$N"
+# shellcheck disable=SC2086 # LOADCURVE_FLAGS is a list of flags
+"$LOADCURVE" -ep "127.0.0.1:$PORT" -n "$N" ${LOADCURVE_FLAGS:-}
 echo "cpu_s: $(awk '{print ($14+$15)/100}' /proc/$PID/stat)"
 echo "peak_rss_kib: $(awk '/VmHWM/{print $2}' /proc/$PID/status)"
 echo "disk_mib: $(du -sm "$D/d" | cut -f1)"

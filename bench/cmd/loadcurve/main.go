@@ -1,5 +1,6 @@
 // Command loadcurve loads N keys into one server (16 workers, txns of 100
-// puts of 100-byte values, as the bench's loader, keys in a scattered order)
+// puts of 100-byte values, as the bench's loader, keys in a scattered order;
+// -w and -txn change the workers and the puts per request)
 // and prints the rate of every tenth of the keys, with what the server's
 // /metrics says of its LSM (strata_pebble_*) and raft log fsyncs at the end
 // of each tenth: whether the write rate holds as the data grows, and why
@@ -44,11 +45,19 @@ func scrape(url string) map[string]string {
 	return out
 }
 
+// key is the name of the i-th key loaded: scattered over the key space.
+func key(i int64) string { return fmt.Sprintf("user%016d", (i*2654435761)%(1<<40)) }
+
 func main() {
 	ep := flag.String("ep", "127.0.0.1:2379", "the server's client address (host:port)")
-	n := flag.Int64("n", 1000000, "keys to load (a multiple of 100)")
+	n := flag.Int64("n", 1000000, "keys to load (a multiple of -txn)")
 	workers := flag.Int("w", 16, "concurrent writers")
+	perTxn := flag.Int64("txn", 100, "puts per request: a txn of this many puts, or a plain Put if 1 (N must be a multiple)")
 	flag.Parse()
+	if *perTxn < 1 || *n%*perTxn != 0 {
+		fmt.Fprintf(os.Stderr, "-txn %d must be >= 1 and divide -n %d\n", *perTxn, *n)
+		os.Exit(2)
+	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{*ep}, Logger: zap.NewNop()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "connect:", err)
@@ -63,19 +72,25 @@ func main() {
 		go func() {
 			defer wg.Done()
 			for {
-				lo := next.Add(100) - 100
+				lo := next.Add(*perTxn) - *perTxn
 				if lo >= *n {
 					return
 				}
-				ops := make([]clientv3.Op, 0, 100)
-				for i := lo; i < lo+100; i++ {
-					ops = append(ops, clientv3.OpPut(fmt.Sprintf("user%016d", (i*2654435761)%(1<<40)), val))
+				var err error
+				if *perTxn == 1 {
+					_, err = cli.Put(context.Background(), key(lo), val)
+				} else {
+					ops := make([]clientv3.Op, 0, *perTxn)
+					for i := lo; i < lo+*perTxn; i++ {
+						ops = append(ops, clientv3.OpPut(key(i), val))
+					}
+					_, err = cli.Txn(context.Background()).Then(ops...).Commit()
 				}
-				if _, err := cli.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+				if err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					os.Exit(1)
 				}
-				done.Add(100)
+				done.Add(*perTxn)
 			}
 		}()
 	}
