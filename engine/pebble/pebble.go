@@ -189,7 +189,7 @@ func Open(dir string, opts Options) (*Engine, error) {
 	defer cache.Unref() // the DB holds its own reference
 	po := &pebble.Options{
 		Cache:      cache,
-		FS:         opts.FS,
+		FS:         tableWriteFS{opts.FS}, // writebuf.go
 		DisableWAL: !opts.EnableWAL,
 		// Snapshot install uses IngestAndExcise, which needs a recent
 		// format; a new store starts at the newest, an old one ratchets.
