@@ -27,6 +27,10 @@ import (
 //     on the bare file; a Sync therefore covers every byte Write accepted.
 //  3. A failed write-out leaves the bytes it did not write in pending and
 //     returns the error; Pebble abandons a table on any write error.
+//
+// Concurrency: none. Pebble writes, syncs and closes a table from the one
+// goroutine of its flush or compaction (vfs.NewSyncingFile's range syncs
+// come from inside Write), so bufferedFile takes no lock.
 
 // writeBufferSize is how much a table's writes gather before they reach the
 // file: half of Pebble's BytesPerSync (512 KiB), so the background range
