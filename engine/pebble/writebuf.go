@@ -14,8 +14,8 @@ import (
 // 4 KiB, at offsets that leave block alignment as soon as a block larger
 // than the buffer goes straight through. ext4 then zeroes the rest of each
 // new block it half-writes (zero_user_segments) before the next write fills
-// it. Near the end of a 2 GiB `bench grow` those writes took 12% of the
-// server's samples, a quarter of them in that zeroing
+// it. Near the end of a 2 GiB `bench grow` the tables' write(2) calls took
+// 7.9% of the server's samples, 3.4% in that zeroing alone
 // (docs/bench/writebuf-20261129/). tableWriteFS hands Pebble its tables
 // behind a writeBufferSize buffer, so the kernel sees a few large writes.
 //
