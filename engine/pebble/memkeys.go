@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/strata-kv/strata/internal/keyfilter"
 )
 
 // Reads that skip the memtables
@@ -66,10 +68,10 @@ type memKeys struct {
 	queueLen func() uint64
 	flushed  func() uint64
 
-	capacity     int        // keys a filter takes before rotation
-	cur          *keyFilter // keys committed since the last rotation
-	old          *keyFilter // keys committed before it; nil once flushed
-	oldFlushedAt uint64     // flushed() at which old's memtables are all flushed
+	capacity     int               // keys a filter takes before rotation
+	cur          *keyfilter.Filter // keys committed since the last rotation
+	old          *keyfilter.Filter // keys committed before it; nil once flushed
+	oldFlushedAt uint64            // flushed() at which old's memtables are all flushed
 
 	valid   bool
 	validAt uint64 // while !valid: flushed() at which valid turns true
@@ -110,7 +112,7 @@ func newMemKeys(capacity int, queueLen, flushed func() uint64) *memKeys {
 	if capacity <= 0 {
 		capacity = memKeysCapacity
 	}
-	m := &memKeys{seed: maphash.MakeSeed(), queueLen: queueLen, flushed: flushed, capacity: capacity, cur: newKeyFilter(capacity)}
+	m := &memKeys{seed: maphash.MakeSeed(), queueLen: queueLen, flushed: flushed, capacity: capacity, cur: keyfilter.New(capacity)}
 	if q := queueLen(); q == 1 {
 		m.valid = true
 	} else {
@@ -156,7 +158,7 @@ func (m *memKeys) addBatch(pb *pebble.Batch) error {
 			pebble.InternalKeyKindRangeKeyDelete:
 			m.rangeKeyed = true
 		default:
-			m.cur.add(m.hash(key))
+			m.cur.Add(m.hash(key))
 		}
 	}
 }
@@ -181,9 +183,9 @@ func (m *memKeys) committed() {
 		m.valid = false
 		m.validAt = flushedAt
 	}
-	if m.old == nil && m.cur.count >= m.capacity {
+	if m.old == nil && m.cur.Count() >= m.capacity {
 		m.old, m.oldFlushedAt = m.cur, m.allFlushedAt()
-		m.cur = newKeyFilter(m.capacity)
+		m.cur = keyfilter.New(m.capacity)
 	}
 }
 
@@ -254,7 +256,7 @@ func (m *memKeys) place(key []byte, h uint64, retire bool) keyPlace {
 	if !m.valid {
 		return placeUnknown
 	}
-	if m.cur.mayContain(h) || (m.old != nil && m.old.mayContain(h)) {
+	if m.cur.MayContain(h) || (m.old != nil && m.old.MayContain(h)) {
 		return placeMemtable
 	}
 	for _, sp := range m.spans {
@@ -263,42 +265,4 @@ func (m *memKeys) place(key []byte, h uint64, retire bool) keyPlace {
 		}
 	}
 	return placeFlushed
-}
-
-// keyFilter is a blocked bloom filter over 64-bit key hashes: each key sets
-// keyFilterProbes bits within one 512-bit block (one cache line), chosen by
-// the hash's high bits, so a lookup touches one line.
-type keyFilter struct {
-	blocks [][8]uint64
-	count  int // keys added, repeats included
-}
-
-const keyFilterProbes = 7
-
-func newKeyFilter(capacity int) *keyFilter {
-	// 10 bits a key: about 1% false positives with 7 probes.
-	n := max(capacity*10/512, 1)
-	return &keyFilter{blocks: make([][8]uint64, n)}
-}
-
-func (f *keyFilter) add(h uint64) {
-	b := &f.blocks[(h>>32)%uint64(len(f.blocks))]
-	h1, h2 := uint32(h), uint32(h>>17)|1
-	for i := range uint32(keyFilterProbes) {
-		bit := (h1 + i*h2) & 511
-		b[bit>>6] |= 1 << (bit & 63)
-	}
-	f.count++
-}
-
-func (f *keyFilter) mayContain(h uint64) bool {
-	b := &f.blocks[(h>>32)%uint64(len(f.blocks))]
-	h1, h2 := uint32(h), uint32(h>>17)|1
-	for i := range uint32(keyFilterProbes) {
-		bit := (h1 + i*h2) & 511
-		if b[bit>>6]&(1<<(bit&63)) == 0 {
-			return false
-		}
-	}
-	return true
 }
