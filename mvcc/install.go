@@ -10,7 +10,8 @@ import (
 // Replace runs install, which replaces the engine's whole content (a raft
 // snapshot), while no write batch and no physical compaction step runs, then
 // reloads what the store caches from the engine: the current and compact
-// revisions and the physical compaction job. Readers see the old state until
+// revisions and the physical compaction job. The filter of current keys is
+// off from before install until it is built again from the new content. Readers see the old state until
 // install returns and the new one after.
 func (s *Store) Replace(install func() error) error {
 	s.wmu.Lock()
@@ -18,6 +19,7 @@ func (s *Store) Replace(install func() error) error {
 	// Odd until rev and compactRev are the new content's; after a failure
 	// it stays odd, and readers take the state from their snapshots.
 	s.changes.Add(1)
+	s.keys.reset()
 	if err := install(); err != nil {
 		return err
 	}
@@ -53,5 +55,9 @@ func (s *Store) Replace(install func() error) error {
 	s.mu.job = job
 	s.mu.Unlock()
 	s.wakeCompactor()
+	select {
+	case s.rebuildKeys <- struct{}{}:
+	default:
+	}
 	return nil
 }

@@ -353,6 +353,9 @@ func (w *WriteBatch) SetPreparedKeyState(p *PreparedKeyState) error {
 	if err := w.usable(); err != nil {
 		return err
 	}
+	if p.change.KV != nil {
+		w.s.keys.add(p.change.Key) // currentkeys.go, invariant 1
+	}
 	if err := p.write(w.b); err != nil {
 		return w.fail(err)
 	}
@@ -376,6 +379,11 @@ func (w *WriteBatch) CommitWithKeyStates(appliedIndex uint64, prepared []Prepare
 		workers = 1
 	}
 	workers = max(workers, 1)
+	for i := range prepared {
+		if prepared[i].change.KV != nil {
+			w.s.keys.add(prepared[i].change.Key) // currentkeys.go, invariant 1
+		}
+	}
 	tails := make([]engine.WriteOnlyBatch, workers)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup

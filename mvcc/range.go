@@ -20,6 +20,9 @@ type view struct {
 	r          engine.Reader
 	rev        int64 // the current revision this view sees
 	compactRev int64
+	// keys, in a write batch's view only, answers current for keys that
+	// have no current record without a read (currentkeys.go).
+	keys *currentKeys
 }
 
 func decodeKV(b []byte) (*mvccpb.KeyValue, error) {
@@ -41,6 +44,9 @@ func (v view) get(key []byte) (*mvccpb.KeyValue, error) {
 
 // current returns key's current record, or nil if the key does not exist.
 func (v view) current(key []byte) (*current, error) {
+	if v.keys != nil && !v.keys.mayHold(key) {
+		return nil, nil
+	}
 	b, err := v.r.Get(currentKey(key))
 	if errors.Is(err, engine.ErrNotFound) {
 		return nil, nil

@@ -94,6 +94,13 @@ type Store struct {
 	// layoutRecorded: the engine records layoutCurrent (mm"layout"); until
 	// it does, the next commit records it.
 	layoutRecorded atomic.Bool
+
+	// keys is the filter of current keys (currentkeys.go), built by a
+	// goroutine that Start starts; rebuildKeys wakes it after a Replace,
+	// and keysStopped is closed when it exits.
+	keys        *currentKeys
+	rebuildKeys chan struct{}
+	keysStopped chan struct{}
 }
 
 type compactWaiter struct {
@@ -111,7 +118,8 @@ func Open(e engine.Engine, opts Options) (*Store, error) {
 	if opts.CompactChunk <= 0 {
 		opts.CompactChunk = 1000
 	}
-	s := &Store{e: e, opts: opts, lg: opts.Logger, kick: make(chan struct{}, 1)}
+	s := &Store{e: e, opts: opts, lg: opts.Logger, kick: make(chan struct{}, 1),
+		keys: newCurrentKeys(), rebuildKeys: make(chan struct{}, 1)}
 	st := state{rev: 1, compactRev: -1}
 	b, err := e.Get(metaState)
 	switch {

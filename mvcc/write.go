@@ -79,7 +79,12 @@ func (w *WriteBatch) view() view {
 	if w.sub > 0 {
 		rev++
 	}
-	return view{r: w.r, rev: rev, compactRev: w.st.compactRev}
+	v := view{r: w.r, rev: rev, compactRev: w.st.compactRev}
+	if w.b != nil {
+		// A read-only transaction reads a snapshot (see view.keys).
+		v.keys = w.s.keys
+	}
+	return v
 }
 
 // endRequest closes the current request: if it wrote, the revision moves.
@@ -118,6 +123,7 @@ func (w *WriteBatch) put(key, value []byte, lease int64) error {
 	if err := w.moveToHistory(prev); err != nil {
 		return fmt.Errorf("put %q: %w", key, err)
 	}
+	w.s.keys.add(key) // before its current record is written (currentkeys.go, invariant 1)
 	// The engine batches copy what they are given: the scratch buffers
 	// are free again once a write returns.
 	w.scratchKey = appendCurrentKey(w.scratchKey[:0], key)
