@@ -474,7 +474,13 @@ func Start(cfg Config) (_ *Member, err error) {
 		Config: cfg.LogCompaction, Log: m.log, Store: m.store, Applied: m.applier,
 		CatchUpEntries: cfg.CatchUpEntries, Retention: retention, Logger: cfg.Logger.Named("logcompact"),
 	})
-	m.run(func() { recovery.AwaitReplay(ctx, m.log, m.applier, logOpen, cfg.Logger) })
+	m.run(func() {
+		recovery.AwaitReplay(ctx, m.log, m.applier, logOpen, cfg.Logger)
+		// Built beside the replay, the filter would slow it down.
+		if ctx.Err() == nil {
+			m.store.StartKeyFilter()
+		}
+	})
 	m.run(func() { compactor.Run(ctx) })
 	m.run(func() { m.lessor.Run(ctx) })
 	m.run(func() { m.backups.Run(ctx) })

@@ -11,9 +11,8 @@ import (
 	"github.com/strata-kv/strata/internal/failpoint"
 )
 
-// Start starts the background goroutines: the one that performs physical
-// revision compaction, resuming one left unfinished before a restart, and
-// the one that builds the filter of current keys (currentkeys.go).
+// Start starts the background goroutine that performs physical revision
+// compaction, resuming one left unfinished before a restart.
 func (s *Store) Start() {
 	if s.started {
 		return
@@ -21,13 +20,12 @@ func (s *Store) Start() {
 	s.started = true
 	s.stop = make(chan struct{})
 	s.stopped = make(chan struct{})
-	s.keysStopped = make(chan struct{})
 	go s.compactLoop()
-	go s.currentKeysLoop()
 	s.wakeCompactor()
 }
 
-// Close stops the background goroutines and waits for them. It does not close
+// Close stops the background goroutines (Start's, StartKeyFilter's) and
+// waits for them. It does not close
 // the engine. Call it after the applier has stopped: a compaction step
 // waits for an open WriteBatch to finish. Channels returned by Compact whose
 // removal has not finished stay open; the work resumes after the next Open
@@ -39,7 +37,10 @@ func (s *Store) Close() error {
 	s.started = false
 	close(s.stop)
 	<-s.stopped
-	<-s.keysStopped
+	if s.keysStopped != nil {
+		<-s.keysStopped
+		s.keysStopped = nil
+	}
 	return nil
 }
 

@@ -190,10 +190,11 @@ func TestCurrentKeysBuildMeetsWrites(t *testing.T) {
 		}
 	})
 
-	if err := s.scanCurrentKeys(epoch, snap, nil); err != nil {
+	built, err := s.scanCurrentKeys(epoch, snap, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.keys.isValid() {
+	if !built || !s.keys.isValid() {
 		t.Fatal("filter not valid after its scan")
 	}
 	for _, k := range keys {
@@ -252,10 +253,11 @@ func TestCurrentKeysReplace(t *testing.T) {
 	if err := s.Replace(install); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.scanCurrentKeys(inFlight, snap, nil); err != nil {
+	built, err := s.scanCurrentKeys(inFlight, snap, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if s.keys.isValid() {
+	if built || s.keys.isValid() {
 		t.Fatal("a build begun before Replace turned the filter on")
 	}
 	before := reads.Load()
@@ -278,12 +280,18 @@ func TestCurrentKeysReplace(t *testing.T) {
 	}
 }
 
-// TestCurrentKeysStartAndClose checks the goroutine Start runs: it builds
-// the filter, rebuilds it after Replace, and stops with Close.
+// TestCurrentKeysStartAndClose checks the goroutine StartKeyFilter runs:
+// it builds the filter, rebuilds it after Replace, and stops with Close.
+// Start alone builds nothing.
 func TestCurrentKeysStartAndClose(t *testing.T) {
 	s, _, _ := openCountingStore(t)
 	apply(t, s, mustPut(t, "a", "1"))
 	s.Start()
+	time.Sleep(20 * time.Millisecond)
+	if s.keys.isValid() {
+		t.Fatal("filter built before StartKeyFilter")
+	}
+	s.StartKeyFilter()
 	waitValid := func(what string) {
 		t.Helper()
 		for range 2000 {
