@@ -281,17 +281,19 @@ func TestCurrentKeysReplace(t *testing.T) {
 }
 
 // TestCurrentKeysStartAndClose checks the goroutine StartKeyFilter runs:
-// it builds the filter, rebuilds it after Replace, and stops with Close.
-// Start alone builds nothing.
+// it builds the filter at the first put, rebuilds it after Replace, and
+// stops with Close. Start alone builds nothing, nor does StartKeyFilter
+// before a put.
 func TestCurrentKeysStartAndClose(t *testing.T) {
 	s, _, _ := openCountingStore(t)
 	apply(t, s, mustPut(t, "a", "1"))
 	s.Start()
+	s.StartKeyFilter()
 	time.Sleep(20 * time.Millisecond)
 	if s.keys.isValid() {
-		t.Fatal("filter built before StartKeyFilter")
+		t.Fatal("filter built before a put")
 	}
-	s.StartKeyFilter()
+	apply(t, s, mustPut(t, "b", "1"))
 	waitValid := func(what string) {
 		t.Helper()
 		for range 2000 {
