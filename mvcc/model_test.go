@@ -219,6 +219,8 @@ func runModel(t *testing.T, seed uint64) {
 	fs := vfs.NewMem()
 	e, s := openTestStore(t, fs, "db")
 	s.Start()
+	// The filter of current keys builds beside the model's writes.
+	s.StartKeyFilter()
 	m := newModel()
 	index := uint64(0)
 	for step := 0; step < 300; step++ {
@@ -324,6 +326,7 @@ func runModel(t *testing.T, seed uint64) {
 			}
 			e, s = openTestStore(t, fs, "db")
 			s.Start()
+			s.StartKeyFilter()
 			if s.Rev() != m.rev || s.CompactRev() != m.compactRev || s.AppliedIndex() != index {
 				t.Fatalf("after restart rev/compact/index = %d/%d/%d, want %d/%d/%d", s.Rev(), s.CompactRev(), s.AppliedIndex(), m.rev, m.compactRev, index)
 			}
