@@ -10,9 +10,9 @@ import (
 // Replace runs install, which replaces the engine's whole content (a raft
 // snapshot), while no write batch and no physical compaction step runs, then
 // reloads what the store caches from the engine: the current and compact
-// revisions and the physical compaction job. The filter of current keys is
-// off from before install until it is built again from the new content. Readers see the old state until
-// install returns and the new one after.
+// revisions and the physical compaction job. Readers see the old state until
+// install returns and the new one after. The filter of current keys is off
+// from before install until it is built again from the new content.
 func (s *Store) Replace(install func() error) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()

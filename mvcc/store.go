@@ -95,9 +95,9 @@ type Store struct {
 	// it does, the next commit records it.
 	layoutRecorded atomic.Bool
 
-	// keys is the filter of current keys (currentkeys.go), built by a
-	// goroutine that Start starts; rebuildKeys wakes it after a Replace,
-	// and keysStopped is closed when it exits.
+	// keys is the filter of current keys (currentkeys.go), built by the
+	// goroutine StartKeyFilter starts; rebuildKeys wakes it after a
+	// Replace, and keysStopped is closed when it exits.
 	keys        *currentKeys
 	rebuildKeys chan struct{}
 	keysStopped chan struct{}
