@@ -26,9 +26,9 @@ func (s *Store) Start() {
 
 // Close stops the background goroutines (Start's, StartKeyFilter's) and
 // waits for them. It does not close the engine. Call it after the applier
-// has stopped: a compaction step waits for an open WriteBatch to finish. Channels returned by Compact whose
-// removal has not finished stay open; the work resumes after the next Open
-// and Start.
+// has stopped: a compaction step waits for an open WriteBatch to finish.
+// Channels returned by Compact whose removal has not finished stay open;
+// the work resumes after the next Open and Start.
 func (s *Store) Close() error {
 	if !s.started {
 		return nil
