@@ -52,7 +52,10 @@ func buildMinIO(build func(repoRoot, dir string) (string, error)) {
 // priority when the run includes the MinIO tests (-run matches
 // TestBackupMinIO, or none was given): a cold build takes minutes, which
 // then overlap the tests before them instead of adding to the package's
-// time. minioBinary waits for it.
+// time. minioBinary waits for it. The MinIO tests are parallel tests for
+// this: go test starts them only after every sequential test of the package
+// has finished, by when the build is done; as sequential tests they came
+// second in the package and waited about three minutes for it.
 func prebuildMinIO() {
 	if f := flag.Lookup("test.run"); f != nil && f.Value.String() != "" {
 		top, _, _ := strings.Cut(f.Value.String(), "/")
@@ -177,6 +180,7 @@ func (s *minioServer) env(secret string) []string {
 // with a clear error and writes nothing, and a member whose continuous
 // backups are refused still serves and counts the failures.
 func TestBackupMinIO(t *testing.T) {
+	t.Parallel() // after the sequential tests: see prebuildMinIO
 	srv := startMinIO(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -265,6 +269,7 @@ func TestBackupMinIO(t *testing.T) {
 // back on its data the next backup completes, and restores to what the
 // live member answered.
 func TestBackupMinIOKilled(t *testing.T) {
+	t.Parallel() // after the sequential tests: see prebuildMinIO
 	srv := startMinIO(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
