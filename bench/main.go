@@ -300,7 +300,7 @@ func registerFlags(fs *flag.FlagSet, o *options) {
 	fs.BoolVar(&o.quiet, "quiet", o.quiet, "no progress line, warnings only")
 	fs.Uint64Var(&o.seed, "seed", o.seed, "random seed of the key choices")
 	fs.IntVar(&o.members, "members", o.members, "members per cluster, all on this machine (Kill and restart act on member 0)")
-	fs.IntVar(&o.rounds, "rounds", o.rounds, "put, range, ycsb, sweep: measure every server this many times, in alternating order (round 1 in -servers order, round 2 reversed, ...), each on a fresh cluster; results.md shows medians and spreads")
+	fs.IntVar(&o.rounds, "rounds", o.rounds, "put, range, ycsb, sweep, restart, defrag: measure every server this many times, in alternating order (round 1 in -servers order, round 2 reversed, ...), each on a fresh cluster; results.md shows medians and spreads")
 	fs.StringVar(&o.etcdBin, "etcd-bin", o.etcdBin, "use this etcd binary instead of building tools/cmd/etcd")
 	fs.StringVar(&o.strataBin, "strata-bin", o.strataBin, "use this strata binary instead of building cmd/strata")
 	fs.StringVar(&o.strataBaseBin, "strata-base-bin", o.strataBaseBin, "the strata-base server's binary: strata built from another commit (e.g. git worktree add /tmp/base HEAD~1 && go build -C /tmp/base -o /tmp/strata-base ./cmd/strata)")

@@ -307,3 +307,41 @@ func TestSmokeGrow(t *testing.T) {
 		}
 	}
 }
+
+// TestSmokeRestartRounds runs the restart step in two interleaved rounds
+// on strata alone: each round restarts a fresh cluster and is tagged with
+// its round, and results.md gives the medians.
+func TestSmokeRestartRounds(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the go command is needed to build strata:", err)
+	}
+	o := smokeOptions()
+	o.steps = []string{"restart"}
+	o.servers = []string{"strata"}
+	o.rounds = 2
+	o.out = t.TempDir()
+	o.workDir = t.TempDir()
+	o.quiet = true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := runSuite(ctx, o, "go test -run TestSmokeRestartRounds", zap.NewNop())
+	if err != nil {
+		t.Fatalf("restart rounds smoke run: %v", err)
+	}
+	var rounds []int
+	for _, r := range rep.Results {
+		if r.Phase == "restart" && r.RestartSeconds > 0 {
+			rounds = append(rounds, r.Round)
+		}
+	}
+	if !slices.Equal(rounds, []int{1, 2}) {
+		t.Errorf("restart results in rounds %v, want [1 2]", rounds)
+	}
+	md, err := os.ReadFile(filepath.Join(o.out, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(md), "| 300 | strata (2 rounds) |") {
+		t.Errorf("results.md lacks the restart medians row:\n%s", md)
+	}
+}

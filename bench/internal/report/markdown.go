@@ -129,18 +129,10 @@ func Markdown(rep *Report) string {
 	if gs := groups(rep.Results, "restart"); len(gs) > 0 {
 		b.WriteString("\n## Restart after kill -9\n\n")
 		b.WriteString("Time from exec to the first successful linearizable read.\n\n")
-		b.WriteString("| records | server | restart s | disk MiB | files MiB | ratio restart | ratio disk |\n|---|---|---|---|---|---|---|\n")
-		for _, g := range gs {
-			base, hasBase := baseline(g)
-			for _, r := range g.results {
-				rr, rd := "", ""
-				if hasBase && r.Server != Baseline {
-					rr = ratio(r.RestartSeconds, base.RestartSeconds)
-					rd = ratio(float64(r.DataDirBytes), float64(base.DataDirBytes))
-				}
-				fmt.Fprintf(&b, "| %d | %s | %.3f | %.1f | %.1f | %s | %s |\n", r.Records, r.Server, r.RestartSeconds,
-					float64(r.DataDirBytes)/mib, float64(r.DataDirApparentBytes)/mib, rr, rd)
-			}
+		if slices.ContainsFunc(gs, hasRounds) {
+			writeRestartRounds(&b, gs)
+		} else {
+			writeRestartRuns(&b, gs)
 		}
 	}
 	if gs := groups(rep.Results, "defrag"); len(gs) > 0 {
@@ -156,6 +148,51 @@ func Markdown(rep *Report) string {
 		}
 	}
 	return b.String()
+}
+
+// writeRestartRuns writes the restart table of a run of one round.
+func writeRestartRuns(b *strings.Builder, gs []group) {
+	b.WriteString("| records | server | restart s | disk MiB | files MiB | ratio restart | ratio disk |\n|---|---|---|---|---|---|---|\n")
+	for _, g := range gs {
+		base, hasBase := baseline(g)
+		for _, r := range g.results {
+			rr, rd := "", ""
+			if hasBase && r.Server != Baseline {
+				rr = ratio(r.RestartSeconds, base.RestartSeconds)
+				rd = ratio(float64(r.DataDirBytes), float64(base.DataDirBytes))
+			}
+			fmt.Fprintf(b, "| %d | %s | %.3f | %.1f | %.1f | %s | %s |\n", r.Records, r.Server, r.RestartSeconds,
+				float64(r.DataDirBytes)/mib, float64(r.DataDirApparentBytes)/mib, rr, rd)
+		}
+	}
+}
+
+// restartColumns are the restart table's measured columns.
+var restartColumns = []column{
+	{head: "restart s", val: func(r Result) (float64, bool) { return r.RestartSeconds, true }, fmt: "%.3f"},
+	{head: "disk MiB", val: func(r Result) (float64, bool) { return float64(r.DataDirBytes) / mib, true }, fmt: "%.1f"},
+	{head: "files MiB", val: func(r Result) (float64, bool) { return float64(r.DataDirApparentBytes) / mib, true }, fmt: "%.1f"},
+}
+
+// restartSpread are the restart columns shown with their spread: a
+// restart's time depends on where the kill falls in the engine's flush
+// cycle, and so does the disk left behind (unflushed log segments).
+var restartSpread = map[string]bool{"restart s": true, "disk MiB": true}
+
+// writeRestartRounds writes the restart table of an interleaved run: per
+// server the medians over the rounds, and the ratios to the baseline.
+func writeRestartRounds(b *strings.Builder, gs []group) {
+	b.WriteString("Interleaved rounds (-rounds): a server's row is the median over its rounds, with (min–max) for " +
+		"the restart and the disk; the ratio row divides the medians and gives (min–max) of the per-round ratios.\n\n")
+	writeTableHead(b, []string{"records", "server"}, restartColumns)
+	for _, g := range gs {
+		first := g.results[0]
+		writeRoundsRows(b, g, restartColumns, restartSpread, func(name string, rs []Result) string {
+			return fmt.Sprintf("| %d | %s (%d rounds) |", first.Records, name, len(rs))
+		}, func(name string) string {
+			return fmt.Sprintf("| %d | **%s/%s** |", first.Records, name, Baseline)
+		})
+	}
 }
 
 // writeDefragRuns writes the Defragment table of a run of one round.

@@ -199,3 +199,36 @@ func TestMarkdownDefragRounds(t *testing.T) {
 		t.Errorf("one-round defrag table changed:\n%s", md)
 	}
 }
+
+// TestMarkdownRestartRounds: restarts measured in interleaved rounds are one
+// row per server of medians, with the restart's and the disk's spread, and
+// a ratio row whose restart range comes from the per-round ratios.
+func TestMarkdownRestartRounds(t *testing.T) {
+	restart := func(server string, round int, seconds float64, diskMiB int64) Result {
+		return Result{Server: server, Workload: "restart", Phase: "restart", Records: 1000000,
+			Round: round, RestartSeconds: seconds, DataDirBytes: diskMiB * mib, DataDirApparentBytes: diskMiB * mib}
+	}
+	rep := &Report{Results: []Result{
+		restart("etcd", 1, 5, 432), restart("strata", 1, 0.25, 130),
+		restart("strata", 2, 0.8, 141), restart("etcd", 2, 4, 432),
+		restart("etcd", 3, 6, 432), restart("strata", 3, 0.3, 130),
+	}}
+	md := Markdown(rep)
+	for _, want := range []string{
+		"| records | server | restart s | disk MiB | files MiB |",
+		// etcd's restart: median 5 (4–6); strata's: 0.3 (0.25–0.8).
+		"| 1000000 | etcd (3 rounds) | 5.000 (4.000–6.000) | 432.0 (432.0–432.0) | 432.0 |",
+		"| 1000000 | strata (3 rounds) | 0.300 (0.250–0.800) | 130.0 (130.0–141.0) | 130.0 |",
+		// Ratio of medians 0.3/5; per round 0.25/5, 0.8/4, 0.3/6.
+		"| 1000000 | **strata/etcd** | 0.06× (0.05–0.20×) | 0.30× (0.30–0.33×) | 0.30× |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("restart table lacks %q:\n%s", want, md)
+		}
+	}
+	// One round keeps the one-row-per-run table.
+	one := &Report{Results: []Result{restart("etcd", 0, 5, 432), restart("strata", 0, 0.25, 130)}}
+	if md := Markdown(one); !strings.Contains(md, "| 1000000 | strata | 0.250 | 130.0 | 130.0 | 0.05× | 0.30× |") {
+		t.Errorf("one-round restart table changed:\n%s", md)
+	}
+}
