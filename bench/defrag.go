@@ -52,15 +52,9 @@ const defragTimeout = 5 * time.Minute
 // With -rounds N each key count is measured N times per server, the
 // servers alternating (roundOrder), each time on a fresh cluster.
 func (s *suite) stepDefrag(ctx context.Context) {
-	for _, n := range s.o.defragKeys {
-		for round := range s.o.rounds {
-			for _, spec := range s.roundOrder(round) {
-				s.withCluster(ctx, spec, fmt.Sprintf("defrag-%d%s", n, s.roundLabel(round)), func(c *cluster.Cluster) error {
-					return s.measureDefrag(ctx, c, n, s.roundNumber(round))
-				})
-			}
-		}
-	}
+	s.forRounds(ctx, "defrag", s.o.defragKeys, func(c *cluster.Cluster, n int64, round int) error {
+		return s.measureDefrag(ctx, c, n, round)
+	})
 }
 
 // measureDefrag prepares n keys with garbage on c, then measures writes

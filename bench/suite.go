@@ -557,11 +557,21 @@ func (s *suite) sweepCluster(ctx context.Context, spec cluster.Spec, round int) 
 // restart per server says little (docs/bench/REPORT.md, sixteenth session:
 // 0.25-0.83 s for four restarts of one build).
 func (s *suite) stepRestart(ctx context.Context) {
-	for _, n := range s.o.restartKeys {
+	s.forRounds(ctx, "restart", s.o.restartKeys, func(c *cluster.Cluster, n int64, round int) error {
+		return s.measureRestart(ctx, c, n, round)
+	})
+}
+
+// forRounds runs measure for each key count, -rounds times per server, the
+// servers alternating (roundOrder), each time on a fresh cluster named after
+// the step, the key count and the round; measure gets the round's
+// Result.Round (roundNumber).
+func (s *suite) forRounds(ctx context.Context, step string, keys []int64, measure func(c *cluster.Cluster, n int64, round int) error) {
+	for _, n := range keys {
 		for round := range s.o.rounds {
 			for _, spec := range s.roundOrder(round) {
-				s.withCluster(ctx, spec, fmt.Sprintf("restart-%d%s", n, s.roundLabel(round)), func(c *cluster.Cluster) error {
-					return s.measureRestart(ctx, c, n, s.roundNumber(round))
+				s.withCluster(ctx, spec, fmt.Sprintf("%s-%d%s", step, n, s.roundLabel(round)), func(c *cluster.Cluster) error {
+					return measure(c, n, s.roundNumber(round))
 				})
 			}
 		}

@@ -182,15 +182,25 @@ var restartSpread = map[string]bool{"restart s": true, "disk MiB": true}
 // writeRestartRounds writes the restart table of an interleaved run: per
 // server the medians over the rounds, and the ratios to the baseline.
 func writeRestartRounds(b *strings.Builder, gs []group) {
-	b.WriteString("Interleaved rounds (-rounds): a server's row is the median over its rounds, with (min–max) for " +
-		"the restart and the disk; the ratio row divides the medians and gives (min–max) of the per-round ratios.\n\n")
-	writeTableHead(b, []string{"records", "server"}, restartColumns)
+	writeStepRounds(b, gs, "Interleaved rounds (-rounds): a server's row is the median over its rounds, with (min–max) for "+
+		"the restart and the disk; the ratio row divides the medians and gives (min–max) of the per-round ratios.\n\n",
+		[]string{"records"}, func(r Result) string { return fmt.Sprintf("%d", r.Records) }, restartColumns, restartSpread)
+}
+
+// writeStepRounds writes the table of a step measured in interleaved
+// rounds: intro, then for each group one row per server of medians and one
+// ratio row per non-baseline server (writeRoundsRows), each led by the
+// cells lead gives for the group's first result, under leadHeads.
+func writeStepRounds(b *strings.Builder, gs []group, intro string, leadHeads []string, lead func(Result) string,
+	cols []column, spread map[string]bool) {
+	b.WriteString(intro)
+	writeTableHead(b, append(slices.Clone(leadHeads), "server"), cols)
 	for _, g := range gs {
-		first := g.results[0]
-		writeRoundsRows(b, g, restartColumns, restartSpread, func(name string, rs []Result) string {
-			return fmt.Sprintf("| %d | %s (%d rounds) |", first.Records, name, len(rs))
+		cells := lead(g.results[0])
+		writeRoundsRows(b, g, cols, spread, func(name string, rs []Result) string {
+			return fmt.Sprintf("| %s | %s (%d rounds) |", cells, name, len(rs))
 		}, func(name string) string {
-			return fmt.Sprintf("| %d | **%s/%s** |", first.Records, name, Baseline)
+			return fmt.Sprintf("| %s | **%s/%s** |", cells, name, Baseline)
 		})
 	}
 }
@@ -243,17 +253,10 @@ var defragSpread = map[string]bool{"writes/s": true, "max ms": true, "stall ms":
 // writeDefragRounds writes the Defragment table of an interleaved run: per
 // server the medians over the rounds, and the ratios to the baseline.
 func writeDefragRounds(b *strings.Builder, gs []group) {
-	b.WriteString("Interleaved rounds (-rounds): a server's row is the median over its rounds, with (min–max) for " +
-		"writes/s, max and stall; the ratio row divides the medians and gives (min–max) of the per-round ratios.\n\n")
-	writeTableHead(b, []string{"records", "clients", "server"}, defragColumns)
-	for _, g := range gs {
-		first := g.results[0]
-		writeRoundsRows(b, g, defragColumns, defragSpread, func(name string, rs []Result) string {
-			return fmt.Sprintf("| %d | %d | %s (%d rounds) |", first.Records, first.Clients, name, len(rs))
-		}, func(name string) string {
-			return fmt.Sprintf("| %d | %d | **%s/%s** |", first.Records, first.Clients, name, Baseline)
-		})
-	}
+	writeStepRounds(b, gs, "Interleaved rounds (-rounds): a server's row is the median over its rounds, with (min–max) for "+
+		"writes/s, max and stall; the ratio row divides the medians and gives (min–max) of the per-round ratios.\n\n",
+		[]string{"records", "clients"}, func(r Result) string { return fmt.Sprintf("%d | %d", r.Records, r.Clients) },
+		defragColumns, defragSpread)
 }
 
 // fsyncSources lists, per server, where its fsync count comes from.
