@@ -214,6 +214,10 @@ func TestLoggerMetricsHealth(t *testing.T) {
 	lp := startLogger(t)
 	addLoggerTo(t, c, lp)
 	lp.Launch()
+	// The logger publishes its attributes through the cluster's log once it
+	// runs; wait for that entry, or it may land between the Status read
+	// below and the /metrics scrape and move last_index past st.LastIndex.
+	waitLoggerPublished(t, c, lp)
 	for i := 0; i < 20; i++ {
 		if _, err := cli.Put(context.Background(), fmt.Sprintf("k/%d", i), "v"); err != nil {
 			t.Fatal(err)
