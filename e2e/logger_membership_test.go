@@ -240,8 +240,17 @@ func TestLoggerMetricsHealth(t *testing.T) {
 		t.Fatalf("/metrics: %d %s", code, body)
 	}
 	label := fmt.Sprintf(`{cluster_id="%x"}`, st.ClusterID)
+	after, err := lp.status()
+	if err != nil {
+		t.Fatalf("Status after /metrics: %v", err)
+	}
+	// The last index the metric reports lies between the logger's Status
+	// before and after the scrape: equal to both unless an entry arrived.
+	lastIndex, ok := metricValue(body, "strata_logger_last_index"+label)
+	if !ok || lastIndex < st.LastIndex || lastIndex > after.LastIndex {
+		t.Errorf("/metrics: strata_logger_last_index%s = %d (found %v), want within [%d, %d]", label, lastIndex, ok, st.LastIndex, after.LastIndex)
+	}
 	for _, want := range []string{
-		"strata_logger_last_index" + label + " " + strconv.FormatUint(st.LastIndex, 10),
 		"strata_logger_first_index" + label + " 1",
 		"strata_logger_gaps_total" + label + " 0",
 		"strata_logger_has_leader" + label + " 1",
@@ -279,6 +288,19 @@ func TestLoggerMetricsHealth(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// metricValue returns the value of the sample named name (with its labels)
+// in a Prometheus text exposition, if it is there. The exposition writes
+// large values in exponent form (1e+06), so it is parsed as a float.
+func metricValue(body, name string) (uint64, bool) {
+	for _, line := range strings.Split(body, "\n") {
+		if v, found := strings.CutPrefix(line, name+" "); found {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return uint64(f), err == nil && f >= 0
+		}
+	}
+	return 0, false
 }
 
 // TestLoggerTwoLoggers: a cluster of three with two loggers (seed 003's
