@@ -112,12 +112,12 @@ const (
 	// readSamplingMultiplier samples an iterator's reads every 256 KiB
 	// (Pebble: every 1 MiB) for read-triggered compactions, which compact
 	// the tables that reads keep seeking through. l0CompactionThreshold
-	// leaves up to 8 sublevels after a load, and a Get looks in each
-	// (a bloom filter probe at least). Sampled four times as often, YCSB at 10^6 keys used 1-22% less
-	// CPU per operation than with Pebble's default in 21 of 22 rows of
-	// two alternated runs, at 0.98-1.32× the rate (docs/bench/
-	// performance.md, "Read-triggered compactions"); with none (-1) it
-	// ran at 0.82-1.01× the rate.
+	// leaves up to 8 sublevels after a load, and a Get looks in each (a
+	// bloom filter probe at least). Sampled four times as often, YCSB at
+	// 10^6 keys used 1-22% less CPU per operation than with Pebble's
+	// default in 21 of 22 rows of two alternated runs, at 0.98-1.32× the
+	// rate (docs/bench/performance.md, "Read-triggered compactions");
+	// with none (-1) it ran at 0.82-1.01× the rate.
 	readSamplingMultiplier = 1 << 2
 )
 
