@@ -166,14 +166,25 @@ func (m *memKeys) addBatch(pb *pebble.Batch) error {
 // committed runs after each commit: it dates the batch's range deletions
 // (or turns valid off after a range key or too many spans), rotates a full
 // filter, and drops a flushed one.
+//
+// Most commits need no allFlushedAt: it is read only when a span waits for
+// its date, a cause turns valid off, or the filter rotates. Reading it asks
+// Pebble for its whole Metrics (3.2 µs, 27 allocations and 3.5 KB on the
+// 2-core AMD VM, under the DB's mutex), once per commit before.
 func (m *memKeys) committed() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.retireLocked()
-	flushedAt := m.allFlushedAt()
+	flushedAt := notCommitted // read at most once, after the commit
+	at := func() uint64 {
+		if flushedAt == notCommitted {
+			flushedAt = m.allFlushedAt()
+		}
+		return flushedAt
+	}
 	for i := range m.spans {
 		if m.spans[i].flushedAt == notCommitted {
-			m.spans[i].flushedAt = flushedAt
+			m.spans[i].flushedAt = at()
 		}
 	}
 	if m.rangeKeyed || len(m.spans) > maxDeletedSpans {
@@ -181,10 +192,10 @@ func (m *memKeys) committed() {
 		m.rangeKeyed = false
 		m.spans = nil
 		m.valid = false
-		m.validAt = flushedAt
+		m.validAt = at()
 	}
 	if m.old == nil && m.cur.Count() >= m.capacity {
-		m.old, m.oldFlushedAt = m.cur, m.allFlushedAt()
+		m.old, m.oldFlushedAt = m.cur, at()
 		m.cur = keyfilter.New(m.capacity)
 	}
 }

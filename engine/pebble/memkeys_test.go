@@ -212,3 +212,44 @@ func TestRangeDeletionKeepsOtherKeysOffTheMemtables(t *testing.T) {
 		t.Errorf("Get(m5) after the range deletion was flushed read through the memtables; want the flushed tables alone")
 	}
 }
+
+// TestCommitReadsQueueOnlyWhenNeeded: the memtable queue's length comes
+// from Pebble's Metrics, which costs a few microseconds and kilobytes under
+// the DB's mutex; a commit reads it only to date a range deletion, turn the
+// filter off, or rotate it, not once per commit.
+func TestCommitReadsQueueOnlyWhenNeeded(t *testing.T) {
+	e := openMem(t, vfs.NewMem(), Options{memKeysCapacity: 1000})
+	defer e.Close()
+	reads := 0
+	queueLen := e.memKeys.queueLen
+	e.memKeys.queueLen = func() uint64 { reads++; return queueLen() }
+	index := uint64(0)
+	commit := func(write func(engine.Batch) error) {
+		t.Helper()
+		b := e.NewBatch()
+		if err := write(b); err != nil {
+			t.Fatal(err)
+		}
+		index++
+		if err := b.Commit(index); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 100 {
+		commit(func(b engine.Batch) error { return b.Set(fmt.Appendf(nil, "k%03d", i), []byte("v")) })
+	}
+	if reads != 0 {
+		t.Fatalf("100 commits of one key read the memtable queue %d times; want 0", reads)
+	}
+	commit(func(b engine.Batch) error { return b.DeleteRange([]byte("k010"), []byte("k020")) })
+	if reads != 1 {
+		t.Fatalf("a commit of a range deletion read the memtable queue %d times; want 1 (to date its span)", reads)
+	}
+	reads = 0
+	for i := range 1000 {
+		commit(func(b engine.Batch) error { return b.Set(fmt.Appendf(nil, "n%04d", i), []byte("v")) })
+	}
+	if reads != 1 {
+		t.Fatalf("1000 commits of one key each (a filter of 1000 keys) read the memtable queue %d times; want 1 (the rotation)", reads)
+	}
+}
