@@ -97,8 +97,10 @@ func openBatchFile(fs vfs.FS, path string) (*BatchFile, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("stat compacted batch %s: %w", path, err)
 	}
-	var buf [batchFileHeaderSize]byte
-	if st.Size() < batchFileHeaderSizeV1+batchTrailerSize {
+	// The largest header of any version (2's); the smallest whole file is
+	// version 3's header and trailer around an empty payload.
+	var buf [batchFileHeaderSizeV2]byte
+	if st.Size() < batchFileHeaderSize+batchTrailerSize {
 		_ = f.Close()
 		return nil, fmt.Errorf("%w: compacted batch %s is %d bytes", ErrCorrupt, path, st.Size())
 	}
