@@ -119,10 +119,14 @@ func (l *Log) CompactOldestSegment(upTo uint64, build BatchBuilder) (bool, error
 	}
 	l.mu.RUnlock()
 	if dead {
+		// A dead segment may have to wait for older writes in other lanes
+		// (deleteSegments, in op order); compaction goes on meanwhile.
 		first := m.first
-		err := l.deleteSegments(func(_ *lane, s *segment) bool { return s.lastIndex < first })
-		l.wmu.Unlock()
-		return err == nil, err
+		removed, err := l.deleteSegments(func(_ *lane, s *segment) bool { return s.lastIndex < first }, true)
+		if err != nil || removed > 0 {
+			l.wmu.Unlock()
+			return err == nil, err
+		}
 	}
 	l.mu.RLock()
 	first, snap := m.first, m.snapIndex

@@ -278,7 +278,8 @@ func (l *Log) recover() error {
 			if typ == frameStripe {
 				return errors.New("stripe frame in a log with one directory (written with several --log-dir?)")
 			}
-			return replayFrame(m, seg, off, typ, payload)
+			_, err := replayFrame(m, seg, off, typ, payload)
+			return err
 		})
 		if err != nil {
 			return err
@@ -394,14 +395,17 @@ func ensureDir(fs vfs.FS, dir string) error {
 	return nil
 }
 
-// replayFrame applies one verified frame to m during recovery.
-func replayFrame(m *memState, seg *segment, off int64, typ byte, payload []byte) error {
+// replayFrame applies one verified frame to m during recovery. rewrote
+// says whether it replaced entries (a batch starting at or below m's last
+// index) or reset the log (segment.lastRewriteOp).
+func replayFrame(m *memState, seg *segment, off int64, typ byte, payload []byte) (rewrote bool, err error) {
 	switch typ {
 	case frameState:
 		st, err := decodeStatePayload(payload)
 		if err != nil {
-			return err
+			return false, err
 		}
+		rewrote = st.reset
 		m.hs = st.hs
 		switch {
 		case st.reset:
@@ -414,8 +418,9 @@ func replayFrame(m *memState, seg *segment, off int64, typ byte, payload []byte)
 		// keeps their positions, not their data (memState.replayEntries).
 		b, err := decodeBatchPayload(payload)
 		if err != nil {
-			return err
+			return false, err
 		}
+		rewrote = len(b.entries) > 0 && b.entries[0].GetIndex() <= m.last()
 		if b.hasHS {
 			m.hs = b.hs
 		}
@@ -426,7 +431,7 @@ func replayFrame(m *memState, seg *segment, off int64, typ byte, payload []byte)
 			seg.lastIndex = max(seg.lastIndex, b.entries[n-1].GetIndex())
 		}
 	}
-	return nil
+	return rewrote, nil
 }
 
 // zeroRange overwrites [from, to) of f with zeros and syncs it.
@@ -485,6 +490,9 @@ func (l *Log) startSegment(ln *lane, firstIndex uint64, st logState, sp *stripe)
 			zap.Duration("expected-duration", l.warnSync))
 	}
 	seg.frames = 1
+	if sp != nil {
+		seg.firstOp = sp.op
+	}
 	l.mu.Lock()
 	ln.segs = append(ln.segs, seg)
 	l.mu.Unlock()
@@ -748,41 +756,77 @@ func (l *Log) compactLocked(index uint64, cs *raftpb.ConfState) error {
 	m.hs = hs
 	ln.active.end = ln.off
 	l.mu.Unlock()
-	return l.deleteSegments(func(_ *lane, s *segment) bool { return s.lastIndex <= index })
+	_, err = l.deleteSegments(func(_ *lane, s *segment) bool { return s.lastIndex <= index }, true)
+	return err
 }
 
 // deleteSegments removes, in every lane, the oldest segments other than
-// the active one while drop accepts them, then syncs the directories. The
-// state that makes them unnecessary is durable before this is called; a
-// crash in between leaves files that the next recovery replays harmlessly.
-func (l *Log) deleteSegments(drop func(*lane, *segment) bool) error {
-	var errs []error
-	for _, ln := range l.w.lanes {
-		l.mu.Lock()
+// the active one while drop accepts them, then syncs the directories, and
+// returns how many it removed. The state that makes them unnecessary is
+// durable before this is called; a crash in between leaves files that the
+// next recovery replays harmlessly.
+//
+// inOpOrder (log compaction), in a log with several lanes, also keeps
+// every segment from the first one holding a rewrite (segment.
+// lastRewriteOp) at or after the oldest write of any segment drop keeps.
+// With one lane, deleting oldest first does that by itself. Without it, an
+// Append that replaced a suffix (a new leader overwriting uncommitted
+// entries) could be deleted from one lane while the entries it replaced
+// stay in another, and replay would bring them back after the snapshot
+// point (TestStripedCompactionKeepsOverwrite); a deleted reset would let
+// the entries before it back. A write that only extends the log can go:
+// the entries it holds are below the snapshot point, and a kept write
+// older than it holds none it replaced. ApplySnapshot passes false: its
+// reset makes every earlier write irrelevant to replay, and the reset's
+// own segment is kept.
+func (l *Log) deleteSegments(drop func(*lane, *segment) bool, inOpOrder bool) (int, error) {
+	doomed := make([][]*segment, len(l.w.lanes))
+	l.mu.Lock()
+	dropped := make([]int, len(l.w.lanes)) // per lane, the prefix drop accepts
+	oldestKept := ^uint64(0)               // the lowest firstOp of a segment drop keeps
+	for i, ln := range l.w.lanes {
 		n := 0
 		for n < len(ln.segs)-1 && ln.segs[n] != ln.active && drop(ln, ln.segs[n]) {
 			n++
 		}
-		doomed := append([]*segment(nil), ln.segs[:n]...)
+		dropped[i] = n
+		if n < len(ln.segs) { // always: the active segment is kept
+			oldestKept = min(oldestKept, ln.segs[n].firstOp)
+		}
+	}
+	for i, ln := range l.w.lanes {
+		n := dropped[i]
+		if inOpOrder && l.striped() {
+			n = 0
+			for n < dropped[i] && ln.segs[n].lastRewriteOp < oldestKept {
+				n++
+			}
+		}
+		doomed[i] = append([]*segment(nil), ln.segs[:n]...)
 		ln.segs = shrink(ln.segs, n)
-		l.mu.Unlock()
-		if len(doomed) == 0 {
+	}
+	l.mu.Unlock()
+	var errs []error
+	removed := 0
+	for i, ln := range l.w.lanes {
+		if len(doomed[i]) == 0 {
 			continue
 		}
-		for _, s := range doomed {
+		for _, s := range doomed[i] {
 			if err := l.fs.Remove(s.path(l.fs)); err != nil {
 				errs = append(errs, fmt.Errorf("remove segment %s: %w", s.path(l.fs), err))
 			}
 			s.release() // readers still holding it keep the file open
 		}
+		removed += len(doomed[i])
 		if err := syncDir(l.fs, ln.dir); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("raftlog: delete compacted segments: %w", err)
+		return removed, fmt.Errorf("raftlog: delete compacted segments: %w", err)
 	}
-	return nil
+	return removed, nil
 }
 
 // ApplySnapshot discards the whole log and restarts it after meta's index:
@@ -817,12 +861,16 @@ func (l *Log) ApplySnapshot(meta *raftpb.SnapshotMetadata) error {
 		return fmt.Errorf("raftlog: apply snapshot at %d: %w", index, err)
 	}
 	l.mu.Lock()
+	if sp != nil {
+		ln.active.lastRewriteOp = sp.op
+	}
 	m.reset(index, term, cs)
 	m.hs = hs
 	l.mu.Unlock()
 	// Every frame of the other lanes precedes the reset in op order, so
 	// all their segments but the active ones may go.
-	return l.deleteSegments(func(x *lane, s *segment) bool { return x != ln || s.hdr.seq <= old.hdr.seq })
+	_, err := l.deleteSegments(func(x *lane, s *segment) bool { return x != ln || s.hdr.seq <= old.hdr.seq }, false)
+	return err
 }
 
 // Close closes the log. Reads and writes after Close return ErrClosed.

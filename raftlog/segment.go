@@ -94,8 +94,19 @@ type segment struct {
 	// Guarded by Log.mu.
 	end       int64  // offset just past the last frame
 	lastIndex uint64 // highest entry index written to this segment, 0 if none
-	frames    int    // frames in the segment
-	entries   int    // entry sub-records in the segment
+	// firstOp, in a log with several directories, is the op of the
+	// segment's opening state frame: every frame in it has an op at least
+	// this, and below the next segment's of the same lane. Set before
+	// the segment is listed, never changed.
+	firstOp uint64
+	// lastRewriteOp, in a log with several directories, is the highest op
+	// of a write in the segment that replaced entries (an Append starting
+	// at or below the last index) or reset the log (ApplySnapshot); 0 if
+	// none. Replay of the other lanes depends on such a write being there
+	// (Log.deleteSegments).
+	lastRewriteOp uint64
+	frames        int // frames in the segment
+	entries       int // entry sub-records in the segment
 }
 
 func (s *segment) path(fs vfs.FS) string { return fs.PathJoin(s.dir, s.name) }

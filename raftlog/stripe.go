@@ -118,10 +118,14 @@ func (l *Log) appendStriped(entries []*raftpb.Entry, first uint64, withHS bool, 
 		}
 	}
 	l.mu.Lock()
+	rewrite := len(entries) > 0 && first <= l.mu.mem.last()
 	for k, part := range parts {
 		ln := laneOf(k)
 		l.publish(part, res[k].seg, res[k].off)
 		res[k].seg.end = ln.off
+		if rewrite {
+			res[k].seg.lastRewriteOp = op
+		}
 	}
 	if withHS {
 		l.mu.mem.hs = h
@@ -192,6 +196,9 @@ func (l *Log) recoverStriped() error {
 				if err != nil {
 					return err
 				}
+				if seg.firstOp == 0 {
+					seg.firstOp = sp.op // the opening state frame's
+				}
 				recs = append(recs, stripeRec{sp: sp, lane: li, seg: seg, off: off, inner: inner})
 				return nil
 			})
@@ -250,8 +257,12 @@ func (l *Log) recoverStriped() error {
 		if err != nil {
 			return fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, r.seg.path(l.fs), r.off, err)
 		}
-		if err := replayFrame(m, r.seg, r.off, inner, body); err != nil {
+		rewrote, err := replayFrame(m, r.seg, r.off, inner, body)
+		if err != nil {
 			return fmt.Errorf("%w: %s at offset %d: %v", ErrCorrupt, r.seg.path(l.fs), r.off, err)
+		}
+		if rewrote {
+			r.seg.lastRewriteOp = max(r.seg.lastRewriteOp, r.sp.op)
 		}
 	}
 	// replayFrame counted batch frames; the scan counted them all.

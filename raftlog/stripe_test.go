@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestSplitParts(t *testing.T) {
@@ -289,4 +290,85 @@ func FuzzDecodeStripe(f *testing.F) {
 			t.Fatalf("stripe %+v re-encodes to %x, was %x", sp, got, p)
 		}
 	})
+}
+
+// TestStripedCompactionKeepsOverwrite: with several directories, an Append
+// that overwrote a suffix (a new leader replacing uncommitted entries) may
+// sit in one directory and the entries it replaced in another. Log
+// compaction must not delete the overwrite's segment while the replaced
+// entries' segment stays: replay would bring them back after the snapshot
+// point. Per-directory oldest-first deletion did, and the reopened log
+// ended at 25 with term 5 entries raft had truncated.
+func TestStripedCompactionKeepsOverwrite(t *testing.T) {
+	fs := vfs.NewMem()
+	// Appends go whole to one directory, the directories taking turns by
+	// the write's number: writes 1, 3, 5 to wal1, 2, 4, 6 to wal.
+	opts := Options{FS: fs, Dirs: testDirs(2), SegmentSize: 64 << 10, MinStripeBytes: 1 << 30}
+	l, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, ents(1, 20, 1), hs(1, 1, 20))  // write 1, wal1
+	mustAppend(t, l, ents(21, 25, 5), hs(5, 1, 20)) // write 2, wal: an old leader's uncommitted tail
+	// Write 3, wal1: the new leader's entries from 21 on. One entry larger
+	// than a segment gets a segment of its own, which the next write to
+	// wal1 seals.
+	big := ent(21, 6)
+	big.Data = make([]byte, 80<<10)
+	mustAppend(t, l, []*raftpb.Entry{big, ent(22, 6)}, hs(6, 1, 22))
+	mustAppend(t, l, nil, hs(6, 1, 22)) // write 4, wal
+	mustAppend(t, l, nil, hs(6, 2, 22)) // write 5, wal1: seals write 3's segment
+	if err := l.Compact(22, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Close()
+	l, err = Open(opts)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer l.Close()
+	if last, err := l.LastIndex(); err != nil || last != 22 {
+		t.Fatalf("after compaction to 22 and a reopen, LastIndex = %d, %v; want 22 (the overwritten 23..25 came back)", last, err)
+	}
+}
+
+// TestStripedCompactionKeepsReset: the same for a snapshot installed over
+// uncommitted entries: the segment opening with ApplySnapshot's reset must
+// outlive the older entries kept in another directory, or replay brings
+// them back after the snapshot point.
+func TestStripedCompactionKeepsReset(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := Options{FS: fs, Dirs: testDirs(2), SegmentSize: 64 << 10, MinStripeBytes: 1 << 30}
+	l, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, ents(1, 10, 1), hs(1, 1, 10))  // write 1, wal1
+	mustAppend(t, l, ents(11, 20, 1), hs(1, 1, 20)) // write 2, wal
+	mustAppend(t, l, ents(21, 60, 2), hs(2, 1, 20)) // write 3, wal1: uncommitted
+	// Write 4, wal: a snapshot at 40 of another history replaces them all.
+	meta := &raftpb.SnapshotMetadata{Index: proto.Uint64(40), Term: proto.Uint64(3), ConfState: &raftpb.ConfState{}}
+	if err := l.ApplySnapshot(meta); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, nil, hs(3, 2, 40)) // write 5, wal1
+	// Write 6, wal: 41..45 in the reset's segment, overfilling it, so
+	// that write 7 to wal seals it.
+	more := ents(41, 45, 3)
+	more[0].Data = make([]byte, 80<<10)
+	mustAppend(t, l, more, hs(3, 2, 45))
+	mustAppend(t, l, nil, hs(3, 2, 45)) // write 7, wal1
+	mustAppend(t, l, nil, hs(3, 3, 45)) // write 8, wal: seals the reset's segment
+	if err := l.Compact(45, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Close()
+	l, err = Open(opts)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer l.Close()
+	if last, err := l.LastIndex(); err != nil || last != 45 {
+		t.Fatalf("after compaction to 45 and a reopen, LastIndex = %d, %v; want 45 (entries replaced by the snapshot came back)", last, err)
+	}
 }
