@@ -584,8 +584,14 @@ func (l *Log) Append(entries []*raftpb.Entry, hs *raftpb.HardState) error {
 			return fmt.Errorf("raftlog: append at index %d leaves a gap after last index %d", first, m.last())
 		}
 	}
-	if size := batchPayloadSize(entries, withHS); size > MaxFrameSize {
-		return fmt.Errorf("raftlog: append of %d entries is %d bytes, above the frame limit %d", len(entries), size, MaxFrameSize)
+	// A striped frame wraps the payload in a stripe header, and recovery
+	// refuses a frame above MaxFrameSize as torn: the limit counts it.
+	limit := MaxFrameSize
+	if l.striped() {
+		limit -= stripeHeaderSize
+	}
+	if size := batchPayloadSize(entries, withHS); size > limit {
+		return fmt.Errorf("raftlog: append of %d entries is %d bytes, above the frame limit %d", len(entries), size, limit)
 	}
 	var h hardState
 	if withHS {

@@ -372,3 +372,25 @@ func TestStripedCompactionKeepsReset(t *testing.T) {
 		t.Fatalf("after compaction to 45 and a reopen, LastIndex = %d, %v; want 45 (entries replaced by the snapshot came back)", last, err)
 	}
 }
+
+// TestStripedAppendWithinFrameLimit: in a log with several directories a
+// frame carries a 16-byte stripe header besides the batch, and recovery
+// takes a frame above MaxFrameSize for a torn one. An Append whose batch
+// fits MaxFrameSize but not with the header was written, acknowledged,
+// and then zeroed as a torn tail at the next Open; it is refused instead.
+func TestStripedAppendWithinFrameLimit(t *testing.T) {
+	l, err := Open(Options{FS: vfs.NewMem(), Dirs: testDirs(2), SegmentSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	e := ent(1, 1)
+	e.Data = make([]byte, MaxFrameSize-batchPayloadSize([]*raftpb.Entry{ent(1, 1)}, true)+len(e.Data)-8)
+	if size := batchPayloadSize([]*raftpb.Entry{e}, true); size+stripeHeaderSize <= MaxFrameSize || size > MaxFrameSize {
+		t.Fatalf("the test's batch is %d bytes; want within %d of MaxFrameSize", size, stripeHeaderSize)
+	}
+	if err := l.Append([]*raftpb.Entry{e}, hs(1, 1, 0)); err == nil {
+		t.Fatal("an Append whose stripe frame exceeds MaxFrameSize was accepted")
+	}
+	mustAppend(t, l, ents(1, 3, 1), hs(1, 1, 3)) // the log still takes writes
+}
