@@ -74,6 +74,12 @@ type Snapshotter struct {
 
 	mu     sync.Mutex
 	staged map[uint64]stagedSnapshot // snapshot index -> staged data; guarded by mu
+	// received numbers the tables of full snapshots received, so that each
+	// has a name of its own: a snapshot sent again at the same index (the
+	// first transfer failed after its table was staged) must not write into
+	// the table staged, or just ingested, for the first, nor have stage
+	// remove it as the one it replaces.
+	received atomic.Uint64
 }
 
 // stagedSnapshot is a received snapshot waiting for raft: a table to
@@ -83,7 +89,11 @@ type stagedSnapshot struct {
 	inc  *Incremental
 }
 
-// NewSnapshotter returns a snapshotter over cfg.
+// NewSnapshotter returns a snapshotter over cfg. It removes the tables a
+// previous process left in cfg.Dir: what is staged lives in memory only, so
+// no table outlives the process that received it, and each may be as large
+// as the whole store (a crash while receiving, after staging, or between
+// the ingest and the removal leaves one).
 func NewSnapshotter(cfg Config) *Snapshotter {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -92,7 +102,28 @@ func NewSnapshotter(cfg Config) *Snapshotter {
 	s.send.pending = map[uint64]*outgoing{}
 	s.send.forceFull = map[uint64]bool{}
 	s.metrics = newSnapshotMetrics(cfg.Registry, cfg.Logger)
+	s.removeLeftovers()
 	return s
+}
+
+// removeLeftovers removes every file in the snapshot directory (see
+// NewSnapshotter); a failure is logged and the files stay.
+func (s *Snapshotter) removeLeftovers() {
+	if s.cfg.FS == nil || s.cfg.Dir == "" {
+		return
+	}
+	names, err := s.cfg.FS.List(s.dir())
+	if err != nil {
+		return // no directory yet: nothing was ever received
+	}
+	for _, name := range names {
+		path := s.cfg.FS.PathJoin(s.dir(), name)
+		if err := s.cfg.FS.Remove(path); err != nil {
+			s.logger.Warn("remove a snapshot table left by an earlier run", zap.String("path", path), zap.Error(err))
+			continue
+		}
+		s.logger.Info("removed a snapshot table left by an earlier run", zap.String("path", path))
+	}
 }
 
 func (s *Snapshotter) dir() string { return s.cfg.Dir }
@@ -157,7 +188,8 @@ func (s *Snapshotter) receiveFull(msg *raftpb.Message, r io.Reader) error {
 	if err := s.cfg.FS.MkdirAll(s.dir(), 0o700); err != nil {
 		return fmt.Errorf("create snapshot dir: %w", err)
 	}
-	path := filepath.Join(s.dir(), fmt.Sprintf("%016x-%016x.sst", msg.GetSnapshot().GetMetadata().GetTerm(), index))
+	path := filepath.Join(s.dir(), fmt.Sprintf("%016x-%016x-%d.sst",
+		msg.GetSnapshot().GetMetadata().GetTerm(), index, s.received.Add(1)))
 	w, err := s.cfg.Engine.NewSnapshotWriter(path)
 	if err != nil {
 		return err
