@@ -379,3 +379,52 @@ func testCompactNextBatch(t *testing.T, dirs []string, batch uint64) {
 	defer l.Close()
 	check(l)
 }
+
+// TestApplySnapshotDropsBatchFiles: a snapshot installed over a log whose
+// older entries were compacted into batch files makes those files stand
+// for nothing; ApplySnapshot deletes them, as Compact does below its
+// point. They were kept until the next Compact, and meanwhile
+// CompactedRange reported them, so that as a leader the member refused to
+// send incremental snapshots (its newest batch no longer ended at its
+// snapshot point), and they held their disk.
+func TestApplySnapshotDropsBatchFiles(t *testing.T) {
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("dirs%d", n), func(t *testing.T) {
+			fs := vfs.NewMem()
+			opts, l, _ := openFilled(t, fs, testDirs(n))
+			for {
+				ok, err := l.CompactNextBatch(100, 20, keepAll)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					break
+				}
+			}
+			if _, _, files := l.CompactedRange(); files == 0 {
+				t.Fatal("no batch files to start from")
+			}
+			meta := &raftpb.SnapshotMetadata{Index: proto.Uint64(500), Term: proto.Uint64(2), ConfState: &raftpb.ConfState{}}
+			if err := l.ApplySnapshot(meta); err != nil {
+				t.Fatal(err)
+			}
+			check := func(l *Log) {
+				t.Helper()
+				if first, last, files := l.CompactedRange(); files != 0 {
+					t.Fatalf("after a snapshot at 500, %d batch files stand for %d..%d", files, first, last)
+				}
+				if st := l.Stats(); st.BatchFiles != 0 {
+					t.Fatalf("after a snapshot at 500, Stats counts %d batch files", st.BatchFiles)
+				}
+			}
+			check(l)
+			_ = l.Close()
+			l, err := Open(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			check(l)
+		})
+	}
+}

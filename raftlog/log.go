@@ -837,9 +837,10 @@ func (l *Log) deleteSegments(drop func(*lane, *segment) bool, inOpOrder bool) (i
 
 // ApplySnapshot discards the whole log and restarts it after meta's index:
 // a follower installed a snapshot. It creates a new segment opening with a
-// reset state frame, then deletes every older segment. The HardState's
-// commit index is raised to the snapshot index if below it. It returns
-// raft.ErrSnapOutOfDate if meta is not newer than the snapshot point.
+// reset state frame, then deletes every older segment and every compacted
+// batch file. The HardState's commit index is raised to the snapshot index
+// if below it. It returns raft.ErrSnapOutOfDate if meta is not newer than
+// the snapshot point.
 func (l *Log) ApplySnapshot(meta *raftpb.SnapshotMetadata) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
@@ -876,6 +877,11 @@ func (l *Log) ApplySnapshot(meta *raftpb.SnapshotMetadata) error {
 	// Every frame of the other lanes precedes the reset in op order, so
 	// all their segments but the active ones may go.
 	_, err := l.deleteSegments(func(x *lane, s *segment) bool { return x != ln || s.hdr.seq <= old.hdr.seq }, false)
+	// The batch files stand for entries of the history the reset
+	// replaced (all end at or below the old snapshot point, below index).
+	if berr := l.dropBatchFiles(index); err == nil {
+		err = berr
+	}
 	return err
 }
 
