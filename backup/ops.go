@@ -173,7 +173,11 @@ func Prune(ctx context.Context, t Target, r Retention) (PruneReport, error) {
 		exp = keepExponential(created, now)
 	}
 	var rep PruneReport
-	var oldestKept uint64 // the raft index of the oldest kept version
+	// oldestKept is the lowest raft index of a kept version. Versions are
+	// numbered in the order they were written, not by index: a follower's
+	// version (create --endpoints) or an old leader finishing late may have
+	// a higher number and a lower index than the one before it.
+	var oldestKept uint64
 	named := map[string]bool{}
 	namedLog := map[string]bool{} // log objects a kept log version names
 	var drop []*Manifest
@@ -202,7 +206,7 @@ func Prune(ctx context.Context, t Target, r Retention) (PruneReport, error) {
 			continue
 		}
 		rep.Kept = append(rep.Kept, m.Version)
-		if oldestKept == 0 {
+		if oldestKept == 0 || m.RaftIndex < oldestKept {
 			oldestKept = m.RaftIndex
 		}
 		for _, f := range m.Files {

@@ -476,3 +476,62 @@ func encodeLogFormat1(tb testing.TB, ents []*raftpb.Entry) []byte {
 	}
 	return append(append(hb, '\n'), body...)
 }
+
+// TestPruneKeepsLogOfLowestIndex: versions are numbered in the order they
+// were written, not by raft index. A lagging member's version (create
+// --endpoints, or an old leader finishing late) can have a higher number
+// and a lower index than the version before it; prune keeps the archived
+// log from the lowest index of any kept version. It once kept it from the
+// oldest-numbered kept version's index, and a point-in-time restore from
+// the lagging version was then refused for the entries it deleted.
+func TestPruneKeepsLogOfLowestIndex(t *testing.T) {
+	ctx := context.Background()
+	m := newMember(t)
+	a := newApplied(t, m)
+	target := fileTarget(t)
+	b := newBackuper(t, m, target)
+	for i := range 3 {
+		a.propose(put(fmt.Sprintf("k%d", i), "v", 0))
+	}
+	if _, err := b.Create(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 7 {
+		a.propose(put(fmt.Sprintf("k%d", i), "w", 0))
+	}
+	if _, err := b.ArchiveLog(ctx, a.log, a.app.AppliedIndex(), nil); err != nil {
+		t.Fatal(err)
+	}
+	v2, err := b.Create(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lagging := newMember(t)
+	la := newApplied(t, lagging)
+	for i := range 3 {
+		la.propose(put(fmt.Sprintf("k%d", i), "v", 0))
+	}
+	v3, err := newBackuper(t, lagging, target).Create(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v3.Version <= v2.Version || v3.RaftIndex >= v2.RaftIndex {
+		t.Fatalf("version %d at index %d after version %d at index %d; want a higher number at a lower index",
+			v3.Version, v3.RaftIndex, v2.Version, v2.RaftIndex)
+	}
+	logs, err := ArchivedLog(ctx, target)
+	if err != nil || len(logs) == 0 {
+		t.Fatalf("archived log %v, %v", logs, err)
+	}
+	if _, err := b.Prune(ctx, Retention{KeepLast: 2}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := ArchivedLog(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(logs) {
+		t.Fatalf("prune keeping versions at indexes %d and %d left log objects %v of %v: the replay after index %d needs them",
+			v2.RaftIndex, v3.RaftIndex, after, logs, v3.RaftIndex)
+	}
+}
