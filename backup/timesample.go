@@ -184,12 +184,15 @@ func readSamples(ctx context.Context, t Target, r LogRange) ([]TimeSample, error
 	if h.Format == 1 {
 		return nil, nil
 	}
-	raw := make([]byte, h.Samples*sampleBytes)
-	if _, err := io.ReadFull(br, raw); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%w: log object %d-%d: samples block ends early", ErrCorrupt, r.First, r.Last)
-		}
+	// The header line carries no checksum of its own: the block is read as
+	// it comes, so a damaged count costs what the object holds, not what
+	// the count says (up to 1 GiB).
+	raw, err := io.ReadAll(io.LimitReader(br, int64(h.Samples)*sampleBytes))
+	if err != nil {
 		return nil, fmt.Errorf("read log object %d-%d: %w", r.First, r.Last, err)
+	}
+	if len(raw) < h.Samples*sampleBytes {
+		return nil, fmt.Errorf("%w: log object %d-%d: samples block ends early", ErrCorrupt, r.First, r.Last)
 	}
 	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != h.SamplesSHA256 {
 		return nil, fmt.Errorf("%w: log object %d-%d: samples sha256 mismatch", ErrCorrupt, r.First, r.Last)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -295,5 +296,31 @@ func TestEncodeLogSamplesChecked(t *testing.T) {
 		if _, err := encodeLog(ents, samples); err == nil {
 			t.Errorf("%s: encodeLog accepted %v", name, samples)
 		}
+	}
+}
+
+// TestDamagedSampleCountAllocatesLittle: the header line of a log object
+// has no checksum of its own, and a damaged sample count (up to 2^26, 1 GiB
+// of samples) once made readSamples allocate the block it names before
+// reading a byte of it. The object is refused as corrupt, allocating about
+// what it holds.
+func TestDamagedSampleCountAllocatesLittle(t *testing.T) {
+	ctx := context.Background()
+	target := fileTarget(t)
+	header := fmt.Sprintf(`{"format":2,"first":5,"last":6,"samples":%d,"samples_sha256":"%064d","sha256":"%064d"}`+"\n",
+		maxLogObjectBytes/sampleBytes, 0, 0)
+	body := header + strings.Repeat("x", 64)
+	if err := target.Put(ctx, logName(5, 6), strings.NewReader(body), int64(len(body))); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := readSamples(ctx, target, LogRange{First: 5, Last: 6})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("readSamples of a damaged count = %v, want ErrCorrupt", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Fatalf("reading a 64-byte samples block whose header names 1 GiB allocated %d MiB", grew>>20)
 	}
 }
