@@ -418,13 +418,7 @@ func TestApplySnapshotDropsBatchFiles(t *testing.T) {
 				}
 			}
 			check(l)
-			_ = l.Close()
-			l, err := Open(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			check(l)
+			check(reopen(t, l, opts))
 		})
 	}
 }

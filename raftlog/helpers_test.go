@@ -60,6 +60,19 @@ func openObserved(t testing.TB, fs vfs.FS, segSize int64) (*Log, *observer.Obser
 	return l, logs, err
 }
 
+// reopen closes l and opens the log again with opts; the test's cleanup
+// closes the new one.
+func reopen(t testing.TB, l *Log, opts Options) *Log {
+	t.Helper()
+	_ = l.Close()
+	l, err := Open(opts)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
 func mustAppend(t testing.TB, l *Log, entries []*raftpb.Entry, h *raftpb.HardState) {
 	t.Helper()
 	if err := l.Append(entries, h); err != nil {

@@ -321,12 +321,7 @@ func TestStripedCompactionKeepsOverwrite(t *testing.T) {
 	if err := l.Compact(22, nil); err != nil {
 		t.Fatal(err)
 	}
-	_ = l.Close()
-	l, err = Open(opts)
-	if err != nil {
-		t.Fatalf("reopen: %v", err)
-	}
-	defer l.Close()
+	l = reopen(t, l, opts)
 	if last, err := l.LastIndex(); err != nil || last != 22 {
 		t.Fatalf("after compaction to 22 and a reopen, LastIndex = %d, %v; want 22 (the overwritten 23..25 came back)", last, err)
 	}
@@ -362,12 +357,7 @@ func TestStripedCompactionKeepsReset(t *testing.T) {
 	if err := l.Compact(45, nil); err != nil {
 		t.Fatal(err)
 	}
-	_ = l.Close()
-	l, err = Open(opts)
-	if err != nil {
-		t.Fatalf("reopen: %v", err)
-	}
-	defer l.Close()
+	l = reopen(t, l, opts)
 	if last, err := l.LastIndex(); err != nil || last != 45 {
 		t.Fatalf("after compaction to 45 and a reopen, LastIndex = %d, %v; want 45 (entries replaced by the snapshot came back)", last, err)
 	}
