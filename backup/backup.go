@@ -86,8 +86,8 @@ type Config struct {
 //     manifest only after the last of them succeeded. A failure before
 //     that leaves only files no manifest names, which the next Create
 //     reuses (the upload resumes where it stopped) and Prune removes.
-//     A file found present and reused is checked again just before the
-//     manifest and uploaded if it went (another writer's prune).
+//     Every file, uploaded or found present, is checked again just before
+//     the manifest and uploaded if it went (another writer's prune).
 //  2. Files are never overwritten (Put creates only if absent; a name is
 //     its content's hash) and never deleted while a kept manifest names
 //     them (Prune deletes manifests first, then only unnamed files).
@@ -302,13 +302,14 @@ func (b *Backuper) create(ctx context.Context, kind Kind) (*Manifest, error) {
 	// files, so that the cache forgets the tables compacted away.
 	sums := map[fileKey]string{}
 	defer func() { b.sums = sums }()
-	// reused are the files the target already held: checked again before
-	// the manifest.
-	type reusedFile struct {
+	// recheck are the files the manifest will name, uploaded or found
+	// present: checked again before the manifest.
+	type recheckFile struct {
 		path, name, sum string
 		size            int64
+		uploaded        bool // by this Create, and counted in NewFiles
 	}
-	var reused []reusedFile
+	var recheck []recheckFile
 	for _, e := range entries {
 		p := filepath.Join(cpDir, filepath.FromSlash(e.name))
 		sum, size, err := b.hash(p, e, engineName == pebbleEngine, sums)
@@ -328,25 +329,28 @@ func (b *Backuper) create(ctx context.Context, kind Kind) (*Manifest, error) {
 			b.stats.bytesUploaded.Add(uint64(size))
 		} else {
 			b.stats.filesReused.Add(1)
-			reused = append(reused, reusedFile{path: p, name: e.name, sum: sum, size: size})
 		}
+		recheck = append(recheck, recheckFile{path: p, name: e.name, sum: sum, size: size, uploaded: uploaded})
 		progress.Done(1, size)
 	}
 	// Invariant 1 with another writer: a member that leads no longer may
 	// still prune this target (docs/backup.md, "Which member backs up"),
-	// deleting a file found present above. Each reused file is checked
-	// again and uploaded if it went, which leaves only the time between
-	// this check and the manifest's Put.
-	for _, f := range reused {
+	// deleting a file found present above, or one uploaded above, which no
+	// manifest names yet. Each file is checked again and uploaded if it
+	// went, which leaves only the time between this check and the
+	// manifest's Put.
+	for _, f := range recheck {
 		uploaded, err := putFileIfAbsent(ctx, t, f.path, f.sum, f.size)
 		if err != nil {
 			return nil, fmt.Errorf("backup: upload %s: %w", f.name, err)
 		}
 		if uploaded {
-			b.cfg.Logger.Warn("backup: a file the target held went before the manifest; uploaded again (another writer pruning?)",
+			b.cfg.Logger.Warn("backup: a file went from the target before the manifest; uploaded again (another writer pruning?)",
 				zap.String("file", f.name), zap.String("sha256", f.sum))
-			m.NewFiles++
-			m.NewBytes += uint64(f.size)
+			if !f.uploaded {
+				m.NewFiles++
+				m.NewBytes += uint64(f.size)
+			}
 			b.stats.filesUploaded.Add(1)
 			b.stats.bytesUploaded.Add(uint64(f.size))
 		}

@@ -369,13 +369,24 @@ type vanishingTarget struct {
 	*FileTarget
 	mu   sync.Mutex
 	gone map[string]bool
+	put  map[string]bool // written through v: not a file found present
+}
+
+func (v *vanishingTarget) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	v.mu.Lock()
+	if v.put == nil {
+		v.put = map[string]bool{}
+	}
+	v.put[name] = true
+	v.mu.Unlock()
+	return v.FileTarget.Put(ctx, name, r, size)
 }
 
 func (v *vanishingTarget) Stat(ctx context.Context, name string) (Object, error) {
 	o, err := v.FileTarget.Stat(ctx, name)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if err == nil && strings.HasPrefix(name, filesPrefix) && !v.gone[name] {
+	if err == nil && strings.HasPrefix(name, filesPrefix) && !v.gone[name] && !v.put[name] {
 		v.gone[name] = true
 		if err := v.FileTarget.Delete(ctx, name); err != nil {
 			return o, err
@@ -406,6 +417,51 @@ func TestCreateRechecksReusedFiles(t *testing.T) {
 	}
 	if rep, err := Verify(ctx, ft, v2.Version); err != nil {
 		t.Errorf("version %d names files a concurrent prune deleted: %v (%+v)", v2.Version, err, rep)
+	}
+}
+
+// prunedTarget loses each file it is given, once, right after the Put
+// returns: what a prune by another writer does to a file no manifest
+// names yet.
+type prunedTarget struct {
+	*FileTarget
+	mu   sync.Mutex
+	gone map[string]bool
+}
+
+func (p *prunedTarget) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	if err := p.FileTarget.Put(ctx, name, r, size); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if strings.HasPrefix(name, filesPrefix) && !p.gone[name] {
+		p.gone[name] = true
+		return p.FileTarget.Delete(ctx, name)
+	}
+	return nil
+}
+
+// TestCreateRechecksUploadedFiles: a file Create uploaded, which no
+// manifest names until Create's own, may be deleted by another writer's
+// prune meanwhile; it is checked again and uploaded before the manifest.
+// Only reused files were checked again, and the version was listed with
+// files missing.
+func TestCreateRechecksUploadedFiles(t *testing.T) {
+	ctx := context.Background()
+	m := newMember(t)
+	m.put("a", 20, 100)
+	ft := fileTarget(t)
+	pt := &prunedTarget{FileTarget: ft, gone: map[string]bool{}}
+	v, err := newBackuper(t, m, pt).Create(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pt.gone) == 0 {
+		t.Fatal("no file was uploaded: the test shows nothing")
+	}
+	if rep, err := Verify(ctx, ft, v.Version); err != nil {
+		t.Errorf("version %d names files a concurrent prune deleted: %v (%+v)", v.Version, err, rep)
 	}
 }
 
