@@ -139,7 +139,7 @@ type PruneReport struct {
 	FilesDeleted int
 	BytesFreed   int64
 	// LogObjectsDeleted counts the archived log objects no kept version
-	// can replay (their last index is at most the oldest kept version's).
+	// can replay (their last index is at most the lowest index of any kept version).
 	LogObjectsDeleted int
 }
 
