@@ -138,6 +138,10 @@ func MinTTL(heartbeat, electionTimeout time.Duration) int64 {
 	return int64(math.Ceil(minTTL.Seconds()))
 }
 
+// DefaultRequestTimeout is Config.RequestTimeout when 0: etcd's request
+// timeout for the default election timeout (5 s plus two of 1 s).
+const DefaultRequestTimeout = 7 * time.Second
+
 // Config configures a Lessor.
 type Config struct {
 	// MinTTL is the smallest TTL a lease gets, in seconds: a grant asking
@@ -157,6 +161,12 @@ type Config struct {
 	// Proposer replicates the lessor's revocations and checkpoints; nil:
 	// none are proposed.
 	Proposer Proposer
+	// RequestTimeout bounds the raft round a renewal waits for when it
+	// clears the lease's checkpoint: a proposal that a leader change drops
+	// is never answered, and a keepalive stream waiting on it would hang
+	// with every lease it carries (etcd bounds the same call by its request
+	// timeout). 0 means DefaultRequestTimeout.
+	RequestTimeout time.Duration
 	// Clock; nil means the real clock.
 	Clock Clock
 	// Logger; nil means zap.NewNop().
@@ -356,7 +366,14 @@ func (l *Lessor) Renew(ctx context.Context, id int64) (ttl int64, err error) {
 		req := &pb.InternalRaftRequest{LeaseCheckpoint: &pb.LeaseCheckpointRequest{
 			Checkpoints: []*pb.LeaseCheckpoint{{ID: id, Remaining_TTL: 0}},
 		}}
-		if err := l.cfg.Proposer.Submit(ctx, req); err != nil {
+		timeout := l.cfg.RequestTimeout
+		if timeout <= 0 {
+			timeout = DefaultRequestTimeout
+		}
+		sctx, cancel := context.WithTimeout(ctx, timeout)
+		err := l.cfg.Proposer.Submit(sctx, req)
+		cancel()
+		if err != nil {
 			return 0, fmt.Errorf("renew lease %x: clear its checkpoint: %w", id, err)
 		}
 	}

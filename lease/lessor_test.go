@@ -46,6 +46,8 @@ type env struct {
 	// progress, if set, gives the raft log's last index and the applied
 	// index; unset, the lessor always sees its log applied.
 	progress func() (last, applied uint64)
+	// lost makes every proposal go unanswered (Submit).
+	lost bool
 }
 
 // IsLeader implements Raft.
@@ -70,8 +72,15 @@ func (v *env) AppliedIndex() uint64 {
 }
 
 // Submit implements Proposer: the request applies at once, as in a
-// one-member raft.
-func (v *env) Submit(_ context.Context, req *pb.InternalRaftRequest) error { return v.apply(req) }
+// one-member raft; with lost set, it is never answered (a leader change
+// dropped it) and Submit returns when ctx ends.
+func (v *env) Submit(ctx context.Context, req *pb.InternalRaftRequest) error {
+	if v.lost {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return v.apply(req)
+}
 
 func newEnv(t *testing.T, cfg Config) *env {
 	t.Helper()
@@ -465,5 +474,35 @@ func TestMinTTL(t *testing.T) {
 		if got := MinTTL(tt.heartbeat, tt.election); got != tt.want {
 			t.Errorf("MinTTL(%v, %v) = %d, want %d", tt.heartbeat, tt.election, got, tt.want)
 		}
+	}
+}
+
+// TestRenewBoundedWhenClearIsLost: a renewal that clears the lease's
+// checkpoint waits for a raft round; when a leader change drops that
+// proposal nothing ever answers it. The renewal returns an error after the
+// request timeout instead of holding the client's keepalive stream (and
+// every lease on it) forever, as it did with the stream's context alone.
+func TestRenewBoundedWhenClearIsLost(t *testing.T) {
+	v := newEnv(t, Config{CheckpointInterval: 5 * time.Second, ElectionTimeout: time.Second,
+		RequestTimeout: 50 * time.Millisecond})
+	v.tick()
+	if err := v.grant(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	v.clock.advance(30 * time.Second)
+	v.tick() // checkpoints the lease: the next renewal clears it
+	v.lost = true
+	done := make(chan error, 1)
+	go func() {
+		_, err := v.l.Renew(context.Background(), 1)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Renew with its checkpoint clear lost = %v, want the request timeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Renew still waiting 10 s after its checkpoint clear was lost (request timeout 50 ms)")
 	}
 }

@@ -309,6 +309,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		ElectionTimeout: cfg.ElectionTimeout,
 		Raft:            m.proposer,
 		Proposer:        m.proposer,
+		RequestTimeout:  server.RequestTimeout(cfg.ElectionTimeout),
 		Logger:          cfg.Logger.Named("lease"),
 	})
 	if err := m.lessor.Load(m.store); err != nil {
