@@ -191,6 +191,14 @@ func TestAuthTokensAndWatch(t *testing.T) {
 			if _, err := alice.Revoke(ctx, theirs.ID); !errors.Is(rpctypes.Error(err), rpctypes.ErrPermissionDenied) {
 				t.Fatalf("revoke of a lease on another's key: %v, want permission denied", err)
 			}
+			// Without a token at all the revoke is refused too, and the key
+			// stays (strata once let it through and deleted the key).
+			if _, err := p.Client(t).Revoke(ctx, theirs.ID); !errors.Is(rpctypes.Error(err), rpctypes.ErrUserEmpty) {
+				t.Fatalf("revoke with no user of a lease with keys: %v, want user name is empty", err)
+			}
+			if resp, err := root.Get(ctx, "bar"); err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("the leased key after refused revokes: %v, %v; want it kept", resp, err)
+			}
 
 			// A raw token, as clientv3 sends it, expires after its TTL
 			// without use.
