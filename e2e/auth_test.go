@@ -227,6 +227,33 @@ func TestAuthTokensAndWatch(t *testing.T) {
 	}
 }
 
+// TestAuthWatchStreamOpenedBefore: a watch stream opened while auth was
+// off, without a token, gets its later creates refused once auth is on
+// ("user name is empty", etcd's reason for it), as etcd checks each create
+// against auth as it stands. strata once checked only streams opened with
+// auth on, so such a stream could watch any key.
+func TestAuthWatchStreamOpenedBefore(t *testing.T) {
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, f), Flags: []string{"--bcrypt-cost=4"}})
+			cli := p.Client(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			// clientv3 sends every watch of one context over one stream.
+			wctx := clientv3.WithRequireLeader(ctx)
+			if w := <-cli.Watch(wctx, "before", clientv3.WithCreatedNotify()); !w.Created || w.Err() != nil {
+				t.Fatalf("watch with auth off: %+v %v", w, w.Err())
+			}
+			setupAuth(t, p.Client(t))
+			w := <-cli.Watch(wctx, "secret", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+			if !w.Canceled || w.Err() == nil || !strings.Contains(w.Err().Error(), "etcdserver: user name is empty") {
+				t.Fatalf("watch created after auth was enabled, on a stream without a token: canceled %v err %v; want canceled, user name is empty",
+					w.Canceled, w.Err())
+			}
+		})
+	}
+}
+
 // TestAuthJWT runs with --auth-token jwt (RS256, keys made by the test):
 // clientv3 logs in, the token is a JWT, and a forged one is refused.
 func TestAuthJWT(t *testing.T) {

@@ -252,12 +252,19 @@ func ForwardToken(ctx context.Context) context.Context {
 
 func (a *Auth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if !a.s.Enabled() {
+		if info.FullMethod == watchMethod {
+			// A watch stream outlives the auth state it opened in: each
+			// create is checked as auth stands when it arrives, as etcd
+			// checks it, so a stream opened before auth was enabled
+			// (without a token) is refused from then on.
+			return handler(srv, &authStream{ServerStream: ss, a: a, ctx: ss.Context()})
+		}
 		return handler(srv, ss)
 	}
-	ai, err := a.callerInfo(ss.Context())
-	if err != nil {
-		if info.FullMethod != "/etcdserverpb.Watch/Watch" {
-			return authError(err)
+	ai, callerErr := a.callerInfo(ss.Context())
+	if callerErr != nil {
+		if info.FullMethod != watchMethod {
+			return authError(callerErr)
 		}
 		// etcd refuses each watch of such a stream, not the stream.
 		ai = nil
@@ -267,8 +274,11 @@ func (a *Auth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 			return authError(err)
 		}
 	}
-	return handler(srv, &authStream{ServerStream: ss, a: a, ai: ai, ctx: auth.NewContext(ss.Context(), ai)})
+	return handler(srv, &authStream{ServerStream: ss, a: a, ai: ai, callerErr: callerErr, ctx: auth.NewContext(ss.Context(), ai)})
 }
+
+// watchMethod is the Watch service's stream.
+const watchMethod = "/etcdserverpb.Watch/Watch"
 
 // authStream checks what a stream asks to read: a RangeStream's range
 // (refused with etcd's permission error, as Range is), and each watch it
@@ -280,9 +290,12 @@ func (a *Auth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 // handler's sends and the refusals RecvMsg sends.
 type authStream struct {
 	grpc.ServerStream
-	a   *Auth
-	ai  *auth.Info
-	ctx context.Context
+	a  *Auth
+	ai *auth.Info
+	// callerErr is why the stream's token was refused (a watch stream's
+	// creates are refused one by one, with it as the reason).
+	callerErr error
+	ctx       context.Context
 
 	sendMu sync.Mutex
 }
@@ -312,18 +325,38 @@ func (s *authStream) RecvMsg(m any) error {
 			return nil
 		}
 		c := w.GetCreateRequest()
-		err := s.a.s.IsRangePermitted(s.ai, c.Key, c.RangeEnd)
+		err := s.callerErr
+		if err == nil {
+			key := c.Key
+			if len(key) == 0 {
+				key = []byte{0} // the key the watch is placed on (watch.go), as etcd checks it
+			}
+			err = s.a.s.IsRangePermitted(s.ai, key, c.RangeEnd)
+		}
 		if err == nil {
 			return nil
 		}
-		// etcd gives every refusal (no user, old revision, no permission)
-		// the one reason.
-		resp := &pb.WatchResponse{WatchId: -1, Created: true, Canceled: true, CancelReason: rpctypes.ErrGRPCPermissionDenied.Error()}
+		resp := &pb.WatchResponse{WatchId: -1, Created: true, Canceled: true, CancelReason: watchRefusal(err)}
 		fillHeader(s.a.b, &resp.Header, s.a.b.Store().Rev())
 		if err := s.SendMsg(resp); err != nil {
 			return err
 		}
 	}
+}
+
+// watchRefusal is the cancel reason etcd gives a refused watch create:
+// the token's or the user's fault named, any other refusal permission
+// denied.
+func watchRefusal(err error) string {
+	switch {
+	case errors.Is(err, auth.ErrInvalidAuthToken):
+		return rpctypes.ErrGRPCInvalidAuthToken.Error()
+	case errors.Is(err, auth.ErrAuthOldRevision):
+		return rpctypes.ErrGRPCAuthOldRevision.Error()
+	case errors.Is(err, auth.ErrUserEmpty):
+		return rpctypes.ErrGRPCUserEmpty.Error()
+	}
+	return rpctypes.ErrGRPCPermissionDenied.Error()
 }
 
 // authError maps an auth package error, or any other, to etcd's gRPC
