@@ -97,6 +97,16 @@ func (a *Auth) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 		return nil, authError(err)
 	}
 	ctx = auth.NewContext(ctx, ai)
+	if linearizableRead(req) {
+		// The check reads the auth state: first let it reflect every
+		// change committed before the read (etcd checks a linearizable
+		// read after its read index, too). The KV handler skips its own
+		// barrier then.
+		if err := a.kv.barrier(ctx); err != nil {
+			return nil, err
+		}
+		ctx = withBarrierDone(ctx)
+	}
 	if err := a.checkUnary(info.FullMethod, req, ai); err != nil {
 		return nil, authError(err)
 	}
@@ -314,7 +324,14 @@ func (s *authStream) RecvMsg(m any) error {
 			return err
 		}
 		if r, ok := m.(*pb.RangeRequest); ok {
-			// RangeStream's one request: checked as Range is.
+			// RangeStream's one request: checked as Range is, after the
+			// read barrier if it is linearizable (see unary).
+			if !r.Serializable {
+				if err := s.a.kv.barrier(s.ctx); err != nil {
+					return err
+				}
+				s.ctx = withBarrierDone(s.ctx)
+			}
 			if err := s.a.s.IsRangePermitted(s.ai, r.Key, r.RangeEnd); err != nil {
 				return authError(err)
 			}

@@ -12,7 +12,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"golang.org/x/crypto/bcrypt"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/strata-kv/strata/apply"
@@ -164,5 +166,91 @@ func TestAuthenticateAfterReadBarrier(t *testing.T) {
 	}
 	if b.barriers != 1 {
 		t.Fatalf("Authenticate answered after %d read barriers, want 1", b.barriers)
+	}
+}
+
+// catchUpBackend is a member behind its cluster: its read barrier applies
+// what was committed before the read (catchUp) and nothing else.
+type catchUpBackend struct {
+	Backend
+	catchUp func()
+}
+
+func (b *catchUpBackend) ReadBarrier(context.Context) error {
+	if b.catchUp != nil {
+		b.catchUp()
+		b.catchUp = nil
+	}
+	return nil
+}
+
+// TestLinearizableReadCheckedAfterBarrier: a linearizable read is checked
+// against the auth state once the member has applied every write committed
+// before it, as etcd checks after its read index. The check ran before the
+// barrier, so a member that had not yet applied an acknowledged revoke of
+// the user's permission answered the read.
+func TestLinearizableReadCheckedAfterBarrier(t *testing.T) {
+	s := newAuthStore(t)
+	e, err := pebbleengine.Open("extra", pebbleengine.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	index := uint64(0)
+	apply := func(r *pb.InternalRaftRequest) {
+		t.Helper()
+		b := e.NewBatch()
+		defer b.Close()
+		if _, _, refused, err := s.Apply(b, r); err != nil || refused != nil {
+			t.Fatalf("apply %v: %v %v", r, err, refused)
+		}
+		index++
+		if err := b.Commit(index); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// bob has alice's role and a password, so that he can hold a token.
+	h, err := s.HashPassword("bpw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(&pb.InternalRaftRequest{AuthUserAdd: &pb.AuthUserAddRequest{Name: "bob", HashedPassword: h}})
+	apply(&pb.InternalRaftRequest{AuthUserGrantRole: &pb.AuthUserGrantRoleRequest{User: "bob", Role: "r"}})
+	tok, err := s.NewSimpleToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(&pb.InternalRaftRequest{Authenticate: &pb.InternalAuthenticateRequest{Name: "bob", SimpleToken: tok}})
+	for _, tc := range []struct {
+		name string
+		req  any
+	}{
+		{"range", &pb.RangeRequest{Key: []byte("foo/x")}},
+		{"read-only txn", &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{
+			RequestRange: &pb.RangeRequest{Key: []byte("foo/x")}}}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &catchUpBackend{catchUp: func() {
+				apply(&pb.InternalRaftRequest{AuthRoleRevokePermission: &pb.AuthRoleRevokePermissionRequest{
+					Role: "r", Key: []byte("foo/"), RangeEnd: []byte("foo0")}})
+			}}
+			a := NewAuth(b, s, Limits{RequestTimeout: time.Second, MaxRequestBytes: 1 << 20}, false)
+			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(rpctypes.TokenFieldNameGRPC, tok))
+			answered := false
+			_, err := a.unary(ctx, tc.req, &grpc.UnaryServerInfo{FullMethod: "/etcdserverpb.KV/Range"},
+				func(context.Context, any) (any, error) { answered = true; return nil, nil })
+			if err == nil || answered {
+				t.Fatalf("bob's linearizable read after his permission's revoke was committed: answered %v, err %v; want refused", answered, err)
+			}
+			// Give the permission back for the next case.
+			apply(&pb.InternalRaftRequest{AuthRoleGrantPermission: &pb.AuthRoleGrantPermissionRequest{Name: "r",
+				Perm: &authpb.Permission{PermType: authpb.Permission_READWRITE, Key: []byte("foo/"), RangeEnd: []byte("foo0")}}})
+			tok2, err := s.NewSimpleToken()
+			if err != nil {
+				t.Fatal(err)
+			}
+			apply(&pb.InternalRaftRequest{Authenticate: &pb.InternalAuthenticateRequest{Name: "bob", SimpleToken: tok2}})
+			tok = tok2
+		})
 	}
 }

@@ -145,7 +145,7 @@ func (s *KV) beforeRange(ctx context.Context, r *pb.RangeRequest) error {
 	if err := checkRange(r); err != nil {
 		return err
 	}
-	if !r.Serializable {
+	if !r.Serializable && !barrierDone(ctx) {
 		return s.barrier(ctx)
 	}
 	return nil
@@ -176,7 +176,7 @@ func (s *KV) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingServer[p
 	if r.MinModRevision != 0 || r.MaxModRevision != 0 || r.MinCreateRevision != 0 || r.MaxCreateRevision != 0 {
 		return status.Error(codes.Unimplemented, "RangeStream does not support revision filters")
 	}
-	if !r.Serializable {
+	if !r.Serializable && !barrierDone(stream.Context()) {
 		if err := s.barrier(stream.Context()); err != nil {
 			return err
 		}
@@ -257,7 +257,7 @@ func (s *KV) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error)
 	if mvcc.IsTxnReadOnly(r) {
 		// It will not propose: the node need not wait for it (countWrites).
 		node.ReleaseArrival(ctx)
-		if !txnSerializable(r) {
+		if !txnSerializable(r) && !barrierDone(ctx) {
 			if err := s.barrier(ctx); err != nil {
 				return nil, err
 			}
@@ -295,6 +295,33 @@ func (s *KV) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Compacti
 	resp := res.Response.(*pb.CompactionResponse)
 	fillHeader(s.b, &resp.Header, 0)
 	return resp, nil
+}
+
+// barrierDoneKey marks a context whose request already passed the read
+// barrier (the auth interceptor waits for it before it checks a
+// linearizable read, so that the check sees every auth change committed
+// before the read, as etcd's does).
+type barrierDoneKey struct{}
+
+func withBarrierDone(ctx context.Context) context.Context {
+	return context.WithValue(ctx, barrierDoneKey{}, true)
+}
+
+func barrierDone(ctx context.Context) bool {
+	done, _ := ctx.Value(barrierDoneKey{}).(bool)
+	return done
+}
+
+// linearizableRead reports whether req is a read that waits for the read
+// barrier: a Range or a read-only Txn that is not serializable.
+func linearizableRead(req any) bool {
+	switch r := req.(type) {
+	case *pb.RangeRequest:
+		return !r.Serializable
+	case *pb.TxnRequest:
+		return mvcc.IsTxnReadOnly(r) && !txnSerializable(r)
+	}
+	return false
 }
 
 func (s *KV) barrier(ctx context.Context) error {
