@@ -167,6 +167,16 @@ func (s *Lease) keepAliveOne(ctx context.Context, req *pb.LeaseKeepAliveRequest,
 	}
 	if local {
 		ttl, err := s.l.Renew(ctx, req.ID)
+		if errors.Is(err, lease.ErrLeaseNotFound) {
+			// The grant may be committed and answered by another member
+			// while this leader has yet to apply it: wait for what is
+			// committed and try once more before answering TTL 0, which
+			// clientv3 takes for an expired lease (etcd #13675: its leader
+			// waits for its applied index before a renewal).
+			if berr := s.kv.barrier(ctx); berr == nil {
+				ttl, err = s.l.Renew(ctx, req.ID)
+			}
+		}
 		if err != nil && !errors.Is(err, lease.ErrLeaseNotFound) {
 			return nil, leaseError(err)
 		}
