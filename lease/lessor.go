@@ -117,6 +117,12 @@ type Raft interface {
 	// before replay.
 	LastIndex() uint64
 	AppliedIndex() uint64
+	// ConfirmLeader returns nil once a quorum has confirmed this member is
+	// still the leader (a read-index round). The primary asks before it
+	// revokes expired leases: a leader that stalled past an election
+	// timeout still sees itself as leader, while clients keep their leases
+	// alive through the new one (etcd #15247).
+	ConfirmLeader(ctx context.Context) error
 }
 
 // Proposer replicates a request through raft and waits until it is
@@ -482,6 +488,13 @@ func (l *Lessor) startLocked(le *lease, now time.Time, extend time.Duration) {
 // expired returns up to n leases due for a revoke at now and pushes their
 // next look to now + revokeRetry, so that each is proposed once per retry
 // interval until its revoke applies.
+// anyExpired reports whether a lease is due for its revoke at now.
+func (l *Lessor) anyExpired(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.mu.heap) > 0 && !l.mu.heap[0].due.After(now)
+}
+
 func (l *Lessor) expired(now time.Time, n int) []int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -577,6 +590,17 @@ func (l *Lessor) step(ctx context.Context, wg *sync.WaitGroup) {
 		return
 	}
 	now := l.clock.Now()
+	if l.anyExpired(now) {
+		cctx, cancel := context.WithTimeout(ctx, revokeRetry)
+		err := l.cfg.Raft.ConfirmLeader(cctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				l.lg.Warn("expired leases not revoked: leadership not confirmed", zap.Error(err))
+			}
+			return
+		}
+	}
 	for _, id := range l.expired(now, maxRevokesPerTick) {
 		wg.Add(1)
 		go func() {

@@ -48,10 +48,21 @@ type env struct {
 	progress func() (last, applied uint64)
 	// lost makes every proposal go unanswered (Submit).
 	lost bool
+	// notLeader: this member still sees itself as leader, but a quorum
+	// has moved on (ConfirmLeader fails).
+	notLeader bool
 }
 
 // IsLeader implements Raft.
 func (v *env) IsLeader() bool { return v.leader }
+
+// ConfirmLeader implements Raft: a quorum answers as notLeader says.
+func (v *env) ConfirmLeader(context.Context) error {
+	if v.notLeader {
+		return errors.New("a quorum follows another leader")
+	}
+	return nil
+}
 
 // LastIndex implements Raft.
 func (v *env) LastIndex() uint64 {
@@ -504,5 +515,32 @@ func TestRenewBoundedWhenClearIsLost(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Renew still waiting 10 s after its checkpoint clear was lost (request timeout 50 ms)")
+	}
+}
+
+// TestExpiryWaitsForConfirmedLeadership: a leader that stalled past an
+// election timeout still sees itself as leader while the others elected
+// another, through which clients keep their leases alive; it revokes
+// expired leases only once a quorum confirms it still leads (etcd #15247),
+// and so never deletes keys of leases the new leader renews.
+func TestExpiryWaitsForConfirmedLeadership(t *testing.T) {
+	v := newEnv(t, Config{ElectionTimeout: time.Second})
+	v.tick()
+	if err := v.grant(1, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.put("k", 1); err != nil {
+		t.Fatal(err)
+	}
+	v.clock.advance(20 * time.Second)
+	v.notLeader = true
+	v.tick()
+	if v.count("k") != 1 || !v.l.Exists(1) {
+		t.Fatal("a leader that a quorum no longer follows revoked an expired lease")
+	}
+	v.notLeader = false
+	v.tick()
+	if v.count("k") != 0 || v.l.Exists(1) {
+		t.Fatal("the confirmed leader did not revoke the expired lease")
 	}
 }

@@ -13,6 +13,7 @@ package propose
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,10 @@ type Raft interface {
 	ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) error
 	// Leader is the leader's member ID, 0 if none is known.
 	Leader() uint64
+	// ReadIndex confirms with a quorum that the leader this member knows
+	// is still the leader, and returns the commit index then (raft's
+	// ReadIndex).
+	ReadIndex(ctx context.Context) (uint64, error)
 }
 
 // Metrics counts proposals (server.Metrics); nil counts nothing.
@@ -147,6 +152,27 @@ func (p *Proposer) ProposeConfChange(ctx context.Context, cc *raftpb.ConfChange)
 
 // IsLeader reports whether this member is the raft leader.
 func (p *Proposer) IsLeader() bool { return p.cfg.Raft.Leader() == p.cfg.MemberID }
+
+// ErrNotLeader is ConfirmLeader's answer when another member leads.
+var ErrNotLeader = errors.New("propose: not the leader")
+
+// ConfirmLeader returns nil if this member is the leader after a raft
+// read-index round, which a quorum answers only to the current leader:
+// a leader that was cut off or stalled while the others elected another
+// learns it here (or times out) before it acts alone (lease expiry; etcd's
+// ensureLeadership).
+func (p *Proposer) ConfirmLeader(ctx context.Context) error {
+	if !p.IsLeader() {
+		return ErrNotLeader
+	}
+	if _, err := p.cfg.Raft.ReadIndex(ctx); err != nil {
+		return fmt.Errorf("confirm leadership: %w", err)
+	}
+	if !p.IsLeader() {
+		return ErrNotLeader
+	}
+	return nil
+}
 
 // LastIndex is the raft log's last index (0 if it cannot be read).
 func (p *Proposer) LastIndex() uint64 {

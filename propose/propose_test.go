@@ -44,6 +44,7 @@ func (f *fakeRaft) Propose(_ context.Context, data []byte) error {
 
 func (f *fakeRaft) ProposeConfChange(context.Context, raftpb.ConfChangeI) error { return f.err }
 func (f *fakeRaft) Leader() uint64                                              { return 1 }
+func (f *fakeRaft) ReadIndex(context.Context) (uint64, error)                   { return 0, f.err }
 
 // alarms is an applier's alarm list.
 type alarms []*pb.AlarmMember
