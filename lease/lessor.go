@@ -22,7 +22,9 @@
 // TTL) + one election timeout, as etcd's Promote extends leases so that
 // clients of the old leader have time to find the new one. While primary,
 // Run proposes LeaseRevoke for each lease past its deadline (retrying a
-// revoke every few seconds until it applies) and, every CheckpointInterval,
+// revoke every few seconds until it applies), once a quorum has confirmed
+// that this member still leads (Raft.ConfirmLeader: a leader that stalled
+// past an election timeout still believes it leads), and, every CheckpointInterval,
 // one LeaseCheckpoint carrying the remaining TTL of each lease that has
 // run down since granted or renewed. A follower keeps no deadlines: its
 // leases live until a revoke arrives through raft.
@@ -31,7 +33,7 @@
 // to now + TTL. When the lease carries a checkpointed remaining TTL, Renew
 // first proposes a checkpoint that clears it, so that a restart after the
 // renewal does not resurrect the older, shorter deadline (etcd does the
-// same).
+// same), waiting for it at most Config.RequestTimeout.
 //
 // # Concurrency
 //
