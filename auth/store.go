@@ -567,12 +567,16 @@ func (c *change) apply(r *pb.InternalRaftRequest) (proto.Message, error) {
 		return &pb.AuthRoleDeleteResponse{}, nil
 	case r.AuthRoleGrantPermission != nil:
 		q := r.AuthRoleGrantPermission
+		// etcd's order: a missing permission, then an empty range, then the role.
+		if q.Perm == nil {
+			return nil, ErrPermissionNotGiven
+		}
+		if !validPermRange(q.Perm.Key, q.Perm.RangeEnd) {
+			return nil, ErrInvalidAuthMgmt
+		}
 		old := s.roles[q.Name]
 		if old == nil {
 			return nil, ErrRoleNotFound
-		}
-		if q.Perm == nil {
-			return nil, ErrPermissionNotGiven
 		}
 		ro := proto.CloneOf(old)
 		i, found := slices.BinarySearchFunc(ro.KeyPermission, q.Perm, comparePerm)
@@ -599,6 +603,17 @@ func (c *change) apply(r *pb.InternalRaftRequest) (proto.Message, error) {
 		return &pb.AuthRoleRevokePermissionResponse{}, nil
 	}
 	return nil, nil
+}
+
+// validPermRange reports whether a permission names at least one key: a
+// non-empty key, and a range end that is absent (the key alone), "\x00" (every
+// key from key on) or after the key. etcd refuses the others with
+// ErrInvalidAuthMgmt; a permission over no key would never match a request.
+func validPermRange(key, rangeEnd []byte) bool {
+	if len(key) == 0 {
+		return false
+	}
+	return len(rangeEnd) == 0 || bytes.Equal(rangeEnd, []byte{0}) || bytes.Compare(key, rangeEnd) < 0
 }
 
 // comparePerm orders a role's permissions by key, then range end, as etcd
