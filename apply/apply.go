@@ -744,6 +744,21 @@ func headerRequestID(data []byte) (id uint64, set bool) {
 	return id, set
 }
 
+// gate decides r before it is applied: a refusal by the raised alarms, then
+// by auth, or an auth request applied (handled, as authApplier.apply
+// returns it). Replay of a compacted batch's kept entries passes them
+// through the same gate (replayKept), so that what the live applier
+// refused changes nothing there either.
+func (a *Applier) gate(w *mvcc.WriteBatch, r *pb.InternalRaftRequest) (res Result, handled bool, err error) {
+	if err := a.refusedByAlarm(r); err != nil {
+		return Result{Err: err}, true, nil
+	}
+	if a.auth != nil {
+		return a.auth.apply(w, r)
+	}
+	return Result{}, false, nil
+}
+
 func requestID(r *pb.InternalRaftRequest) uint64 {
 	if r.Header != nil && r.Header.ID != 0 {
 		return r.Header.ID
@@ -755,13 +770,8 @@ func requestID(r *pb.InternalRaftRequest) uint64 {
 // refuses (a compacted revision, a missing lease) is a Result with an
 // error, not a failure of the applier: every member refuses it the same way.
 func (a *Applier) applyRequest(w *mvcc.WriteBatch, r *pb.InternalRaftRequest, members *[]*pb.Member) (Result, bool, error) {
-	if err := a.refusedByAlarm(r); err != nil {
-		return Result{Err: err}, false, nil
-	}
-	if a.auth != nil {
-		if res, handled, err := a.auth.apply(w, r); handled || err != nil {
-			return res, false, err
-		}
+	if res, handled, err := a.gate(w, r); handled || err != nil {
+		return res, false, err
 	}
 	switch {
 	case r.Alarm != nil:

@@ -125,8 +125,10 @@ func (a *Applier) ReplayRun(run logcompact.Run, minTTL int64) error {
 }
 
 // replayKept applies a kept entry and reports whether the membership
-// changed. A lease revocation drops only the lease record: the deletions
-// of its keys are records of their own. Recovery replays before the
+// changed. A lease request that the alarms or auth refused changes
+// nothing, as it changed nothing when it was applied. A lease revocation
+// drops only the lease record: the deletions of its keys are records of
+// their own. Recovery replays before the
 // member creates its lessor, so without one, grants and checkpoints are
 // written as the lessor would write them; with one (tests), the lessor
 // sees grants and checkpoints but not revocations, and must be reloaded.
@@ -141,6 +143,21 @@ func (a *Applier) replayKept(w *mvcc.WriteBatch, e *raftpb.Entry, members *[]*pb
 	var req pb.InternalRaftRequest
 	if err := proto.Unmarshal(e.GetData(), &req); err != nil {
 		return false, fmt.Errorf("decode kept entry %d: %w", e.GetIndex(), err)
+	}
+	if req.LeaseRevoke != nil || req.LeaseGrant != nil || req.LeaseCheckpoint != nil {
+		// The live applier decided them against the alarms and auth state
+		// at their index, which is the state replay starts from: a run
+		// holding an alarm or auth request is never compacted, and
+		// batches follow the applied index with no gap.
+		if res, handled, err := a.gate(w, &req); handled || err != nil {
+			if err == nil && res.Err == nil {
+				err = fmt.Errorf("kept entry %d: a lease request handled as an auth request", e.GetIndex())
+			}
+			if err != nil {
+				return false, err
+			}
+			return false, nil // refused: it changed nothing
+		}
 	}
 	switch {
 	case req.LeaseRevoke != nil:

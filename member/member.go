@@ -213,11 +213,15 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	m.store.Start()
 	// Recovery replays compacted batches before raft starts, with an
-	// applier that has nothing attached: no lessor (replay writes lease
+	// applier that has only the auth store attached (it decides kept lease
+	// requests as they were decided live): no lessor (replay writes lease
 	// records itself), no node, no waiting client. The applier that runs
 	// is built once the node and the lessor exist, and reads the state
 	// recovery left.
-	m.applier, err = apply.New(apply.Config{Store: m.store, Logger: cfg.Logger.Named("apply")})
+	if m.authStore, err = auth.Open(cfg.Auth, m.engine, cfg.Logger.Named("auth")); err != nil {
+		return nil, err
+	}
+	m.applier, err = apply.New(apply.Config{Store: m.store, Auth: m.authStore, Logger: cfg.Logger.Named("apply")})
 	if err != nil {
 		return nil, fmt.Errorf("open applier for recovery: %w", err)
 	}
@@ -318,9 +322,6 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.watchHub = watch.New(m.store, watch.Options{
 		ProgressInterval: cfg.WatchProgressNotifyInterval, Logger: cfg.Logger.Named("watch"),
 	})
-	if m.authStore, err = auth.Open(cfg.Auth, m.engine, cfg.Logger.Named("auth")); err != nil {
-		return nil, err
-	}
 	m.applier, err = apply.New(apply.Config{
 		Store:     m.store,
 		Progress:  m.node,
