@@ -217,6 +217,24 @@ func (a *API) Close() {
 	}
 }
 
-// RegisterPeer serves the Cluster service on the peer URLs as well, for
-// members that join to learn the cluster (transport.PeerService).
-func (a *API) RegisterPeer(s *grpc.Server) { pb.RegisterClusterServer(s, a.cluster) }
+// RegisterPeer serves the Cluster service's MemberList on the peer URLs as
+// well, for members that join to learn the cluster
+// (transport.PeerService). Nothing else of it: the peer URLs have no auth,
+// and membership changes go through the client API, where auth decides (a
+// member forwards a promotion to the leader's client URL), as in etcd,
+// whose peer URLs list members but change none.
+func (a *API) RegisterPeer(s *grpc.Server) {
+	pb.RegisterClusterServer(s, peerCluster{list: a.cluster})
+}
+
+// peerCluster is the Cluster service as the peer URLs serve it: MemberList,
+// and Unimplemented for the rest.
+type peerCluster struct {
+	pb.UnimplementedClusterServer
+	list *Cluster
+}
+
+// MemberList lists the members, as the client API does.
+func (p peerCluster) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	return p.list.MemberList(ctx, r)
+}
