@@ -254,6 +254,57 @@ func TestAuthWatchStreamOpenedBefore(t *testing.T) {
 	}
 }
 
+// TestAuthWatchTokenExpiresOnStream: each watch create is checked with the
+// stream's token as it stands then, as etcd's isWatchPermitted finds the
+// caller again: once a simple token has outlived --auth-token-ttl unused,
+// a create on the stream it opened is refused ("invalid auth token"), and
+// a create while it is valid restarts its TTL. strata checked the token
+// once, when the stream opened, so an expired token watched on.
+func TestAuthWatchTokenExpiresOnStream(t *testing.T) {
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, f), Flags: []string{"--bcrypt-cost=4", "--auth-token-ttl=2"}})
+			cli := p.Client(t)
+			setupAuth(t, cli)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			login, err := cli.Authenticate(ctx, "alice", "apw")
+			if err != nil {
+				t.Fatal(err)
+			}
+			stream, err := pb.NewWatchClient(cli.ActiveConnection()).Watch(
+				metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, login.Token))
+			if err != nil {
+				t.Fatal(err)
+			}
+			create := func(key string) *pb.WatchResponse {
+				t.Helper()
+				if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{
+					CreateRequest: &pb.WatchCreateRequest{Key: []byte(key)}}}); err != nil {
+					t.Fatal(err)
+				}
+				resp, err := stream.Recv()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp
+			}
+			// Used every second, the token outlives its TTL.
+			for i := range 4 {
+				if r := create(fmt.Sprintf("foo/%d", i)); !r.Created || r.Canceled {
+					t.Fatalf("create %d with a token in use: %+v", i, r)
+				}
+				time.Sleep(time.Second)
+			}
+			time.Sleep(3500 * time.Millisecond) // unused for longer than its TTL
+			r := create("foo/late")
+			if !r.Canceled || r.WatchId != -1 || r.CancelReason != rpctypes.ErrGRPCInvalidAuthToken.Error() {
+				t.Fatalf("create after the token expired: %+v; want canceled, watch ID -1, reason %q", r, rpctypes.ErrGRPCInvalidAuthToken.Error())
+			}
+		})
+	}
+}
+
 // TestAuthJWT runs with --auth-token jwt (RS256, keys made by the test):
 // clientv3 logs in, the token is a JWT, and a forged one is refused.
 func TestAuthJWT(t *testing.T) {

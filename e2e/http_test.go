@@ -434,8 +434,9 @@ func TestHTTPListenMetricsURLs(t *testing.T) {
 }
 
 // TestHTTPGatewayAuth: with auth on, the gateway authenticates as etcd's
-// does: a token from /v3/auth/authenticate in the Authorization header
-// grants the user's permissions; no token is refused.
+// does: a token from /v3/auth/authenticate in the Authorization header,
+// bare or after "Bearer " (etcd trims it), grants the user's permissions;
+// no token is refused.
 func TestHTTPGatewayAuth(t *testing.T) {
 	t.Parallel()
 	for _, f := range flavors {
@@ -467,6 +468,9 @@ func TestHTTPGatewayAuth(t *testing.T) {
 			}
 			if code, body := put("foo/a", auth.Token); code != 200 {
 				t.Errorf("alice's put in her prefix = %d %q, want 200", code, body)
+			}
+			if code, body := put("foo/bearer", "Bearer "+auth.Token); code != 200 {
+				t.Errorf("alice's put in her prefix, token after Bearer = %d %q, want 200", code, body)
 			}
 			if code, body := put("bar", auth.Token); code == 200 || !strings.Contains(body, "permission denied") {
 				t.Errorf("alice's put outside her prefix = %d %q, want permission denied", code, body)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -62,7 +63,8 @@ func (a *Auth) callerInfo(ctx context.Context) (*auth.Info, error) {
 			ts = md.Get(rpctypes.TokenFieldNameSwagger)
 		}
 		if len(ts) > 0 && ts[0] != "" {
-			info, err := a.s.TokenInfo(ts[0])
+			// etcd takes the token with or without "Bearer " before it.
+			info, err := a.s.TokenInfo(strings.TrimPrefix(ts[0], "Bearer "))
 			if err != nil {
 				return nil, err
 			}
@@ -265,8 +267,9 @@ func (a *Auth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 		if info.FullMethod == watchMethod {
 			// A watch stream outlives the auth state it opened in: each
 			// create is checked as auth stands when it arrives, as etcd
-			// checks it, so a stream opened before auth was enabled
-			// (without a token) is refused from then on.
+			// checks it (authStream.watchPermitted), so a stream opened
+			// before auth was enabled is refused from then on unless its
+			// token names a permitted user.
 			return handler(srv, &authStream{ServerStream: ss, a: a, ctx: ss.Context()})
 		}
 		return handler(srv, ss)
@@ -284,7 +287,7 @@ func (a *Auth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 			return authError(err)
 		}
 	}
-	return handler(srv, &authStream{ServerStream: ss, a: a, ai: ai, callerErr: callerErr, ctx: auth.NewContext(ss.Context(), ai)})
+	return handler(srv, &authStream{ServerStream: ss, a: a, ai: ai, ctx: auth.NewContext(ss.Context(), ai)})
 }
 
 // watchMethod is the Watch service's stream.
@@ -300,12 +303,9 @@ const watchMethod = "/etcdserverpb.Watch/Watch"
 // handler's sends and the refusals RecvMsg sends.
 type authStream struct {
 	grpc.ServerStream
-	a  *Auth
-	ai *auth.Info
-	// callerErr is why the stream's token was refused (a watch stream's
-	// creates are refused one by one, with it as the reason).
-	callerErr error
-	ctx       context.Context
+	a   *Auth
+	ai  *auth.Info
+	ctx context.Context
 
 	sendMu sync.Mutex
 }
@@ -341,15 +341,7 @@ func (s *authStream) RecvMsg(m any) error {
 		if !ok || w.GetCreateRequest() == nil {
 			return nil
 		}
-		c := w.GetCreateRequest()
-		err := s.callerErr
-		if err == nil {
-			key := c.Key
-			if len(key) == 0 {
-				key = []byte{0} // the key the watch is placed on (watch.go), as etcd checks it
-			}
-			err = s.a.s.IsRangePermitted(s.ai, key, c.RangeEnd)
-		}
+		err := s.watchPermitted(w.GetCreateRequest())
 		if err == nil {
 			return nil
 		}
@@ -359,6 +351,26 @@ func (s *authStream) RecvMsg(m any) error {
 			return err
 		}
 	}
+}
+
+// watchPermitted decides one watch create as etcd's isWatchPermitted does,
+// as auth stands when the create arrives: the caller is found again from
+// the stream's token, so a simple token that expired (or was revoked) since
+// the stream opened refuses the create, and a valid one's TTL starts again,
+// as every use of a token restarts it.
+func (s *authStream) watchPermitted(c *pb.WatchCreateRequest) error {
+	if !s.a.s.Enabled() {
+		return nil
+	}
+	ai, err := s.a.callerInfo(s.ServerStream.Context())
+	if err != nil {
+		return err
+	}
+	key := c.Key
+	if len(key) == 0 {
+		key = []byte{0} // the key the watch is placed on (watch.go), as etcd checks it
+	}
+	return s.a.s.IsRangePermitted(ai, key, c.RangeEnd)
 }
 
 // watchRefusal is the cancel reason etcd gives a refused watch create:
