@@ -6,10 +6,6 @@ $BIN --data-dir $DD --listen-client-urls http://127.0.0.1:$PORT --advertise-clie
 PID=$!
 sleep 2
 echo "idle: $(grep -E 'VmRSS|RssAnon|RssFile' /proc/$PID/status | tr -s ' \n' ' ')"
-VAL=$(head -c 1024 /dev/zero | tr '\0' 'v')
-for b in $(seq 0 99); do
-  ( echo "put"; ) >/dev/null
-done
 python3 - "$PORT" <<'PY'
 import sys,subprocess
 port=sys.argv[1]
