@@ -62,6 +62,16 @@
 //     answered once it can; a periodic notification waits for the next
 //     tick.
 //
+// # Known difference from etcd
+//
+// etcd hands each revision's events to its synced watchers as the
+// revision commits; this hub reads them from the store shortly after. If
+// a compaction above the hub's revision commits in between (a compaction
+// to within a few revisions of the head, while the hub lags), the events
+// between are compacted before the hub reads them, and its synced
+// watchers are canceled with the compact revision, where etcd would have
+// delivered them. Clients resume as after any compaction.
+//
 // # Concurrency
 //
 // Hub.Start runs one goroutine (dispatch, catch-up, periodic progress)

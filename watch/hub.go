@@ -100,6 +100,9 @@ type Hub struct {
 		rev      int64
 		synced   *group
 		unsynced map[*watcher]struct{}
+		// lastPassEnd is the last revision the previous catch-up pass
+		// read (catchUp).
+		lastPassEnd int64
 		// progress are streams owed an answer to RequestProgress once
 		// the hub has reached the store revision of the request (so that
 		// a client sees, as with etcd, a revision at least that of the
@@ -129,8 +132,13 @@ type watcher struct {
 	startRev int64
 	nextRev  int64 // first revision not yet offered (guarded by Hub.mu)
 	synced   bool  // in Hub.mu.synced, else in Hub.mu.unsynced (guarded by Hub.mu)
-	canceled bool  // guarded by Hub.mu; read by Stream.Next under qmu after being set under both
-	pos      int   // index in its group's list (guarded by Hub.mu)
+	canceled bool  // out of the hub's groups for good (guarded by Hub.mu)
+	// discard is set when the client canceled the watch or closed the
+	// stream: Stream.Next drops its queued responses. A watch canceled
+	// by compaction keeps them, and its ID, as etcd does. Set under
+	// Hub.mu and qmu; read by Stream.Next under qmu.
+	discard bool
+	pos     int // index in its group's list (guarded by Hub.mu)
 }
 
 // New returns a hub over src, at src's current revision. It starts no
@@ -299,6 +307,11 @@ func (h *Hub) dispatch() (more bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("dispatch (%d, %d]: %w", from, target, err)
 	}
+	if !wantPrev && h.mu.synced.prev > 0 {
+		// A watcher that wants previous versions joined the group during
+		// the scan, which read none: read again, with them.
+		return true, nil
+	}
 	through := next - 1
 	per := map[*watcher][]*mvccpb.Event{}
 	var order []*watcher
@@ -382,19 +395,37 @@ func (h *Hub) catchUp() (more bool, err error) {
 		return false, nil
 	}
 	hubRev := h.mu.rev
-	pass := newGroup()
-	var ws []*watcher
-	minRev := int64(-1)
+	// A pass starts at the lowest next revision above where the previous
+	// pass ended, or, if no watcher is there, at the lowest of all: a
+	// watcher far behind then takes turns with the others instead of
+	// holding back, pass after pass, those that need only recent
+	// revisions.
+	var room []*watcher
+	minAll, minAbove := int64(-1), int64(-1)
 	for w := range h.mu.unsynced {
 		if !w.s.hasRoom() {
 			continue
 		}
-		// pos of an unsynced watcher is unused by the hub's groups, so
-		// the pass group may own it until the watcher is synced again.
-		pass.add(w)
-		ws = append(ws, w)
-		if minRev < 0 || w.nextRev < minRev {
-			minRev = w.nextRev
+		room = append(room, w)
+		if minAll < 0 || w.nextRev < minAll {
+			minAll = w.nextRev
+		}
+		if w.nextRev > h.mu.lastPassEnd+1 && (minAbove < 0 || w.nextRev < minAbove) {
+			minAbove = w.nextRev
+		}
+	}
+	minRev := minAbove
+	if minRev < 0 {
+		minRev = minAll
+	}
+	pass := newGroup()
+	var ws []*watcher
+	for _, w := range room {
+		if w.nextRev >= minRev {
+			// pos of an unsynced watcher is unused by the hub's groups, so
+			// the pass group may own it until the watcher is synced again.
+			pass.add(w)
+			ws = append(ws, w)
 		}
 	}
 	h.mu.Unlock()
@@ -414,7 +445,7 @@ func (h *Hub) catchUp() (more bool, err error) {
 			if w.canceled || w.nextRev >= compactRev {
 				continue
 			}
-			h.removeLocked(w)
+			h.removeLocked(w, false)
 			// etcd's compacted answer carries header revision 0.
 			w.s.push(item{resp: &pb.WatchResponse{
 				Header: &pb.ResponseHeader{}, WatchId: w.id,
@@ -427,6 +458,7 @@ func (h *Hub) catchUp() (more bool, err error) {
 		return false, fmt.Errorf("catch up from %d: %w", minRev, err)
 	}
 	through := max(next-1, minRev-1)
+	h.mu.lastPassEnd = through
 	per := map[*watcher][]*mvccpb.Event{}
 	for _, ev := range evs {
 		pass.each(ev.Kv.Key, func(w *watcher) {
@@ -476,20 +508,27 @@ func (w *watcher) shape(ev *mvccpb.Event) *mvccpb.Event {
 	return &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
 }
 
-// removeLocked forgets a watcher. REQUIRES: h.mu held.
-func (h *Hub) removeLocked(w *watcher) {
-	if w.canceled {
-		return
+// removeLocked takes a watcher out of the hub's groups. With discard (the
+// client canceled it, or closed its stream) its queued responses are
+// dropped and its ID is free again; without (compaction canceled it) the
+// client still gets what was queued before the compacted answer, and the
+// ID stays in use until the client cancels it, as in etcd. REQUIRES: h.mu
+// held.
+func (h *Hub) removeLocked(w *watcher, discard bool) {
+	if !w.canceled {
+		if w.synced {
+			h.mu.synced.remove(w)
+		} else {
+			delete(h.mu.unsynced, w)
+		}
+		w.canceled = true
 	}
-	if w.synced {
-		h.mu.synced.remove(w)
-	} else {
-		delete(h.mu.unsynced, w)
+	if discard {
+		w.s.qmu.Lock()
+		w.discard = true
+		w.s.qmu.Unlock()
+		delete(w.s.watchers, w.id)
 	}
-	w.s.qmu.Lock()
-	w.canceled = true
-	w.s.qmu.Unlock()
-	delete(w.s.watchers, w.id)
 }
 
 // progressNotify sends each synced watcher created with progress_notify
@@ -541,7 +580,7 @@ func (h *Hub) tryProgressLocked(s *Stream, need int64) bool {
 		return false
 	}
 	for _, w := range s.watchers {
-		if !h.speaksForLocked(w) {
+		if !w.canceled && !h.speaksForLocked(w) {
 			return false
 		}
 	}

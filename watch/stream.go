@@ -112,7 +112,9 @@ func (s *Stream) Watch(r Request) (int64, error) {
 			Created: true, Canceled: true, CancelReason: err.Error()}, force: true})
 		return -1, err
 	}
-	if h.mu.closed {
+	if _, open := h.mu.streams[s]; !open {
+		// The stream closed (or the hub did): a watcher added now would
+		// never be removed.
 		return -1, ErrClosed
 	}
 	// Only 0 means "from the next revision"; a negative start neither
@@ -177,7 +179,7 @@ func (s *Stream) Cancel(id int64) bool {
 	if w == nil {
 		return false
 	}
-	h.removeLocked(w)
+	h.removeLocked(w, true)
 	s.push(item{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: h.src.Rev()}, WatchId: id, Canceled: true}, force: true})
 	h.answerProgressLocked() // the canceled watcher may have been the one holding it back
 	return true
@@ -212,7 +214,7 @@ func (s *Stream) Close() {
 	h := s.h
 	h.mu.Lock()
 	for _, w := range s.watchers {
-		h.removeLocked(w)
+		h.removeLocked(w, true)
 	}
 	delete(h.mu.streams, s)
 	delete(h.mu.progress, s)
@@ -324,8 +326,9 @@ func (s *Stream) WaitRoom(ctx context.Context) error {
 }
 
 // Next returns the next response to send, waiting for one until ctx ends
-// or the stream closes (ErrClosed). Responses of watchers canceled after
-// they were queued are dropped, as etcd drops them.
+// or the stream closes (ErrClosed). Responses of watchers the client
+// canceled after they were queued are dropped, as etcd drops them; those
+// of a watcher compaction canceled are sent, before its compacted answer.
 func (s *Stream) Next(ctx context.Context) (Response, error) {
 	for {
 		s.qmu.Lock()
@@ -347,7 +350,7 @@ func (s *Stream) Next(ctx context.Context) (Response, error) {
 			}
 			wake := s.full
 			s.full = false
-			canceled := it.w != nil && it.w.canceled
+			canceled := it.w != nil && it.w.discard
 			s.qmu.Unlock()
 			select {
 			case s.room <- struct{}{}:
