@@ -265,7 +265,7 @@ func (env *interaction) handle(t *testing.T, td *datadriven.TestData) string {
 		sn.readSeq++
 		c := make(chan readResult, 1)
 		sn.reads[sn.readSeq] = c
-		sn.n.readPending = append(sn.n.readPending, c)
+		sn.n.readPending = append(sn.n.readPending, readWaiter{ctx: context.Background(), c: c})
 		sn.n.issueReadIndex()
 		env.record("%d: read %d waits", sn.id, sn.readSeq)
 	case "process-ready":
@@ -355,6 +355,9 @@ func (env *interaction) addNodes(t *testing.T, count int, snapshotCount, catchUp
 		}
 		// Unbuffered: a hand-off completes only when the applier takes it.
 		n.committc = make(chan Committed)
+		// Rounds numbered from 1, so the script's messages do not change
+		// from run to run (a node starts at a random number).
+		n.readSeq = 0
 		sn.n = n
 		env.mu.Lock()
 		env.nodes[id] = sn

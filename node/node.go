@@ -53,6 +53,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -203,7 +204,7 @@ type Node struct {
 	propc    chan proposal
 	recvc    chan *raftpb.Message
 	ctrlc    chan func(rn *raft.RawNode)
-	readc    chan chan readResult
+	readc    chan readWaiter
 	appliedc chan uint64 // applied index reports from the applier
 	flushc   chan uint64 // durable index reached by a background flush
 	committc chan Committed
@@ -239,11 +240,16 @@ type Node struct {
 	// State of the Run goroutine only.
 	// announceMatch is Config.MatchedIndex until the leader was told.
 	announceMatch uint64
-	readSeq       uint64
-	readPending   []chan readResult            // waiting for the next ReadIndex round
-	readInFlight  map[uint64][]chan readResult // round context -> waiters
-	readIssuedAt  map[uint64]int               // round context -> tick it was issued at
-	ticks         int
+	// readSeq numbers ReadIndex rounds; it starts at a random value, so
+	// that a leader's answer to a round of this member's previous run
+	// (same term, a restart within an election timeout) cannot be taken
+	// for the answer to a round of this one, as raft leaves the request
+	// context's uniqueness to the caller.
+	readSeq      uint64
+	readPending  []readWaiter            // waiting for the next ReadIndex round
+	readInFlight map[uint64][]readWaiter // round context -> waiters
+	readIssuedAt map[uint64]int          // round context -> tick it was issued at
+	ticks        int
 	// incomingWait is Config.IncomingWait or its default; incomingTimer
 	// bounds awaitIncoming, nil until its first wait.
 	incomingWait  time.Duration
@@ -363,13 +369,14 @@ func New(cfg Config) (*Node, error) {
 		propc:         make(chan proposal, 1024),
 		recvc:         make(chan *raftpb.Message, 4096),
 		ctrlc:         make(chan func(*raft.RawNode), 64),
-		readc:         make(chan chan readResult, 1024),
+		readc:         make(chan readWaiter, 1024),
 		appliedc:      make(chan uint64, 16),
 		flushc:        make(chan uint64, 1),
 		committc:      make(chan Committed, 64),
 		outgoing:      make(chan []*raftpb.Message, outgoingBuffer),
 		done:          make(chan struct{}),
-		readInFlight:  map[uint64][]chan readResult{},
+		readSeq:       rand.Uint64(),
+		readInFlight:  map[uint64][]readWaiter{},
 		readIssuedAt:  map[uint64]int{},
 		applied:       cfg.Applied,
 		pendingUntil:  pendingUntil,

@@ -17,12 +17,20 @@ type readResult struct {
 	err   error
 }
 
+// readWaiter is one ReadIndex caller: its answer channel, and its context,
+// so that a round retried after a stall leaves out the callers that have
+// given up (with no leader, rounds stall for as long as the outage lasts).
+type readWaiter struct {
+	ctx context.Context
+	c   chan readResult
+}
+
 // ReadIndex returns a commit index that a linearizable read must wait to
 // see applied. Concurrent callers share one raft ReadIndex round.
 func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 	c := make(chan readResult, 1)
 	select {
-	case n.readc <- c:
+	case n.readc <- readWaiter{ctx: ctx, c: c}:
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	case <-n.done:
@@ -59,8 +67,8 @@ func (n *Node) answerReads(rs raft.ReadState) {
 		return
 	}
 	seq := binary.BigEndian.Uint64(rs.RequestCtx)
-	for _, c := range n.readInFlight[seq] {
-		c <- readResult{index: rs.Index}
+	for _, w := range n.readInFlight[seq] {
+		w.c <- readResult{index: rs.Index}
 	}
 	delete(n.readInFlight, seq)
 	delete(n.readIssuedAt, seq)
@@ -68,13 +76,20 @@ func (n *Node) answerReads(rs raft.ReadState) {
 }
 
 // retryStaleReads reissues a ReadIndex round that raft dropped (a leader
-// change loses them silently) after an election timeout.
+// change loses them silently) after an election timeout, for the callers
+// still waiting.
 func (n *Node) retryStaleReads() {
 	for seq, at := range n.readIssuedAt {
 		if n.ticks-at < n.cfg.ElectionTicks {
 			continue
 		}
-		n.readPending = append(n.readInFlight[seq], n.readPending...)
+		waiting := n.readInFlight[seq][:0]
+		for _, w := range n.readInFlight[seq] {
+			if w.ctx.Err() == nil {
+				waiting = append(waiting, w)
+			}
+		}
+		n.readPending = append(waiting, n.readPending...)
 		delete(n.readInFlight, seq)
 		delete(n.readIssuedAt, seq)
 	}
