@@ -288,5 +288,11 @@ func decodeCompactJob(b []byte) (compactJob, error) {
 	}, nil
 }
 
-// pending reports whether the job has work left.
-func (j compactJob) pending() bool { return j.doneMain < j.target }
+// pending reports whether the job has work left: its progress is below
+// the target, or inside the target revision's entries (a chunk can end
+// among the keys one revision wrote; only a scan that ran out marks the
+// target done, with doneSub MaxInt64). A zero job (no compaction yet) has
+// none.
+func (j compactJob) pending() bool {
+	return j.doneMain < j.target || (j.target > 0 && j.doneMain == j.target && j.doneSub != math.MaxInt64)
+}
