@@ -508,17 +508,13 @@ func (s *Store) ReadTxn(r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	return w.txn(r)
 }
 
-// IsTxnReadOnly reports whether neither branch of r (nor of nested
-// transactions) has anything but Range operations.
+// IsTxnReadOnly reports whether neither branch of r has anything but
+// Range operations. A nested transaction counts as a write even if it only
+// reads, as in etcd (txn.IsTxnReadonly): such a transaction goes through
+// raft there, and so it does here.
 func IsTxnReadOnly(r *pb.TxnRequest) bool {
 	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
 		for _, op := range ops {
-			if t := op.GetRequestTxn(); t != nil {
-				if !IsTxnReadOnly(t) {
-					return false
-				}
-				continue
-			}
 			if op.GetRequestRange() == nil {
 				return false
 			}

@@ -382,15 +382,13 @@ func toGRPCError(err error) error {
 	return err
 }
 
-// txnSerializable reports whether every range of a read-only transaction,
-// nested ones included, asks for a serializable read.
+// txnSerializable reports whether every range of a read-only transaction
+// (mvcc.IsTxnReadOnly: ranges only, none nested) asks for a serializable
+// read.
 func txnSerializable(r *pb.TxnRequest) bool {
 	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
 		for _, op := range ops {
 			if rr := op.GetRequestRange(); rr != nil && !rr.Serializable {
-				return false
-			}
-			if t := op.GetRequestTxn(); t != nil && !txnSerializable(t) {
 				return false
 			}
 		}
