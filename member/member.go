@@ -340,7 +340,8 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 
 	m.compactor, err = mvcc.NewAutoCompaction(cfg.AutoCompactionMode, cfg.AutoCompactionRetention, mvcc.AutoCompactOptions{
-		Store: m.store, Proposer: m.proposer, Logger: cfg.Logger.Named("autocompact"),
+		Store: m.store, Proposer: m.proposer, RequestTimeout: server.RequestTimeout(cfg.ElectionTimeout),
+		Logger: cfg.Logger.Named("autocompact"),
 	})
 	if err != nil {
 		return nil, err

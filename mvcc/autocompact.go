@@ -53,6 +53,10 @@ type AutoCompactOptions struct {
 	// apply. An error that errors.Is ErrCompacted counts as success, as in
 	// etcd.
 	Proposer Proposer
+	// RequestTimeout bounds each compaction's proposal, as etcd bounds
+	// every proposal: one lost in a leader change is given up and tried
+	// again at the next interval. 0 means DefaultCompactRequestTimeout.
+	RequestTimeout time.Duration
 	// Clock; nil means the real clock.
 	Clock Clock
 	// Logger; nil means zap.NewNop().
@@ -149,6 +153,9 @@ func NewAutoCompactor(o AutoCompactOptions) (*AutoCompactor, error) {
 	if o.Clock == nil {
 		o.Clock = realClock{}
 	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = DefaultCompactRequestTimeout
+	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
@@ -202,8 +209,14 @@ func (a *AutoCompactor) wait(d time.Duration) (run bool) {
 	}
 }
 
+// DefaultCompactRequestTimeout is etcd's request timeout for its default
+// election timeout (5 s plus twice 1 s).
+const DefaultCompactRequestTimeout = 7 * time.Second
+
 func (a *AutoCompactor) compact(rev int64) bool {
-	err := a.opts.Proposer.Submit(a.ctx, &pb.InternalRaftRequest{Compaction: &pb.CompactionRequest{Revision: rev}})
+	ctx, cancel := context.WithTimeout(a.ctx, a.opts.RequestTimeout)
+	defer cancel()
+	err := a.opts.Proposer.Submit(ctx, &pb.InternalRaftRequest{Compaction: &pb.CompactionRequest{Revision: rev}})
 	if err == nil || errors.Is(err, ErrCompacted) {
 		a.lg.Info("auto compaction done", zap.String("mode", a.opts.Mode), zap.Int64("revision", rev))
 		return true

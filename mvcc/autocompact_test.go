@@ -74,6 +74,7 @@ type recorder struct {
 	mu   sync.Mutex
 	rev  int64
 	fail bool
+	hang bool // Submit returns only when its context ends (a proposal lost in a leader change)
 	reqs chan int64
 }
 
@@ -84,11 +85,15 @@ func (r *recorder) Rev() int64 {
 	return r.rev
 }
 
-func (r *recorder) Submit(_ context.Context, req *pb.InternalRaftRequest) error {
+func (r *recorder) Submit(ctx context.Context, req *pb.InternalRaftRequest) error {
 	r.mu.Lock()
-	fail := r.fail
+	fail, hang := r.fail, r.hang
 	r.mu.Unlock()
 	r.reqs <- req.Compaction.Revision
+	if hang {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	if fail {
 		return errors.New("injected failure")
 	}
@@ -198,6 +203,31 @@ func TestAutoCompactRevision(t *testing.T) {
 	c.advance(t, revisionInterval)
 	if got := r.next(t); got != 2 {
 		t.Fatalf("compaction after resume at %d, want 2", got)
+	}
+}
+
+// TestAutoCompactProposalTimesOut: a compaction whose proposal is never
+// answered (lost in a leader change) gives up after the request timeout
+// and is tried again at the next interval, as etcd bounds every proposal;
+// it waited forever, and that member never compacted again (found by
+// review).
+func TestAutoCompactProposalTimesOut(t *testing.T) {
+	_, c, r := startAuto(t, AutoCompactOptions{Mode: AutoCompactRevision, Retention: 10, RequestTimeout: 50 * time.Millisecond})
+	r.mu.Lock()
+	r.hang = true
+	r.mu.Unlock()
+	for range 11 {
+		c.advance(t, revisionInterval)
+	}
+	if got := r.next(t); got != 1 {
+		t.Fatalf("compaction at %d, want 1", got)
+	}
+	r.mu.Lock()
+	r.hang = false
+	r.mu.Unlock()
+	c.advance(t, revisionInterval) // fails unless the lost proposal gave up
+	if got := r.next(t); got <= 1 {
+		t.Fatalf("compaction after the lost one at %d, want above 1", got)
 	}
 }
 
