@@ -164,6 +164,13 @@ func (t *Transport) serveMessagesAfter(s grpc.ServerStream, hello *frame) error 
 				return fmt.Errorf("receive from member %x: %w", hello.From, err)
 			}
 			for _, m := range f.Msgs {
+				if m.GetFrom() != hello.From || m.GetTo() != t.cfg.LocalID {
+					// A peer speaks only for itself, to this member: a
+					// message naming another sender or receiver would
+					// reach raft as if that member had sent it.
+					return status.Errorf(codes.InvalidArgument, "%s from member %x to %x on member %x's stream to %x",
+						m.GetType(), m.GetFrom(), m.GetTo(), hello.From, t.cfg.LocalID)
+				}
 				if err := t.cfg.Handler.Process(ctx, m); err != nil {
 					// The node is stopping or the stream's context ended:
 					// ending the stream tells the sender to retry later.

@@ -518,6 +518,32 @@ func TestClusterIDMismatch(t *testing.T) {
 	}
 }
 
+// TestForgedSenderRefused: a message on a peer's stream must be from that
+// peer and for this member; one naming another sender (a peer speaking for
+// a third member, or a forged local message) ends the stream, and raft never
+// sees it. Every message used to go to raft as it came (found by review).
+func TestForgedSenderRefused(t *testing.T) {
+	a := startMember(t, 1, memberOpts{})
+	b := startMember(t, 2, memberOpts{})
+	a.tr.AddPeer(2, []string{b.url})
+	a.tr.Send([]*raftpb.Message{msg(3, 2, 1)})
+	deadline := time.Now().Add(wait)
+	for {
+		a.tr.Send([]*raftpb.Message{msg(1, 2, 2)})
+		select {
+		case m := <-b.h.recv:
+			if m.GetFrom() != 1 {
+				t.Fatalf("member 2 processed %v, sent on member 1's stream", m)
+			}
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("member 1's own message never arrived")
+		}
+	}
+}
+
 func snapMsg(from, to, index uint64) *raftpb.Message {
 	return &raftpb.Message{
 		Type: raftpb.MessageType_MsgSnap.Enum(),
