@@ -128,10 +128,10 @@ func (a *Applier) ReplayRun(run logcompact.Run, minTTL int64) error {
 // changed. A lease request that the alarms or auth refused changes
 // nothing, as it changed nothing when it was applied. A lease revocation
 // drops only the lease record: the deletions of its keys are records of
-// their own. Recovery replays before the
-// member creates its lessor, so without one, grants and checkpoints are
-// written as the lessor would write them; with one (tests), the lessor
-// sees grants and checkpoints but not revocations, and must be reloaded.
+// their own. Recovery replays before the member creates its lessor, so
+// without one, grants and checkpoints are written as the lessor would
+// write them; with one (tests), the lessor sees grants and checkpoints but
+// not revocations, and must be reloaded.
 func (a *Applier) replayKept(w *mvcc.WriteBatch, e *raftpb.Entry, members *[]*pb.Member, minTTL int64) (bool, error) {
 	if t := e.GetType(); t == raftpb.EntryConfChange || t == raftpb.EntryConfChangeV2 {
 		// Only a logger's batches keep them (logcompact.BuildOptions):
