@@ -3,8 +3,7 @@ package discovery
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
+	"github.com/strata-kv/strata/internal/etcdurl"
 	"path"
 	"slices"
 	"sort"
@@ -156,7 +155,7 @@ func ParseCluster(s string) (map[string][]string, error) {
 		if !ok || name == "" || u == "" {
 			return nil, fmt.Errorf("%q is not name=peerURL", item)
 		}
-		if err := checkPeerURL(u); err != nil {
+		if err := etcdurl.Check(u); err != nil {
 			return nil, err
 		}
 		if seen[u] {
@@ -166,25 +165,4 @@ func ParseCluster(s string) (map[string][]string, error) {
 		cluster[name] = append(cluster[name], u)
 	}
 	return cluster, nil
-}
-
-// checkPeerURL applies etcd's types.NewURLs rules to one URL.
-func checkPeerURL(s string) error {
-	u, err := url.Parse(s)
-	if err != nil {
-		return err
-	}
-	switch u.Scheme {
-	case "http", "https":
-		if _, _, err := net.SplitHostPort(u.Host); err != nil {
-			return fmt.Errorf(`URL address does not have the form "host:port": %s`, s)
-		}
-	case "unix", "unixs":
-	default:
-		return fmt.Errorf("URL scheme must be http, https, unix, or unixs: %s", s)
-	}
-	if u.Path != "" {
-		return fmt.Errorf("URL must not contain a path: %s", s)
-	}
-	return nil
 }

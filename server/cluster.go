@@ -3,7 +3,7 @@ package server
 import (
 	"context"
 	"errors"
-	"net/url"
+	"github.com/strata-kv/strata/internal/etcdurl"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -55,28 +55,17 @@ type Cluster struct {
 // case changes answer Unimplemented.
 func NewCluster(b Backend, m Membership) *Cluster { return &Cluster{b: b, m: m} }
 
-func checkPeerURLs(urls []string) error {
-	if len(urls) == 0 {
-		return rpctypes.ErrGRPCMemberBadURLs
-	}
-	for _, u := range urls {
-		p, err := url.Parse(u)
-		if err != nil || p.Host == "" || (p.Scheme != "http" && p.Scheme != "https") {
-			return rpctypes.ErrGRPCMemberBadURLs
-		}
-	}
-	return nil
-}
-
 // MemberAdd adds a member, as a learner if asked.
 func (c *Cluster) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
 	if c.m == nil {
 		return c.UnimplementedClusterServer.MemberAdd(ctx, r)
 	}
-	if err := checkPeerURLs(r.PeerURLs); err != nil {
-		return nil, err
+	// etcd's rules, and its form: spaces trimmed, sorted.
+	urls, err := etcdurl.Normalize(r.PeerURLs)
+	if err != nil {
+		return nil, rpctypes.ErrGRPCMemberBadURLs
 	}
-	m, members, err := c.m.AddMember(ctx, r.PeerURLs, r.IsLearner)
+	m, members, err := c.m.AddMember(ctx, urls, r.IsLearner)
 	if err != nil {
 		return nil, membershipError(err)
 	}
@@ -104,10 +93,11 @@ func (c *Cluster) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (
 	if c.m == nil {
 		return c.UnimplementedClusterServer.MemberUpdate(ctx, r)
 	}
-	if err := checkPeerURLs(r.PeerURLs); err != nil {
-		return nil, err
+	urls, err := etcdurl.Normalize(r.PeerURLs)
+	if err != nil {
+		return nil, rpctypes.ErrGRPCMemberBadURLs
 	}
-	members, err := c.m.UpdateMember(ctx, r.ID, r.PeerURLs)
+	members, err := c.m.UpdateMember(ctx, r.ID, urls)
 	if err != nil {
 		return nil, membershipError(err)
 	}

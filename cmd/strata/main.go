@@ -26,9 +26,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/strata-kv/strata/internal/etcdurl"
 	"math"
-	"net"
-	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -631,27 +630,11 @@ func rotatingLogger(cfg zap.Config, paths []string, rotationJSON string) (*zap.L
 	return zap.New(zapcore.NewCore(enc, out, cfg.Level), zap.AddCaller(), zap.AddStacktrace(zap.ErrorLevel), zap.ErrorOutput(out)), nil
 }
 
-// checkOrigin applies etcd's rule to a --cors origin: "*", or a URL of
-// scheme http or https with host:port and no path (or unix, unixs).
+// checkOrigin applies etcd's rule to a --cors origin: "*", or a URL by
+// etcd's rules (etcdurl).
 func checkOrigin(origin string) error {
 	if origin == "*" {
 		return nil
 	}
-	u, err := url.Parse(origin)
-	if err != nil {
-		return err
-	}
-	switch u.Scheme {
-	case "http", "https":
-		if _, _, err := net.SplitHostPort(u.Host); err != nil {
-			return fmt.Errorf(`URL address does not have the form "host:port": %s`, origin)
-		}
-		if u.Path != "" {
-			return fmt.Errorf("URL must not contain a path: %s", origin)
-		}
-	case "unix", "unixs":
-	default:
-		return fmt.Errorf("URL scheme must be http, https, unix, or unixs: %s", origin)
-	}
-	return nil
+	return etcdurl.Check(origin)
 }
