@@ -75,11 +75,18 @@ func (l *Local) Leader() uint64 { return l.Raft.Leader() }
 // Members implements Backend.
 func (l *Local) Members() []*pb.Member { return l.Applier.Members() }
 
-// Status implements Backend.
+// Status implements Backend. IsLearner is this member's record in the
+// applied member list, as etcd's Status reports it.
 func (l *Local) Status() Status {
-	return Status{
+	st := Status{
 		CommitIndex:  l.Raft.CommitIndex(),
 		AppliedIndex: l.Applier.AppliedIndex(),
 		DBSize:       l.Engine.DiskSize(),
 	}
+	for _, m := range l.Applier.Members() {
+		if m.ID == l.ID {
+			st.IsLearner = m.IsLearner
+		}
+	}
+	return st
 }
