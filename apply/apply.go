@@ -164,7 +164,16 @@ type Applier struct {
 	alarms    *Alarms // cfg.Alarms, or the applier's own; see alarm.go
 
 	outcomes chan Outcome
+
+	// runDone is closed when Run returns, after runErr is set to what it
+	// returned: waits for an index Run will never reach end then.
+	runDone chan struct{}
+	runErr  error
 }
+
+// ErrStopped is WaitApplied's answer once Run has returned without an
+// error (its context ended) short of the index asked for.
+var ErrStopped = errors.New("apply: the applier stopped")
 
 // New creates an applier over cfg.Store, whose state it reads back: the
 // applied index, the raft conf state and the membership.
@@ -181,7 +190,8 @@ func New(cfg Config) (*Applier, error) {
 	if cfg.WarnApplyDuration <= 0 {
 		cfg.WarnApplyDuration = 100 * time.Millisecond
 	}
-	a := &Applier{cfg: cfg, store: cfg.Store, lessor: cfg.Lessor, alarms: cfg.Alarms, logger: cfg.Logger, outcomes: make(chan Outcome, 1)}
+	a := &Applier{cfg: cfg, store: cfg.Store, lessor: cfg.Lessor, alarms: cfg.Alarms, logger: cfg.Logger,
+		outcomes: make(chan Outcome, 1), runDone: make(chan struct{})}
 	if cfg.Auth != nil {
 		a.auth = &authApplier{s: cfg.Auth}
 	}
@@ -283,7 +293,8 @@ func (a *Applier) Members() []*pb.Member { return *a.members.Load() }
 // AppliedIndex returns the index of the last entry committed to the engine.
 func (a *Applier) AppliedIndex() uint64 { return a.applied.Load() }
 
-// WaitApplied blocks until every entry up to index has been applied.
+// WaitApplied blocks until every entry up to index has been applied, ctx
+// ends, or Run has returned short of it (then Run's error, or ErrStopped).
 func (a *Applier) WaitApplied(ctx context.Context, index uint64) error {
 	for {
 		a.mu.Lock()
@@ -294,6 +305,14 @@ func (a *Applier) WaitApplied(ctx context.Context, index uint64) error {
 		}
 		select {
 		case <-ch:
+		case <-a.runDone:
+			if a.applied.Load() >= index {
+				return nil
+			}
+			if a.runErr != nil {
+				return fmt.Errorf("apply: the applier failed: %w", a.runErr)
+			}
+			return ErrStopped
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -301,8 +320,12 @@ func (a *Applier) WaitApplied(ctx context.Context, index uint64) error {
 }
 
 // Run applies batches from in until it is closed or ctx ends. An error
-// from the engine is returned and is fatal.
-func (a *Applier) Run(ctx context.Context, in <-chan node.Committed) error {
+// from the engine is returned and is fatal. Run is called once.
+func (a *Applier) Run(ctx context.Context, in <-chan node.Committed) (err error) {
+	defer func() {
+		a.runErr = err
+		close(a.runDone)
+	}()
 	for {
 		var first node.Committed
 		select {

@@ -2,10 +2,14 @@ package maintenance
 
 import (
 	"testing"
+	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/strata-kv/strata/engine/engines"
 	"github.com/strata-kv/strata/etcddb"
 )
 
@@ -51,5 +55,31 @@ func TestSoleVoter(t *testing.T) {
 				t.Errorf("soleVoter = %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// TestReplayEtcdWALApplyErrorReturns: migrating an etcd data directory
+// whose WAL holds an entry the applier cannot apply fails with an error;
+// it hung, waiting for an index the failed applier would never reach
+// (found by review).
+func TestReplayEtcdWALApplyErrorReturns(t *testing.T) {
+	eng, err := engines.Open(engines.Default, t.TempDir(), engines.Options{FS: vfs.Default, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := replayEtcdWAL(RestoreConfig{Logger: zap.NewNop(), FS: vfs.Default}, eng, 0,
+			[]*raftpb.Entry{{Index: proto.Uint64(1), Term: proto.Uint64(1), Type: raftpb.EntryNormal.Enum(), Data: []byte{0xff}}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("an undecodable entry replayed without an error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("replay still running 10 s after the applier failed")
 	}
 }
