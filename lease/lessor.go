@@ -125,6 +125,12 @@ type Raft interface {
 	// timeout still sees itself as leader, while clients keep their leases
 	// alive through the new one (etcd #15247).
 	ConfirmLeader(ctx context.Context) error
+	// EnsureLeader returns nil if this member may act as the leader
+	// alone: at once while raft's loop ticks, else after ConfirmLeader
+	// (etcd's ensureLeadership). The primary asks before each renewal, so
+	// that a leader whose loop stalled, and which others may have
+	// replaced, does not extend leases the new leader will revoke.
+	EnsureLeader(ctx context.Context) error
 }
 
 // Proposer replicates a request through raft and waits until it is
@@ -370,14 +376,23 @@ func (l *Lessor) Renew(ctx context.Context, id int64) (ttl int64, err error) {
 	}
 	clear := le.remaining > 0
 	l.mu.Unlock()
+	timeout := l.cfg.RequestTimeout
+	if timeout <= 0 {
+		timeout = DefaultRequestTimeout
+	}
+	if l.cfg.Raft != nil {
+		ectx, cancel := context.WithTimeout(ctx, timeout)
+		err := l.cfg.Raft.EnsureLeader(ectx)
+		cancel()
+		if err != nil {
+			// As etcd answers: the client moves to another member.
+			return 0, ErrNotPrimary
+		}
+	}
 	if clear && l.cfg.Proposer != nil {
 		req := &pb.InternalRaftRequest{LeaseCheckpoint: &pb.LeaseCheckpointRequest{
 			Checkpoints: []*pb.LeaseCheckpoint{{ID: id, Remaining_TTL: 0}},
 		}}
-		timeout := l.cfg.RequestTimeout
-		if timeout <= 0 {
-			timeout = DefaultRequestTimeout
-		}
 		sctx, cancel := context.WithTimeout(ctx, timeout)
 		err := l.cfg.Proposer.Submit(sctx, req)
 		cancel()

@@ -64,6 +64,10 @@ func (v *env) ConfirmLeader(context.Context) error {
 	return nil
 }
 
+// EnsureLeader implements Raft: this member's raft loop stalled when
+// notLeader is set, and a quorum has moved on.
+func (v *env) EnsureLeader(ctx context.Context) error { return v.ConfirmLeader(ctx) }
+
 // LastIndex implements Raft.
 func (v *env) LastIndex() uint64 {
 	if v.progress == nil {
@@ -290,6 +294,31 @@ func TestRenewHoldsLease(t *testing.T) {
 	v.clock.advance(11 * time.Second)
 	if _, err := v.l.Renew(context.Background(), 1); !errors.Is(err, ErrLeaseNotFound) {
 		t.Fatalf("renew of an expired lease: %v", err)
+	}
+}
+
+// TestRenewOnStalledLeaderRefused: a primary whose raft loop stalled, and
+// which a quorum no longer follows, refuses renewals (ErrNotPrimary, etcd's
+// answer, so the client moves to another member) instead of extending a
+// lease the new leader will revoke; it renewed from memory (found by
+// review).
+func TestRenewOnStalledLeaderRefused(t *testing.T) {
+	v := newEnv(t, Config{})
+	v.tick()
+	if err := v.grant(1, 10); err != nil {
+		t.Fatal(err)
+	}
+	v.clock.advance(8 * time.Second)
+	v.notLeader = true
+	if _, err := v.l.Renew(context.Background(), 1); !errors.Is(err, ErrNotPrimary) {
+		t.Fatalf("renew on a stalled leader a quorum left: %v, want ErrNotPrimary", err)
+	}
+	if left, _, err := v.l.TimeToLive(1); err != nil || left != 2 {
+		t.Fatalf("TimeToLive after the refused renewal = %d, %v; want 2 (not extended)", left, err)
+	}
+	v.notLeader = false
+	if ttl, err := v.l.Renew(context.Background(), 1); err != nil || ttl != 10 {
+		t.Fatalf("renew on the confirmed leader: %d, %v", ttl, err)
 	}
 }
 

@@ -236,6 +236,8 @@ type Node struct {
 	// incomingWaits counts the appends held for writes on their way, and
 	// incomingTimeouts those holds that ran to their bound (metrics).
 	incomingWaits, incomingTimeouts atomic.Uint64
+	// lastTick is when the raft loop last ticked (Unix nanoseconds).
+	lastTick atomic.Int64
 
 	// State of the Run goroutine only.
 	// announceMatch is Config.MatchedIndex until the leader was told.
@@ -467,6 +469,14 @@ func (n *Node) Term() uint64 { return n.term.Load() }
 // Leader returns the current leader's ID, or 0 if none is known.
 func (n *Node) Leader() uint64 { return n.leader.Load() }
 
+// Ticking reports whether the raft loop ticked within the last three tick
+// intervals (etcd's isActive). A leader whose loop ticks has heard every
+// message that would have made it step down, up to a tick ago; one that
+// stalled (a disk write that hangs) may have been replaced meanwhile.
+func (n *Node) Ticking() bool {
+	return time.Since(time.Unix(0, n.lastTick.Load())) < 3*n.cfg.TickInterval
+}
+
 // CommitIndex returns raft's commit index.
 func (n *Node) CommitIndex() uint64 { return n.commit.Load() }
 
@@ -502,6 +512,7 @@ func (n *Node) Run(ctx context.Context) error {
 
 func (n *Node) run(ctx context.Context) error {
 	ticker := time.NewTicker(n.cfg.TickInterval)
+	n.lastTick.Store(time.Now().UnixNano())
 	defer ticker.Stop()
 	// A cluster of one need not wait out an election timeout.
 	n.campaignAlone()
@@ -518,6 +529,7 @@ func (n *Node) run(ctx context.Context) error {
 		case <-ticker.C:
 			n.rn.Tick()
 			n.ticks++
+			n.lastTick.Store(time.Now().UnixNano())
 			n.publishKept()
 			if err := n.persistCommit(); err != nil {
 				return err

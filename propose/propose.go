@@ -39,6 +39,9 @@ type Raft interface {
 	// is still the leader, and returns the commit index then (raft's
 	// ReadIndex).
 	ReadIndex(ctx context.Context) (uint64, error)
+	// Ticking reports whether raft's loop ticked within the last three
+	// tick intervals (etcd's isActive).
+	Ticking() bool
 }
 
 // Metrics counts proposals (server.Metrics); nil counts nothing.
@@ -155,6 +158,21 @@ func (p *Proposer) IsLeader() bool { return p.cfg.Raft.Leader() == p.cfg.MemberI
 
 // ErrNotLeader is ConfirmLeader's answer when another member leads.
 var ErrNotLeader = errors.New("propose: not the leader")
+
+// EnsureLeader is etcd's ensureLeadership, for what a leader answers alone
+// (a lease renewal): nil at once while raft's loop ticks, since a leader
+// that keeps ticking has heard of any newer term; after a stall (a disk
+// write that hung, a paused process) a read-index round (ConfirmLeader),
+// which a quorum answers only to the current leader.
+func (p *Proposer) EnsureLeader(ctx context.Context) error {
+	if !p.IsLeader() {
+		return ErrNotLeader
+	}
+	if p.cfg.Raft.Ticking() {
+		return nil
+	}
+	return p.ConfirmLeader(ctx)
+}
 
 // ConfirmLeader returns nil if this member is the leader after a raft
 // read-index round, which a quorum answers only to the current leader:

@@ -25,6 +25,8 @@ type fakeRaft struct {
 	answer   func(*pb.InternalRaftRequest) apply.Result
 	proposed []*pb.InternalRaftRequest
 	err      error
+	ticking  bool // Ticking's answer
+	reads    int  // ReadIndex calls
 }
 
 func (f *fakeRaft) Propose(_ context.Context, data []byte) error {
@@ -44,7 +46,43 @@ func (f *fakeRaft) Propose(_ context.Context, data []byte) error {
 
 func (f *fakeRaft) ProposeConfChange(context.Context, raftpb.ConfChangeI) error { return f.err }
 func (f *fakeRaft) Leader() uint64                                              { return 1 }
-func (f *fakeRaft) ReadIndex(context.Context) (uint64, error)                   { return 0, f.err }
+func (f *fakeRaft) Ticking() bool                                               { return f.ticking }
+
+func (f *fakeRaft) ReadIndex(context.Context) (uint64, error) {
+	f.reads++
+	return 0, f.err
+}
+
+// TestEnsureLeader: etcd's ensureLeadership. While raft's loop ticks, the
+// leader acts alone at once; after a stall it first confirms its
+// leadership with a read-index round, and a failed round refuses.
+func TestEnsureLeader(t *testing.T) {
+	errLost := errors.New("no quorum answered")
+	for _, tc := range []struct {
+		name      string
+		memberID  uint64 // fakeRaft's leader is 1
+		ticking   bool
+		readErr   error
+		wantErr   error
+		wantReads int
+	}{
+		{name: "ticking leader", memberID: 1, ticking: true},
+		{name: "stalled leader, confirmed", memberID: 1, wantReads: 1},
+		{name: "stalled leader, not confirmed", memberID: 1, readErr: errLost, wantErr: errLost, wantReads: 1},
+		{name: "follower", memberID: 2, ticking: true, wantErr: ErrNotLeader},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raft := &fakeRaft{ticking: tc.ticking, err: tc.readErr}
+			p := New(Config{MemberID: tc.memberID, Raft: raft, Waiters: apply.NewWaiters(), Stopped: make(chan struct{})})
+			if err := p.EnsureLeader(context.Background()); !errors.Is(err, tc.wantErr) {
+				t.Fatalf("EnsureLeader: %v, want %v", err, tc.wantErr)
+			}
+			if raft.reads != tc.wantReads {
+				t.Fatalf("%d read-index rounds, want %d", raft.reads, tc.wantReads)
+			}
+		})
+	}
+}
 
 // alarms is an applier's alarm list.
 type alarms []*pb.AlarmMember
