@@ -30,7 +30,9 @@
 // leases live until a revoke arrives through raft.
 //
 // KeepAlive (Renew) is answered by the leader alone: it moves the deadline
-// to now + TTL. When the lease carries a checkpointed remaining TTL, Renew
+// to now + TTL, once Raft.EnsureLeader says this member may (at once while
+// raft's loop ticks; after a stall, once a quorum confirms it still leads,
+// as etcd's ensureLeadership). When the lease carries a checkpointed remaining TTL, Renew
 // first proposes a checkpoint that clears it, so that a restart after the
 // renewal does not resurrect the older, shorter deadline (etcd does the
 // same), waiting for it at most Config.RequestTimeout.
