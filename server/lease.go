@@ -202,14 +202,25 @@ func (s *Lease) keepAliveOne(ctx context.Context, req *pb.LeaseKeepAliveRequest,
 		}
 		*fwd = &keepAliveForward{leader: leader, stream: stream, cancel: cancel}
 	}
-	if err := (*fwd).stream.Send(req); err != nil {
-		(*fwd).close()
+	f := *fwd
+	if err := f.stream.Send(req); err != nil {
+		f.close()
 		*fwd = nil
 		return nil, rpctypes.ErrGRPCNoLeader
 	}
-	resp, err := (*fwd).stream.Recv()
+	// A leader that stops answering (paused, cut off) would hold the
+	// stream until its connection fails, minutes later: the answer is
+	// awaited for the request timeout at most, as etcd bounds a forwarded
+	// renewal, and the client then retries, against the new leader.
+	expired := time.AfterFunc(s.kv.limits.RequestTimeout, f.cancel)
+	resp, err := f.stream.Recv()
+	if !expired.Stop() {
+		f.close()
+		*fwd = nil
+		return nil, rpctypes.ErrGRPCTimeout
+	}
 	if err != nil {
-		(*fwd).close()
+		f.close()
 		*fwd = nil
 		return nil, forwardError(err)
 	}
@@ -229,8 +240,13 @@ func (s *Lease) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveReques
 		if err != nil {
 			return nil, err
 		}
-		resp, err := client.LeaseTimeToLive(forwardContext(ctx), r)
+		fctx, cancel := context.WithTimeout(forwardContext(ctx), s.kv.limits.RequestTimeout)
+		defer cancel()
+		resp, err := client.LeaseTimeToLive(fctx, r)
 		if err != nil {
+			if fctx.Err() != nil && ctx.Err() == nil {
+				return nil, rpctypes.ErrGRPCTimeout // the leader did not answer in time
+			}
 			return nil, forwardError(err)
 		}
 		return resp, nil
