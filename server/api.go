@@ -149,7 +149,7 @@ func NewAPI(cfg APIConfig) (_ *API, err error) {
 		KV: NewKV(b, limits), Leases: a.leases, Watches: cfg.Watches, Authorizer: authService,
 		Logger: cfg.Logger.Named("concurrency"),
 	})
-	pb.RegisterMaintenanceServer(a.grpc, NewMaintenance(b, cfg.Maintainer, cfg.Admin, cfg.QuotaBackendBytes))
+	pb.RegisterMaintenanceServer(a.grpc, NewMaintenance(b, cfg.Maintainer, cfg.Admin, cfg.QuotaBackendBytes, limits.RequestTimeout))
 	pb.RegisterClusterServer(a.grpc, a.cluster)
 	for _, s := range cfg.Services {
 		s.Register(a.grpc)

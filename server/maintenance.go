@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -29,6 +30,8 @@ type Maintenance struct {
 	mb    MaintenanceBackend // nil: Snapshot, Hash, Defragment and alarms unimplemented
 	mover LeaderMover        // nil: MoveLeader unimplemented
 	quota int64
+
+	requestTimeout time.Duration
 }
 
 // MaintenanceBackend is what the Maintenance service needs beyond Backend
@@ -50,9 +53,10 @@ type MaintenanceBackend interface {
 
 // NewMaintenance returns the Maintenance service over b and mb (nil: the
 // services it provides answer codes.Unimplemented). quota is
-// --quota-backend-bytes (0: no quota), reported by Status.
-func NewMaintenance(b Backend, mb MaintenanceBackend, mover LeaderMover, quota int64) *Maintenance {
-	return &Maintenance{b: b, mb: mb, mover: mover, quota: quota}
+// --quota-backend-bytes (0: no quota), reported by Status; requestTimeout
+// bounds an alarm's proposal, as etcd bounds every proposal.
+func NewMaintenance(b Backend, mb MaintenanceBackend, mover LeaderMover, quota int64, requestTimeout time.Duration) *Maintenance {
+	return &Maintenance{b: b, mb: mb, mover: mover, quota: quota, requestTimeout: requestTimeout}
 }
 
 // Status reports the member's raft and storage state, as `etcdctl endpoint
@@ -113,8 +117,10 @@ func (m *Maintenance) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmR
 	case !ok:
 		return m.UnimplementedMaintenanceServer.Alarm(ctx, r)
 	default:
+		pctx, cancel := context.WithTimeout(ctx, m.requestTimeout)
+		defer cancel()
 		var err error
-		if resp, err = mb.ProposeAlarm(ctx, r); err != nil {
+		if resp, err = mb.ProposeAlarm(pctx, r); err != nil {
 			return nil, toGRPCError(err)
 		}
 	}
