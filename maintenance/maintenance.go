@@ -222,19 +222,25 @@ func (m *Maintainer) ProposeAlarm(ctx context.Context, r *pb.AlarmRequest) (*pb.
 	return resp, nil
 }
 
+// ErrInconsistent is the start-up corruption check's verdict: this
+// member's data differs from a peer's at the same revision.
+var ErrInconsistent = errors.New("found data inconsistency with peers")
+
 // corruptCheck compares this member's HashKV at its current revision with
 // every peer's at the same revision, asked over the peer URLs (as etcd asks
-// /members/hashkv on them: no client credentials or auth token needed),
-// and raises CORRUPT when a peer at the same compact revision disagrees.
-// The start-up check blames this member (it is the one that just came back
-// with data from disk); the leader's periodic check blames the peer. A peer
-// that has not reached the revision, has compacted past it or cannot be
-// reached is skipped: it is compared next time.
-func (m *Maintainer) corruptCheck(ctx context.Context, initial bool) {
+// /members/hashkv on them: no client credentials or auth token needed).
+// When a peer at the same compact revision disagrees, the start-up check
+// returns ErrInconsistent, and the member stops, as etcd refuses to start
+// such a member (it is the one that just came back with data from disk; an
+// alarm would stop the whole cluster's writes); the leader's periodic check
+// raises CORRUPT for the peer, as etcd's does. A peer that has not reached
+// the revision, has compacted past it or cannot be reached is skipped: it
+// is compared next time.
+func (m *Maintainer) corruptCheck(ctx context.Context, initial bool) error {
 	hash, rev, compactRev, err := m.cfg.Store.HashKV(0)
 	if err != nil {
 		m.logger.Warn("corruption check: local hash", zap.Error(err))
-		return
+		return nil
 	}
 	for _, peer := range m.cfg.State.Members() {
 		if peer.ID == m.cfg.MemberID || len(peer.PeerURLs) == 0 {
@@ -248,21 +254,25 @@ func (m *Maintainer) corruptCheck(ctx context.Context, initial bool) {
 		if resp.CompactRevision != compactRev || resp.Hash == hash {
 			continue
 		}
-		blame := peer.ID
 		if initial {
-			blame = m.cfg.MemberID
+			m.logger.Error("corruption check at start-up: hashes differ; this member stops",
+				zap.Int64("revision", rev), zap.Int64("compact-revision", compactRev),
+				zap.Uint32("local-hash", hash), zap.Uint32("peer-hash", resp.Hash),
+				zap.String("peer", fmt.Sprintf("%x", peer.ID)))
+			return fmt.Errorf("%x %w (peer %x at revision %d)", m.cfg.MemberID, ErrInconsistent, peer.ID, rev)
 		}
 		m.logger.Error("corruption check: hashes differ, raising CORRUPT",
 			zap.Int64("revision", rev), zap.Int64("compact-revision", compactRev),
 			zap.Uint32("local-hash", hash), zap.Uint32("peer-hash", resp.Hash),
-			zap.String("peer", fmt.Sprintf("%x", peer.ID)), zap.String("blamed", fmt.Sprintf("%x", blame)))
+			zap.String("peer", fmt.Sprintf("%x", peer.ID)))
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = m.ProposeAlarm(pctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: blame, Alarm: pb.AlarmType_CORRUPT})
+		_, err = m.ProposeAlarm(pctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: peer.ID, Alarm: pb.AlarmType_CORRUPT})
 		cancel()
 		if err != nil {
 			m.logger.Warn("corruption check: raise CORRUPT", zap.Error(err))
 		}
 	}
+	return nil
 }
 
 // peerHashKV asks a peer's peer-port Maintenance service for its HashKV at
@@ -311,27 +321,30 @@ func (m *Maintainer) RegisterPeer(s *grpc.Server) {
 
 // Run runs the corruption checks the configuration asks for, until ctx
 // ends: once after start-up (InitialCorruptCheck, once the member has
-// caught up with the leader) and every CorruptCheckTime on the leader.
-func (m *Maintainer) Run(ctx context.Context) {
+// caught up with the leader; its ErrInconsistent is returned, and the
+// member stops) and every CorruptCheckTime on the leader.
+func (m *Maintainer) Run(ctx context.Context) error {
 	if m.cfg.InitialCorruptCheck {
 		if err := m.cfg.Raft.ReadBarrier(ctx); err != nil {
-			return
+			return nil
 		}
-		m.corruptCheck(ctx, true)
+		if err := m.corruptCheck(ctx, true); err != nil {
+			return err
+		}
 	}
 	if m.cfg.CorruptCheckTime <= 0 {
-		return
+		return nil
 	}
 	t := time.NewTicker(m.cfg.CorruptCheckTime)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 		if m.cfg.Raft.Leader() == m.cfg.MemberID {
-			m.corruptCheck(ctx, false)
+			_ = m.corruptCheck(ctx, false) // it raises CORRUPT itself
 		}
 	}
 }

@@ -468,7 +468,11 @@ func Start(cfg Config) (_ *Member, err error) {
 	if m.compactor != nil {
 		m.compactor.Run()
 	}
-	m.run(func() { m.maintainer.Run(ctx) })
+	m.run(func() {
+		if err := m.maintainer.Run(ctx); err != nil {
+			m.fail(err)
+		}
+	})
 	var retention logcompact.Retention // nil: no logger holds compaction back
 	if cfg.LoggerRetention {
 		retention = m.node
