@@ -2,6 +2,7 @@ package apply
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"sync/atomic"
 
@@ -98,6 +99,26 @@ func (a *Applier) applyAlarm(w *mvcc.WriteBatch, r *pb.AlarmRequest) (Result, er
 	}
 	a.alarms.list.Store(&next)
 	return Result{Response: resp}, nil
+}
+
+// WriteAlarms records alarms as raised in w, as an applier that applied
+// their activations would have: for a store built from another one's state
+// (an etcd data directory's database), whose log is then replayed and must
+// be refused what the alarms refused there. An applier created over the
+// store afterwards (New) loads them.
+func WriteAlarms(w *mvcc.WriteBatch, alarms []*pb.AlarmMember) error {
+	list := slices.Clone(alarms)
+	sort.Slice(list, func(i, j int) bool {
+		if list[i].MemberID != list[j].MemberID {
+			return list[i].MemberID < list[j].MemberID
+		}
+		return list[i].Alarm < list[j].Alarm
+	})
+	raw, err := proto.Marshal(&pb.AlarmResponse{Alarms: list})
+	if err != nil {
+		return fmt.Errorf("encode alarms: %w", err)
+	}
+	return w.SetMeta(metaAlarms, raw)
 }
 
 // refusedByAlarm returns the error etcd answers r with while the current

@@ -3,6 +3,7 @@ package maintenance
 import (
 	"cmp"
 	"fmt"
+	"github.com/strata-kv/strata/apply"
 	"io"
 	"os"
 	"path/filepath"
@@ -298,6 +299,12 @@ func restoreEtcd(cfg RestoreConfig, path string, eng engine.Transferable, commit
 	at := uint64(0)
 	if commitAt != nil {
 		at = commitAt(&contents)
+		// A staging store, whose WAL is replayed next: the entries etcd's
+		// alarms refused must be refused there too. The export that
+		// follows leaves the alarms out, as every restore does.
+		if err := apply.WriteAlarms(w, contents.Alarms); err != nil {
+			return 0, 0, err
+		}
 	}
 	if err := w.Commit(at); err != nil {
 		return 0, 0, fmt.Errorf("commit restored state: %w", err)
