@@ -209,7 +209,7 @@ func (c *chunkSender) flush() error {
 	}
 	resp := &pb.SnapshotResponse{Blob: c.buf}
 	if !c.sent {
-		resp.Version = EtcdVersion
+		resp.Version = StorageVersion // etcd's: the backend's storage version
 		fillHeader(c.b, &resp.Header, c.b.Store().Rev())
 	}
 	if err := c.srv.Send(resp); err != nil {
