@@ -81,6 +81,11 @@ type ID struct {
 	// Engine names the storage engine the directory was bootstrapped with
 	// (--engine); empty means DefaultEngine (invariant 3).
 	Engine string `json:"engine,omitempty"`
+	// Removed is set once the member learned that the cluster removed it:
+	// the directory's member never runs again (a restart stops at once,
+	// as etcd's removed member does), since its applied state no longer
+	// tells a removed member from one whose addition it has yet to apply.
+	Removed bool `json:"removed,omitempty"`
 }
 
 // DefaultEngine is the engine of a directory whose identity names none:

@@ -164,6 +164,9 @@ func Start(cfg Config) (_ *Member, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if id.Removed {
+		return nil, membership.ErrRemoved
+	}
 	m.memberID, m.clusterID = id.MemberID, id.ClusterID
 	m.metrics = server.NewMetrics()
 	joined := id.Joined
@@ -461,6 +464,11 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.run(func() {
 		select {
 		case <-m.tracker.Removed():
+			removed := id
+			removed.Removed = true
+			if err := datadir.WriteID(cfg.FS, cfg.DataDir, removed); err != nil {
+				m.logger.Warn("cannot record the removal in the data directory; a restart will idle", zap.Error(err))
+			}
 			m.fail(membership.ErrRemoved)
 		case <-ctx.Done():
 		}
