@@ -179,6 +179,15 @@ type Engine struct {
 
 	stallMu sync.Mutex
 	stalls  stallClock // guarded by stallMu
+
+	// flushFailed is closed when a memtable flush has failed, with
+	// flushErr its error: Pebble retries a failed flush at once, forever
+	// (its flush loop has no backoff), so Flush and Close stop waiting on
+	// it and report the failure (failed.go).
+	flushFailed   chan struct{}
+	flushErr      error // set before flushFailed closes
+	flushFailOnce sync.Once
+	bgLog         backgroundLog
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -194,7 +203,8 @@ func Open(dir string, opts Options) (*Engine, error) {
 	if opts.CacheSize <= 0 {
 		opts.CacheSize = DefaultCacheSize
 	}
-	e := &Engine{fs: opts.FS, dir: dir, wal: opts.EnableWAL, opts: opts}
+	e := &Engine{fs: opts.FS, dir: dir, wal: opts.EnableWAL, opts: opts, flushFailed: make(chan struct{})}
+	e.bgLog.logger = opts.Logger
 	cache := pebble.NewCache(opts.CacheSize)
 	defer cache.Unref() // the DB holds its own reference
 	po := &pebble.Options{
@@ -228,11 +238,15 @@ func Open(dir string, opts Options) (*Engine, error) {
 	po.Experimental.ReadSamplingMultiplier = readSamplingMultiplier
 	po.EventListener = &pebble.EventListener{
 		FlushEnd: func(info pebble.FlushInfo) {
-			if info.Err == nil {
+			switch {
+			case info.Err == nil:
 				e.flushedMemtables.Add(uint64(info.Input))
 				e.flushed.Store(true)
+			case !isEmptyFlush(info.Err):
+				e.failFlush(info.Err)
 			}
 		},
+		BackgroundError: e.bgLog.log,
 		WriteStallBegin: e.stallBegan,
 		WriteStallEnd:   e.stallEnded,
 	}
@@ -338,8 +352,17 @@ func (e *Engine) raiseDurable(idx uint64) {
 func (e *Engine) Flush() error {
 	a := e.applied.Load()
 	failpoint.Hit("engine/before-flush")
-	if err := e.db.Flush(); err != nil {
+	if err := e.failed(); err != nil {
 		return fmt.Errorf("flush pebble engine in %s: %w", e.dir, err)
+	}
+	done, err := e.db.AsyncFlush()
+	if err != nil {
+		return fmt.Errorf("flush pebble engine in %s: %w", e.dir, err)
+	}
+	select {
+	case <-done:
+	case <-e.flushFailed:
+		return fmt.Errorf("flush pebble engine in %s: %w", e.dir, e.flushErr)
 	}
 	failpoint.Hit("engine/after-flush")
 	e.raiseDurable(a)
