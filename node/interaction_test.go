@@ -439,8 +439,11 @@ reports:
 			if sn.n.flushing {
 				d := <-sn.n.flushc
 				sn.n.flushing = false
-				env.record("%d: engine flushed, durable %d", sn.id, d)
-				if err := sn.n.compactLog(d); err != nil {
+				if d.err != nil {
+					t.Fatalf("node %d: engine flush: %v", sn.id, d.err)
+				}
+				env.record("%d: engine flushed, durable %d", sn.id, d.durable)
+				if err := sn.n.compactLog(d.durable); err != nil {
 					t.Fatalf("node %d: compact log: %v", sn.id, err)
 				}
 			}

@@ -205,8 +205,8 @@ type Node struct {
 	recvc    chan *raftpb.Message
 	ctrlc    chan func(rn *raft.RawNode)
 	readc    chan readWaiter
-	appliedc chan uint64 // applied index reports from the applier
-	flushc   chan uint64 // durable index reached by a background flush
+	appliedc chan uint64      // applied index reports from the applier
+	flushc   chan flushResult // what a background flush reached
 	committc chan Committed
 	outgoing chan []*raftpb.Message // messages for the transport (Outgoing)
 	done     chan struct{}
@@ -373,7 +373,7 @@ func New(cfg Config) (*Node, error) {
 		ctrlc:         make(chan func(*raft.RawNode), 64),
 		readc:         make(chan readWaiter, 1024),
 		appliedc:      make(chan uint64, 16),
-		flushc:        make(chan uint64, 1),
+		flushc:        make(chan flushResult, 1),
 		committc:      make(chan Committed, 64),
 		outgoing:      make(chan []*raftpb.Message, outgoingBuffer),
 		done:          make(chan struct{}),
@@ -557,7 +557,10 @@ func (n *Node) run(ctx context.Context) error {
 			n.handleApplied(idx)
 		case d := <-n.flushc:
 			n.flushing = false
-			if err := n.compactLog(d); err != nil {
+			if d.err != nil {
+				return d.err
+			}
+			if err := n.compactLog(d.durable); err != nil {
 				return err
 			}
 		}
@@ -767,7 +770,10 @@ func (n *Node) handOff(ctx context.Context, c Committed) error {
 			n.handleApplied(idx)
 		case d := <-n.flushc:
 			n.flushing = false
-			if err := n.compactLog(d); err != nil {
+			if d.err != nil {
+				return d.err
+			}
+			if err := n.compactLog(d.durable); err != nil {
 				return err
 			}
 		case <-ctx.Done():

@@ -85,14 +85,19 @@ func (l *memLog) Compact(index uint64, cs *raftpb.ConfState) error {
 
 // fakeEngine reports as durable whatever the test says was applied.
 type fakeEngine struct {
-	mu      sync.Mutex
-	applied uint64
-	durable uint64
-	flushes []uint64 // the durable index after each Flush
+	mu       sync.Mutex
+	applied  uint64
+	durable  uint64
+	flushes  []uint64 // the durable index after each Flush
+	flushErr error    // if set, every Flush fails with it
 }
 
 func (e *fakeEngine) Flush() error {
 	e.mu.Lock()
+	if e.flushErr != nil {
+		e.mu.Unlock()
+		return e.flushErr
+	}
 	e.durable = e.applied
 	e.flushes = append(e.flushes, e.durable)
 	e.mu.Unlock()

@@ -76,19 +76,28 @@ func (n *Node) handleApplied(idx uint64) {
 		defer n.flushes.Done()
 		// Flushing may take a while; it runs off the node goroutine and
 		// reports the durable index it reached.
+		res := flushResult{}
 		if err := n.cfg.Engine.Flush(); err != nil {
-			n.logger.Error("engine flush failed; log not compacted", zap.Error(err))
-			select {
-			case n.flushc <- 0:
-			case <-n.done:
-			}
-			return
+			res.err = fmt.Errorf("engine flush: %w", err)
+		} else {
+			res.durable = n.cfg.Engine.DurableIndex()
 		}
 		select {
-		case n.flushc <- n.cfg.Engine.DurableIndex():
+		case n.flushc <- res:
 		case <-n.done:
 		}
 	}()
+}
+
+// flushResult is what a background engine flush reports to the node: the
+// durable index it reached, or its error, which stops the node. An engine
+// that cannot make applied state durable cannot let the log be truncated,
+// and the log would grow without bound while the member went on as if
+// nothing were wrong; etcd stops when its backend cannot commit. The log
+// holds every entry the engine lost, for a restart to replay.
+type flushResult struct {
+	durable uint64
+	err     error
 }
 
 // DefaultSnapshotBytes and DefaultCatchUpBytes are Config.SnapshotBytes
