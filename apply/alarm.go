@@ -84,30 +84,16 @@ func (a *Applier) applyAlarm(w *mvcc.WriteBatch, r *pb.AlarmRequest) (Result, er
 	default:
 		return Result{Response: resp}, nil
 	}
-	sort.Slice(next, func(i, j int) bool {
-		if next[i].MemberID != next[j].MemberID {
-			return next[i].MemberID < next[j].MemberID
-		}
-		return next[i].Alarm < next[j].Alarm
-	})
-	raw, err := proto.Marshal(&pb.AlarmResponse{Alarms: next})
-	if err != nil {
-		return Result{}, fmt.Errorf("encode alarms: %w", err)
-	}
-	if err := w.SetMeta(metaAlarms, raw); err != nil {
+	if err := writeAlarms(w, next); err != nil {
 		return Result{}, err
 	}
 	a.alarms.list.Store(&next)
 	return Result{Response: resp}, nil
 }
 
-// WriteAlarms records alarms as raised in w, as an applier that applied
-// their activations would have: for a store built from another one's state
-// (an etcd data directory's database), whose log is then replayed and must
-// be refused what the alarms refused there. An applier created over the
-// store afterwards (New) loads them.
-func WriteAlarms(w *mvcc.WriteBatch, alarms []*pb.AlarmMember) error {
-	list := slices.Clone(alarms)
+// writeAlarms sorts list (by member ID, then alarm type) and stores it as
+// the raised alarms.
+func writeAlarms(w *mvcc.WriteBatch, list []*pb.AlarmMember) error {
 	sort.Slice(list, func(i, j int) bool {
 		if list[i].MemberID != list[j].MemberID {
 			return list[i].MemberID < list[j].MemberID
@@ -119,6 +105,15 @@ func WriteAlarms(w *mvcc.WriteBatch, alarms []*pb.AlarmMember) error {
 		return fmt.Errorf("encode alarms: %w", err)
 	}
 	return w.SetMeta(metaAlarms, raw)
+}
+
+// WriteAlarms records alarms as raised in w, as an applier that applied
+// their activations would have: for a store built from another one's state
+// (an etcd data directory's database), whose log is then replayed and must
+// be refused what the alarms refused there. An applier created over the
+// store afterwards (New) loads them.
+func WriteAlarms(w *mvcc.WriteBatch, alarms []*pb.AlarmMember) error {
+	return writeAlarms(w, slices.Clone(alarms))
 }
 
 // refusedByAlarm returns the error etcd answers r with while the current
