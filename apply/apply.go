@@ -123,6 +123,10 @@ type Config struct {
 	Installer Installer
 	// Notifier, if not nil, is told after every commit and install.
 	Notifier Notifier
+	// MaxLearners is --max-learners, the limit on learners a membership
+	// change is checked against when it applies (memberlist; 0: etcd's
+	// default).
+	MaxLearners int
 	// WarnApplyDuration is etcd's --warning-apply-duration: a request
 	// whose apply takes longer is logged as etcd logs it ("apply request
 	// took too long"). 0: etcd's 100ms.
@@ -139,6 +143,9 @@ type Outcome struct {
 	Applied uint64
 	// Members is the new member list; nil if the membership did not change.
 	Members []*pb.Member
+	// Removed holds the IDs removed from the cluster, given with Members:
+	// a member learns its own removal from it (membership.Tracker).
+	Removed []uint64
 	// Installed is set when the outcome is a snapshot install's.
 	Installed bool
 }
@@ -161,7 +168,11 @@ type Applier struct {
 	}
 	members   atomic.Pointer[[]*pb.Member]
 	confState atomic.Pointer[raftpb.ConfState]
-	alarms    *Alarms // cfg.Alarms, or the applier's own; see alarm.go
+	// removed and refused are the removed members' IDs and the refused
+	// membership entries' indexes (members.go), read and replaced on the
+	// applier goroutine only.
+	removed, refused []uint64
+	alarms           *Alarms // cfg.Alarms, or the applier's own; see alarm.go
 
 	outcomes chan Outcome
 
@@ -206,7 +217,9 @@ func New(cfg Config) (*Applier, error) {
 // engine beside the key space: the member list, raft's conf state at the
 // applied index, and the raised alarms.
 type ClusterState struct {
-	Members   []*pb.Member
+	Members []*pb.Member
+	// Removed holds the IDs of the members removed, sorted.
+	Removed   []uint64
 	ConfState *raftpb.ConfState // nil before the first membership entry
 	Alarms    []*pb.AlarmMember
 }
@@ -223,6 +236,11 @@ func ReadClusterState(r engine.Reader) (ClusterState, error) {
 			return ClusterState{}, fmt.Errorf("decode membership: %w", err)
 		}
 		st.Members = list.Members
+	}
+	if raw, err := mvcc.ReadMeta(r, metaRemoved); err != nil {
+		return ClusterState{}, fmt.Errorf("read removed members: %w", err)
+	} else if st.Removed, err = decodeUint64s(raw); err != nil {
+		return ClusterState{}, fmt.Errorf("decode removed members: %w", err)
 	}
 	if raw, err := mvcc.ReadMeta(r, metaConfState); err != nil {
 		return ClusterState{}, fmt.Errorf("read conf state: %w", err)
@@ -254,6 +272,14 @@ func (a *Applier) load() error {
 		return err
 	}
 	a.members.Store(&st.Members)
+	a.removed = st.Removed
+	refused, err := mvcc.ReadMeta(a.store.Reader(), metaRefused)
+	if err != nil {
+		return fmt.Errorf("read refused membership changes: %w", err)
+	}
+	if a.refused, err = decodeUint64s(refused); err != nil {
+		return fmt.Errorf("decode refused membership changes: %w", err)
+	}
 	if st.ConfState != nil {
 		a.confState.Store(st.ConfState)
 	}
@@ -275,7 +301,7 @@ func (a *Applier) report(o Outcome) {
 	select {
 	case waiting := <-a.outcomes:
 		if o.Members == nil {
-			o.Members = waiting.Members
+			o.Members, o.Removed = waiting.Members, waiting.Removed
 		}
 		o.Installed = o.Installed || waiting.Installed
 	default:
@@ -289,6 +315,11 @@ func (a *Applier) ConfState() *raftpb.ConfState { return a.confState.Load() }
 
 // Members returns the cluster's members, sorted by ID.
 func (a *Applier) Members() []*pb.Member { return *a.members.Load() }
+
+// Removed returns the IDs of the members removed from the cluster, sorted.
+// Only the goroutine that runs Run, or one that calls it before Run starts,
+// may call it.
+func (a *Applier) Removed() []uint64 { return a.removed }
 
 // AppliedIndex returns the index of the last entry committed to the engine.
 func (a *Applier) AppliedIndex() uint64 { return a.applied.Load() }
@@ -333,24 +364,25 @@ func (a *Applier) Run(ctx context.Context, in <-chan node.Committed) (err error)
 		case <-ctx.Done():
 			return nil
 		}
-		if first.Snapshot != nil {
-			if err := a.installSnapshot(first); err != nil {
+		if first.Snapshot != nil || first.Decide != nil {
+			if err := a.special(first); err != nil {
 				return err
 			}
 			continue
 		}
 		// Take whatever else is queued, up to maxBatchBytes of entries: one
 		// engine batch for it (more than one if first alone is larger). A
-		// snapshot ends the run; it is installed after the batches commit.
+		// snapshot or a membership decision ends the run; it is handled
+		// after the batches commit.
 		batches := []node.Committed{first}
 		size := entryBytes(first.Entries)
-		var snapshot *node.Committed
+		var last *node.Committed
 	drain:
 		for len(batches) < 64 && size < maxBatchBytes {
 			select {
 			case c := <-in:
-				if c.Snapshot != nil {
-					snapshot = &c
+				if c.Snapshot != nil || c.Decide != nil {
+					last = &c
 					break drain
 				}
 				batches = append(batches, c)
@@ -364,12 +396,26 @@ func (a *Applier) Run(ctx context.Context, in <-chan node.Committed) (err error)
 				return err
 			}
 		}
-		if snapshot != nil {
-			if err := a.installSnapshot(*snapshot); err != nil {
+		if last != nil {
+			if err := a.special(*last); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// special handles a batch that holds no entries: a snapshot to install, or
+// a membership change to decide (node.Committed.Decide).
+func (a *Applier) special(c node.Committed) error {
+	if c.Snapshot != nil {
+		return a.installSnapshot(c)
+	}
+	refused, err := a.decide(c.Decide)
+	if err != nil {
+		return err
+	}
+	c.Decision <- refused
+	return nil
 }
 
 // maxBatchBytes bounds the entry data applied in one engine batch. Queued
@@ -477,7 +523,7 @@ func (a *Applier) installSnapshot(c node.Committed) error {
 		if a.cfg.Progress != nil {
 			a.cfg.Progress.Applied(a.applied.Load())
 		}
-		a.report(Outcome{Applied: a.applied.Load(), Members: a.Members(), Installed: true})
+		a.report(Outcome{Applied: a.applied.Load(), Members: a.Members(), Removed: a.removed, Installed: true})
 	}
 	return err
 }
@@ -540,9 +586,7 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 	w := a.store.Write(a.leases())
 	var answers []answer
 	var last uint64
-	membersChanged := false
-	// A private copy: readers hold the published slice.
-	members := append([]*pb.Member(nil), a.Members()...)
+	ms := a.memberState()
 	var confState *raftpb.ConfState
 	// An engine that applied entries but holds no conf state lost it; the
 	// node then has raft redeliver the log from its snapshot point
@@ -550,7 +594,7 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 	// engine already holds bring it back (the member list too, if that was
 	// lost with it).
 	repairConf := a.confState.Load() == nil && a.applied.Load() > 0
-	repairMembers := repairConf && len(members) == 0
+	repairMembers := repairConf && len(ms.list.Members) == 0
 	for _, c := range batches {
 		for _, e := range c.Entries {
 			last = e.GetIndex()
@@ -559,11 +603,12 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 				if cs := c.ConfStates[last]; cs != nil && repairConf {
 					confState = cs
 					if repairMembers {
-						if _, _, err := applyConfChange(e, &members); err != nil {
+						// The list is rebuilt from the first entry,
+						// so each change meets the list it first met.
+						if _, _, err := ms.applyChange(e, a.cfg.MaxLearners); err != nil {
 							w.Abort()
 							return fmt.Errorf("reapply conf change %d: %w", last, err)
 						}
-						membersChanged = true
 					}
 				}
 				continue
@@ -580,7 +625,7 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 				}
 				revBefore := w.Rev()
 				start := time.Now()
-				res, changed, err := a.applyRequest(w, req, &members)
+				res, err := a.applyRequest(w, req, ms)
 				if took := time.Since(start); took > a.cfg.WarnApplyDuration {
 					a.warnSlowApply(req, res, err, took)
 				}
@@ -591,7 +636,6 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 					w.Abort()
 					return fmt.Errorf("apply entry %d: %w", e.GetIndex(), err)
 				}
-				membersChanged = membersChanged || changed
 				if id := requestID(req); id != 0 {
 					answers = append(answers, answer{id: id, result: res})
 				}
@@ -600,18 +644,21 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 				if cs != nil {
 					confState = cs
 				}
-				id, changed, err := applyConfChange(e, &members)
+				id, refused, err := ms.applyChange(e, a.cfg.MaxLearners)
 				if err != nil {
 					w.Abort()
 					return fmt.Errorf("apply conf change %d: %w", e.GetIndex(), err)
 				}
-				membersChanged = membersChanged || changed
+				if refused != nil {
+					a.logger.Warn("refused a membership change as it applied", zap.Uint64("index", e.GetIndex()), zap.Error(refused))
+				}
 				if id != 0 {
-					answers = append(answers, answer{id: id})
+					answers = append(answers, answer{id: id, result: Result{Err: refused}})
 				}
 			}
 		}
 	}
+	membersChanged := ms.changedMembers || ms.changedRemoved || ms.changedRefused
 	if last <= a.applied.Load() {
 		if confState == nil && !membersChanged {
 			w.Abort()
@@ -632,16 +679,9 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 			return err
 		}
 	}
-	if membersChanged {
-		raw, err := proto.Marshal(&pb.MemberListResponse{Members: members})
-		if err != nil {
-			w.Abort()
-			return fmt.Errorf("encode membership: %w", err)
-		}
-		if err := w.SetMeta(metaMembers, raw); err != nil {
-			w.Abort()
-			return err
-		}
+	if err := ms.write(w); err != nil {
+		w.Abort()
+		return err
 	}
 	if err := w.Commit(last); err != nil {
 		return fmt.Errorf("commit applied batch up to %d: %w", last, err)
@@ -651,9 +691,7 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 	if confState != nil {
 		a.confState.Store(confState)
 	}
-	if membersChanged {
-		a.members.Store(&members)
-	}
+	members, removed := a.publish(ms)
 	a.applied.Store(last)
 	if a.cfg.Notifier != nil {
 		a.cfg.Notifier.Notify()
@@ -669,11 +707,7 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 	if a.cfg.Progress != nil {
 		a.cfg.Progress.Applied(last)
 	}
-	o := Outcome{Applied: last}
-	if membersChanged {
-		o.Members = members
-	}
-	a.report(o)
+	a.report(Outcome{Applied: last, Members: members, Removed: removed})
 	return nil
 }
 
@@ -792,147 +826,48 @@ func requestID(r *pb.InternalRaftRequest) uint64 {
 // applyRequest applies one client request. A request the state machine
 // refuses (a compacted revision, a missing lease) is a Result with an
 // error, not a failure of the applier: every member refuses it the same way.
-func (a *Applier) applyRequest(w *mvcc.WriteBatch, r *pb.InternalRaftRequest, members *[]*pb.Member) (Result, bool, error) {
+func (a *Applier) applyRequest(w *mvcc.WriteBatch, r *pb.InternalRaftRequest, ms *memberState) (Result, error) {
 	if res, handled, err := a.gate(w, r); handled || err != nil {
-		return res, false, err
+		return res, err
 	}
 	switch {
 	case r.Alarm != nil:
 		res, err := a.applyAlarm(w, r.Alarm)
-		return res, false, err
+		return res, err
 	case r.Put != nil:
 		resp, err := w.Put(r.Put)
-		return Result{Response: resp, Err: err}, false, nil
+		return Result{Response: resp, Err: err}, nil
 	case r.DeleteRange != nil:
 		resp, err := w.DeleteRange(r.DeleteRange)
-		return Result{Response: resp, Err: err}, false, nil
+		return Result{Response: resp, Err: err}, nil
 	case r.Txn != nil:
 		resp, err := w.Txn(r.Txn)
-		return Result{Response: resp, Err: err}, false, nil
+		return Result{Response: resp, Err: err}, nil
 	case r.Compaction != nil:
 		resp, done, err := w.Compact(r.Compaction)
-		return Result{Response: resp, Err: err, Compacted: done}, false, nil
+		return Result{Response: resp, Err: err, Compacted: done}, nil
 	case r.LeaseGrant != nil && a.lessor != nil:
 		resp, err := a.lessor.Grant(w, r.LeaseGrant)
-		return Result{Response: resp, Err: err}, false, nil
+		return Result{Response: resp, Err: err}, nil
 	case r.LeaseRevoke != nil && a.lessor != nil:
 		resp, err := a.lessor.Revoke(w, r.LeaseRevoke)
-		return Result{Response: resp, Err: err}, false, nil
+		return Result{Response: resp, Err: err}, nil
 	case r.LeaseCheckpoint != nil && a.lessor != nil:
 		resp, err := a.lessor.Checkpoint(w, r.LeaseCheckpoint)
-		return Result{Response: resp, Err: err}, false, nil
+		return Result{Response: resp, Err: err}, nil
 	case r.ClusterMemberAttrSet != nil:
-		set := r.ClusterMemberAttrSet
-		changed := false
-		for i, m := range *members {
-			if m.ID == set.Member_ID && set.MemberAttributes != nil {
-				m = proto.CloneOf(m)
-				m.Name = set.MemberAttributes.Name
-				m.ClientURLs = set.MemberAttributes.ClientUrls
-				(*members)[i] = m
-				changed = true
-			}
-		}
-		return Result{Response: &pb.MemberUpdateResponse{}}, changed, nil
+		ms.setAttributes(r.ClusterMemberAttrSet)
+		return Result{Response: &pb.MemberUpdateResponse{}}, nil
 	default:
 		// A request kind this version does not know: refuse it the same
 		// way on every member rather than stop applying.
-		return Result{Err: ErrUnsupportedRequest}, false, nil
+		return Result{Err: ErrUnsupportedRequest}, nil
 	}
 }
 
 // ErrUnsupportedRequest answers a replicated request of a kind this
 // version does not apply.
 var ErrUnsupportedRequest = fmt.Errorf("apply: unsupported request")
-
-// applyConfChange updates the member list for a committed membership
-// change. The change's context carries the member (as etcd does); a
-// version-1 change carries the ID of the request that waits for it.
-func applyConfChange(e *raftpb.Entry, members *[]*pb.Member) (requestID uint64, changed bool, err error) {
-	var changes []*raftpb.ConfChangeSingle
-	var context []byte
-	switch e.GetType() {
-	case raftpb.EntryConfChange:
-		var cc raftpb.ConfChange
-		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
-			return 0, false, err
-		}
-		changes = cc.AsV2().GetChanges()
-		context = cc.GetContext()
-		requestID = cc.GetId()
-	default:
-		var cc raftpb.ConfChangeV2
-		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
-			return 0, false, err
-		}
-		changes = cc.GetChanges()
-		context = cc.GetContext()
-	}
-	var m pb.Member
-	if len(context) > 0 {
-		if err := proto.Unmarshal(context, &m); err != nil {
-			return 0, false, fmt.Errorf("decode member in conf change: %w", err)
-		}
-	}
-	for _, ch := range changes {
-		id := ch.GetNodeId()
-		switch ch.GetType() {
-		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
-			learner := ch.GetType() == raftpb.ConfChangeAddLearnerNode
-			found := false
-			for i, old := range *members {
-				if old.ID == id {
-					nm := proto.CloneOf(old)
-					nm.IsLearner = learner
-					(*members)[i] = nm
-					found = true
-				}
-			}
-			if !found {
-				nm := proto.CloneOf(&m)
-				nm.ID = id
-				nm.IsLearner = learner
-				*members = insertSorted(*members, nm)
-			}
-			changed = true
-		case raftpb.ConfChangeRemoveNode:
-			out := (*members)[:0:0]
-			for _, old := range *members {
-				if old.ID != id {
-					out = append(out, old)
-				}
-			}
-			*members = out
-			changed = true
-		case raftpb.ConfChangeUpdateNode:
-			for i, old := range *members {
-				if old.ID == id && len(context) > 0 {
-					nm := proto.CloneOf(old)
-					nm.PeerURLs = m.PeerURLs
-					(*members)[i] = nm
-					changed = true
-				}
-			}
-		}
-	}
-	return requestID, changed, nil
-}
-
-func insertSorted(members []*pb.Member, m *pb.Member) []*pb.Member {
-	out := make([]*pb.Member, 0, len(members)+1)
-	placed := false
-	for _, old := range members {
-		if !placed && m.ID < old.ID {
-			out = append(out, m)
-			placed = true
-		}
-		out = append(out, old)
-	}
-	if !placed {
-		out = append(out, m)
-	}
-	return out
-}
 
 // warnSlowApply logs a request whose apply took longer than
 // WarnApplyDuration, in etcd's words and fields; the request's secrets

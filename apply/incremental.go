@@ -139,8 +139,7 @@ func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 		w.Abort()
 		return st, fmt.Errorf("apply: catch up from %d to %d: %w", applied, c.End, err)
 	}
-	members := append([]*pb.Member(nil), a.Members()...)
-	membersChanged := false
+	ms := a.memberState()
 	var answers []answer
 	// applyEntry applies one entry through the ordinary request path.
 	applyEntry := func(e *raftpb.Entry) error {
@@ -154,27 +153,25 @@ func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 				return fmt.Errorf("decode entry %d: %w", e.GetIndex(), err)
 			}
 			revBefore := w.Rev()
-			res, changed, err := a.applyRequest(w, &req, &members)
+			res, err := a.applyRequest(w, &req, ms)
 			if err == nil {
 				err = w.RecordIndex(e.GetIndex(), revBefore)
 			}
 			if err != nil {
 				return fmt.Errorf("entry %d: %w", e.GetIndex(), err)
 			}
-			membersChanged = membersChanged || changed
 			if id := requestID(&req); id != 0 {
 				answers = append(answers, answer{id: id, result: res})
 			}
 		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
 			// Its ConfState is not known here; the snapshot's, written
 			// below in the same batch, is the one at c.End.
-			id, changed, err := applyConfChange(e, &members)
+			id, refused, err := ms.applyChange(e, a.cfg.MaxLearners)
 			if err != nil {
 				return fmt.Errorf("conf change %d: %w", e.GetIndex(), err)
 			}
-			membersChanged = membersChanged || changed
 			if id != 0 {
-				answers = append(answers, answer{id: id})
+				answers = append(answers, answer{id: id, result: Result{Err: refused}})
 			}
 		}
 		return nil
@@ -201,9 +198,7 @@ func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 			case logcompact.RecordPut, logcompact.RecordDelete:
 				err = w.SetKeyState(keyChangeOf(r))
 			case logcompact.RecordEntry:
-				var changed bool
-				changed, err = a.replayKeptLive(w, r.Entry, &members, c.MinTTL)
-				membersChanged = membersChanged || changed
+				err = a.replayKeptLive(w, r.Entry, ms, c.MinTTL)
 			}
 			if err != nil {
 				return fail(fmt.Errorf("compacted batch %d..%d at index %d: %w", b.FirstIndex, b.LastIndex, r.Index, err))
@@ -241,14 +236,8 @@ func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 			return fail(fmt.Errorf("conf state: %w", err))
 		}
 	}
-	if membersChanged {
-		raw, err := proto.Marshal(&pb.MemberListResponse{Members: members})
-		if err == nil {
-			err = w.SetMeta(metaMembers, raw)
-		}
-		if err != nil {
-			return fail(fmt.Errorf("membership: %w", err))
-		}
+	if err := ms.write(w); err != nil {
+		return fail(fmt.Errorf("membership: %w", err))
 	}
 	if err := w.Commit(c.End); err != nil {
 		return st, fmt.Errorf("apply: catch up from %d to %d: %w", applied, c.End, err)
@@ -256,7 +245,7 @@ func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 	if c.ConfState != nil {
 		a.confState.Store(proto.CloneOf(c.ConfState))
 	}
-	a.members.Store(&members)
+	a.publish(ms)
 	a.applied.Store(c.End)
 	a.cfg.Waiters.answer(answers)
 	return st, nil
@@ -267,17 +256,16 @@ func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 // the lessor's memory, so that a put to it later in the same engine batch
 // is refused, as it was where the entries were first applied. (Grants and
 // checkpoints already go through the lessor.)
-func (a *Applier) replayKeptLive(w *mvcc.WriteBatch, e *raftpb.Entry, members *[]*pb.Member, minTTL int64) (bool, error) {
-	changed, err := a.replayKept(w, e, members, minTTL)
-	if err != nil || a.lessor == nil {
-		return changed, err
+func (a *Applier) replayKeptLive(w *mvcc.WriteBatch, e *raftpb.Entry, ms *memberState, minTTL int64) error {
+	if err := a.replayKept(w, e, ms, minTTL); err != nil || a.lessor == nil || e.GetType() != raftpb.EntryNormal {
+		return err
 	}
 	var req pb.InternalRaftRequest
 	if err := proto.Unmarshal(e.GetData(), &req); err != nil {
-		return false, fmt.Errorf("decode kept entry %d: %w", e.GetIndex(), err)
+		return fmt.Errorf("decode kept entry %d: %w", e.GetIndex(), err)
 	}
 	if req.LeaseRevoke != nil {
 		a.lessor.Forget(req.LeaseRevoke.ID)
 	}
-	return changed, nil
+	return nil
 }

@@ -38,8 +38,7 @@ func (a *Applier) ReplayRun(run logcompact.Run, minTTL int64) error {
 		return fmt.Errorf("apply: compacted batch %d..%d does not follow the applied index %d", first, last, applied)
 	}
 	w := a.store.Write(a.leases())
-	members := append([]*pb.Member(nil), a.Members()...)
-	membersChanged := false
+	ms := a.memberState()
 	if err := w.RaiseRevision(run.Revision); err != nil {
 		w.Abort()
 		return err
@@ -84,9 +83,7 @@ func (a *Applier) ReplayRun(run logcompact.Run, minTTL int64) error {
 			err = w.SetPreparedKeyState(&prepared[0])
 			prepared = prepared[1:]
 		case logcompact.RecordEntry:
-			var changed bool
-			changed, err = a.replayKept(w, r.Entry, &members, minTTL)
-			membersChanged = membersChanged || changed
+			err = a.replayKept(w, r.Entry, ms, minTTL)
 		}
 		if err != nil {
 			w.Abort()
@@ -106,43 +103,37 @@ func (a *Applier) ReplayRun(run logcompact.Run, minTTL int64) error {
 		w.Abort()
 		return err
 	}
-	if membersChanged {
-		raw, err := proto.Marshal(&pb.MemberListResponse{Members: members})
-		if err == nil {
-			err = w.SetMeta(metaMembers, raw)
-		}
-		if err != nil {
-			w.Abort()
-			return fmt.Errorf("apply: replay compacted batch %d..%d: membership: %w", first, last, err)
-		}
+	if err := ms.write(w); err != nil {
+		w.Abort()
+		return fmt.Errorf("apply: replay compacted batch %d..%d: membership: %w", first, last, err)
 	}
 	if err := w.CommitWithKeyStates(last, prepared, workers); err != nil {
 		return fmt.Errorf("apply: replay compacted batch %d..%d: %w", first, last, err)
 	}
-	a.members.Store(&members)
+	a.publish(ms)
 	a.applied.Store(last)
 	return nil
 }
 
-// replayKept applies a kept entry and reports whether the membership
-// changed. A lease request that the alarms or auth refused changes
+// replayKept applies a kept entry. A lease request that the alarms or auth refused changes
 // nothing, as it changed nothing when it was applied. A lease revocation
 // drops only the lease record: the deletions of its keys are records of
 // their own. Recovery replays before the member creates its lessor, so
 // without one, grants and checkpoints are written as the lessor would
 // write them; with one (tests), the lessor sees grants and checkpoints but
 // not revocations, and must be reloaded.
-func (a *Applier) replayKept(w *mvcc.WriteBatch, e *raftpb.Entry, members *[]*pb.Member, minTTL int64) (bool, error) {
+func (a *Applier) replayKept(w *mvcc.WriteBatch, e *raftpb.Entry, ms *memberState, minTTL int64) error {
 	if t := e.GetType(); t == raftpb.EntryConfChange || t == raftpb.EntryConfChangeV2 {
 		// Only a logger's batches keep them (logcompact.BuildOptions):
-		// the member list changes as Run changes it; no ConfState is
-		// recorded (a replay outside raft has none to record).
-		_, changed, err := applyConfChange(e, members)
-		return changed, err
+		// the member list changes as Run changes it, refusals included;
+		// no ConfState is recorded (a replay outside raft has none to
+		// record).
+		_, _, err := ms.applyChange(e, a.cfg.MaxLearners)
+		return err
 	}
 	var req pb.InternalRaftRequest
 	if err := proto.Unmarshal(e.GetData(), &req); err != nil {
-		return false, fmt.Errorf("decode kept entry %d: %w", e.GetIndex(), err)
+		return fmt.Errorf("decode kept entry %d: %w", e.GetIndex(), err)
 	}
 	if req.LeaseRevoke != nil || req.LeaseGrant != nil || req.LeaseCheckpoint != nil {
 		// The live applier decided them against the alarms and auth state
@@ -154,34 +145,34 @@ func (a *Applier) replayKept(w *mvcc.WriteBatch, e *raftpb.Entry, members *[]*pb
 				err = fmt.Errorf("kept entry %d: a lease request handled as an auth request", e.GetIndex())
 			}
 			if err != nil {
-				return false, err
+				return err
 			}
-			return false, nil // refused: it changed nothing
+			return nil // refused: it changed nothing
 		}
 	}
 	switch {
 	case req.LeaseRevoke != nil:
-		return false, w.DropLeaseRecord(req.LeaseRevoke.ID)
+		return w.DropLeaseRecord(req.LeaseRevoke.ID)
 	case req.LeaseGrant != nil && a.lessor == nil:
 		g := req.LeaseGrant
 		// The lessor's refusals (lease.Lessor.Grant) changed nothing.
 		if g.ID == 0 || g.TTL > lease.MaxLeaseTTL {
-			return false, nil
+			return nil
 		}
 		if ok, err := w.LeaseRecordExists(g.ID); err != nil || ok {
-			return false, err
+			return err
 		}
-		return false, w.PutLease(mvcc.LeaseRecord{ID: g.ID, TTL: max(g.TTL, minTTL)})
+		return w.PutLease(mvcc.LeaseRecord{ID: g.ID, TTL: max(g.TTL, minTTL)})
 	case req.LeaseCheckpoint != nil && a.lessor == nil:
 		for _, cp := range req.LeaseCheckpoint.Checkpoints {
 			if err := w.CheckpointLease(cp.ID, cp.Remaining_TTL); err != nil {
-				return false, err
+				return err
 			}
 		}
-		return false, nil
+		return nil
 	}
-	_, changed, err := a.applyRequest(w, &req, members)
-	return changed, err
+	_, err := a.applyRequest(w, &req, ms)
+	return err
 }
 
 // keyChangeOf is the key version a put or delete record stands for.

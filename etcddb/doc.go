@@ -26,7 +26,7 @@
 //	cluster         clusterVersion: "3.7.0"
 //	members         member ID in hex -> JSON {"id", "peerURLs", "isLearner",
 //	                "name", "clientURLs"} (membership.Member's encoding)
-//	members_removed (empty: strata keeps no removed-member list)
+//	members_removed member ID in hex -> "removed"
 //	auth            authEnabled: one byte, 1 or 0; authRevision: 8 bytes
 //	                big-endian
 //	authUsers       user name -> authpb.User

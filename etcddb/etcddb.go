@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -69,7 +70,10 @@ type Contents struct {
 	Leases    []mvcc.LeaseRecord
 	Auth      auth.State
 	Members   []*pb.Member
-	Alarms    []*pb.AlarmMember
+	// Removed holds the IDs of the members removed from the cluster
+	// (members_removed).
+	Removed []uint64
+	Alarms  []*pb.AlarmMember
 }
 
 // versionsPerTx and bytesPerTx bound the key versions written in one bbolt
@@ -339,6 +343,9 @@ func writeState(tx *bolt.Tx, c Contents) error {
 		}
 		rows = append(rows, kv{bucketMembers, []byte(strconv.FormatUint(m.ID, 16)), raw})
 	}
+	for _, id := range c.Removed {
+		rows = append(rows, kv{bucketMembersRemoved, []byte(strconv.FormatUint(id, 16)), []byte("removed")})
+	}
 	for _, a := range c.Alarms {
 		raw, err := proto.Marshal(a)
 		if err != nil {
@@ -554,6 +561,19 @@ func readState(tx *bolt.Tx) (Contents, error) {
 			return c, err
 		}
 	}
+	if b := tx.Bucket(bucketMembersRemoved); b != nil {
+		if err := b.ForEach(func(k, _ []byte) error {
+			id, err := strconv.ParseUint(string(k), 16, 64)
+			if err != nil {
+				return fmt.Errorf("decode removed member %q: %w", k, err)
+			}
+			c.Removed = append(c.Removed, id)
+			return nil
+		}); err != nil {
+			return c, err
+		}
+	}
+	slices.Sort(c.Removed) // bbolt orders the hex keys by their text
 	if b := tx.Bucket(bucketAlarm); b != nil {
 		if err := b.ForEach(func(k, _ []byte) error {
 			a := &pb.AlarmMember{}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -32,7 +33,8 @@ func sampleContents() Contents {
 			Roles: []*authpb.Role{{Name: []byte("r"), KeyPermission: []*authpb.Permission{{PermType: authpb.Permission_READ, Key: []byte("a"), RangeEnd: []byte("b")}}}}},
 		Members: []*pb.Member{{ID: 0xabc, Name: "m1", PeerURLs: []string{"http://p1"}, ClientURLs: []string{"http://c1"}},
 			{ID: 0xdef, PeerURLs: []string{"http://p2"}, IsLearner: true}},
-		Alarms: []*pb.AlarmMember{{MemberID: 0xabc, Alarm: pb.AlarmType_NOSPACE}},
+		Removed: []uint64{0x5, 0x1234abcd},
+		Alarms:  []*pb.AlarmMember{{MemberID: 0xabc, Alarm: pb.AlarmType_NOSPACE}},
 	}
 }
 
@@ -102,6 +104,9 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if len(c.Members) != 2 || !proto.Equal(c.Members[0], want.Members[0]) || !proto.Equal(c.Members[1], want.Members[1]) {
 		t.Errorf("members %v, wrote %v", c.Members, want.Members)
+	}
+	if !slices.Equal(c.Removed, want.Removed) {
+		t.Errorf("removed members %x, wrote %x", c.Removed, want.Removed)
 	}
 	if len(c.Alarms) != 1 || !proto.Equal(c.Alarms[0], want.Alarms[0]) {
 		t.Errorf("alarms %v, wrote %v", c.Alarms, want.Alarms)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/strata-kv/strata/datadir"
 	"github.com/strata-kv/strata/logcompact"
+	"github.com/strata-kv/strata/membership/memberlist"
 	"github.com/strata-kv/strata/raftlog"
 	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
@@ -46,7 +47,7 @@ type Config struct {
 	ListenClientURLs []string
 	// AdvertiseClientURLs are the logger's client URLs as it publishes
 	// them in each cluster's member list, with the logger's marker path
-	// (ClientURLPath). Empty: ListenClientURLs.
+	// (memberlist.LoggerURLPath). Empty: ListenClientURLs.
 	AdvertiseClientURLs []string
 	// TickInterval is the learners' raft tick. 0: 100 ms.
 	TickInterval time.Duration
@@ -172,7 +173,7 @@ func Open(cfg Config) (*Logger, error) {
 	}
 	var marked []string
 	for _, u := range advertise {
-		m, err := MarkClientURL(u)
+		m, err := memberlist.MarkLoggerURL(u)
 		if err != nil {
 			return nil, fmt.Errorf("logger: %w", err)
 		}

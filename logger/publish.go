@@ -20,7 +20,7 @@ import (
 // learners do (a follower's raft forwards a proposal, MsgProp, to the
 // leader it knows). The members apply it like their own: no username in
 // its header, so it is the member's own request, as etcd makes it as root.
-// The client URLs carry the logger's marker (ClientURLPath).
+// The client URLs carry the logger's marker (memberlist.LoggerURLPath).
 //
 // A forwarded proposal may be dropped (no leader yet, a leader change), and
 // nothing answers the learner; so the learner proposes again every
@@ -38,7 +38,7 @@ const publishRetry = 2 * time.Second
 type Attributes struct {
 	// Name is the name shown in the member list.
 	Name string `json:"name"`
-	// ClientURLs are the logger's client URLs, marked (ClientURLPath).
+	// ClientURLs are the logger's client URLs, marked (memberlist.LoggerURLPath).
 	ClientURLs []string `json:"client_urls"`
 }
 

@@ -133,7 +133,7 @@ func (m *Maintainer) WriteBackup(ctx context.Context, w io.Writer) (int64, error
 	}
 	contents := etcddb.Contents{
 		ConsistentIndex: view.AppliedIndex(), Term: m.cfg.Raft.Term(), ConfState: cluster.ConfState,
-		Revisions: revs, Leases: leases, Auth: authState, Members: cluster.Members, Alarms: cluster.Alarms,
+		Revisions: revs, Leases: leases, Auth: authState, Members: cluster.Members, Removed: cluster.Removed, Alarms: cluster.Alarms,
 	}
 	versions := r
 	if m.cfg.SeekReads {

@@ -224,7 +224,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	if m.authStore, err = auth.Open(cfg.Auth, m.engine, cfg.Logger.Named("auth")); err != nil {
 		return nil, err
 	}
-	m.applier, err = apply.New(apply.Config{Store: m.store, Auth: m.authStore, Logger: cfg.Logger.Named("apply")})
+	m.applier, err = apply.New(apply.Config{Store: m.store, Auth: m.authStore, MaxLearners: cfg.MaxLearners, Logger: cfg.Logger.Named("apply")})
 	if err != nil {
 		return nil, fmt.Errorf("open applier for recovery: %w", err)
 	}
@@ -336,6 +336,7 @@ func Start(cfg Config) (_ *Member, err error) {
 		Notifier:  m.watchHub,
 		Logger:    cfg.Logger.Named("apply"),
 
+		MaxLearners:       cfg.MaxLearners,
 		WarnApplyDuration: cfg.WarningApplyDuration,
 	})
 	if err != nil {
@@ -379,7 +380,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	m.tracker = membership.NewTracker(membership.TrackerConfig{
 		MemberID: m.memberID, Transport: m.transport, Peers: m.remote, Raft: m.node,
 		ElectionTimeout: cfg.ElectionTimeout,
-	}, members)
+	}, members, m.applier.Removed())
 	m.membership = membership.New(membership.Config{
 		MemberID: m.memberID, ClusterID: m.clusterID, Token: cfg.InitialClusterToken, Timeout: server.RequestTimeout(cfg.ElectionTimeout),
 		Members: m.applier, Raft: m.node, Proposer: m.proposer, Activity: m.transport, Peers: m.remote,
@@ -531,7 +532,7 @@ func (m *Member) dispatchOutcomes(ctx context.Context) {
 			return
 		case o := <-m.applier.Outcomes():
 			if o.Members != nil {
-				m.tracker.Changed(o.Members)
+				m.tracker.Changed(o.Members, o.Removed)
 				m.node.KeepLogFor(membership.LoggerIDs(o.Members))
 			}
 		}

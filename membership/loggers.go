@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/strata-kv/strata/logger"
+	"github.com/strata-kv/strata/membership/memberlist"
 )
 
 // LoggerStatus asks the logger at endpoint (its published client URL) for
@@ -157,7 +158,7 @@ func (w *LoggerWatch) round(ctx context.Context) {
 	loggers := map[uint64]*pb.Member{}
 	voter := false
 	for _, m := range w.cfg.Members.Members() {
-		if logger.IsLoggerMember(m) {
+		if memberlist.IsLogger(m) {
 			loggers[m.ID] = m
 		}
 		if m.ID == w.cfg.MemberID && !m.IsLearner {

@@ -10,11 +10,13 @@
 //
 // The member list itself is the applier's (apply.Applier.Members): conf
 // changes reach it through raft like every other entry, so this package
-// reads it and never writes it.
+// reads it and never writes it. The checks here run before a change is
+// proposed; every member checks the change again as it applies
+// (memberlist.List.Check), where two changes proposed at once meet in
+// order.
 package membership
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha1"
 	"encoding/binary"
@@ -35,17 +37,11 @@ import (
 
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/datadir"
-	"github.com/strata-kv/strata/logger"
+	"github.com/strata-kv/strata/membership/memberlist"
 	"github.com/strata-kv/strata/server"
 	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
 )
-
-// defaultMaxLearners is etcd's default limit on learners in a cluster
-// (--max-learners). Strata loggers (logger.IsLoggerMember) are not counted:
-// they are never promoted, and a cluster may have a logger or two (seed
-// 003's k+1) and still add a member the etcd way, as a learner first.
-const defaultMaxLearners = 1
 
 // learnerReadyFraction is how close a learner's log must be to the
 // leader's before it may be promoted (etcd's readyPercentThreshold).
@@ -134,7 +130,7 @@ type Config struct {
 //     leader's (ErrLearnerNotReady), and a quorum of the larger voter set
 //     started, the learner counted as started (ErrNotEnoughStarted).
 //  6. A strata logger (a member whose published client URLs carry the
-//     logger's mark, logger.IsLoggerMember) is never promoted: a logger
+//     logger's mark, memberlist.IsLogger) is never promoted: a logger
 //     keeps the log and never votes (ErrLoggerNotPromotable, on every
 //     member, before any forwarding to the leader).
 type Service struct {
@@ -155,29 +151,6 @@ func New(cfg Config) *Service {
 		cfg.Logger = zap.NewNop()
 	}
 	return &Service{cfg: cfg, now: time.Now, published: make(chan struct{})}
-}
-
-func find(members []*pb.Member, id uint64) *pb.Member {
-	for _, m := range members {
-		if m.ID == id {
-			return m
-		}
-	}
-	return nil
-}
-
-func urlsTaken(members []*pb.Member, urls []string, except uint64) bool {
-	for _, m := range members {
-		if m.ID == except {
-			continue
-		}
-		for _, have := range m.PeerURLs {
-			if slices.Contains(urls, have) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // connectedSince counts the members among ids this member has been
@@ -238,24 +211,14 @@ func (s *Service) AddMember(ctx context.Context, peerURLs []string, learner bool
 	if strict && voters > 1 && s.connectedSince(voterIDs(members)) < quorum(voters+1) {
 		return nil, nil, server.ErrUnhealthy
 	}
-	if urlsTaken(members, peerURLs, 0) {
+	if memberlist.URLsTaken(members, peerURLs, 0) {
 		return nil, nil, server.ErrPeerURLExists
 	}
-	if learner {
-		n := 0
-		for _, m := range members {
-			// A logger is never promoted (check 6): it does not take the
-			// place of a learner on its way to be a voter.
-			if m.IsLearner && !logger.IsLoggerMember(m) {
-				n++
-			}
-		}
-		if n >= cmp.Or(s.cfg.MaxLearners, defaultMaxLearners) {
-			return nil, nil, server.ErrTooManyLearners
-		}
+	if learner && memberlist.LearnerLimitReached(members, s.cfg.MaxLearners) {
+		return nil, nil, server.ErrTooManyLearners
 	}
 	id := newMemberID(peerURLs, s.cfg.Token, s.now())
-	if find(members, id) != nil {
+	if memberlist.Find(members, id) != nil {
 		return nil, nil, server.ErrMemberExists
 	}
 	rec := &pb.Member{ID: id, PeerURLs: peerURLs, IsLearner: learner}
@@ -273,7 +236,7 @@ func (s *Service) AddMember(ctx context.Context, peerURLs []string, learner bool
 // RemoveMember implements server.Membership (check 4).
 func (s *Service) RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, error) {
 	members := s.cfg.Members.Members()
-	target := find(members, id)
+	target := memberlist.Find(members, id)
 	if target == nil {
 		return nil, server.ErrMemberNotFound
 	}
@@ -293,11 +256,11 @@ func (s *Service) RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, er
 // UpdateMember implements server.Membership.
 func (s *Service) UpdateMember(ctx context.Context, id uint64, peerURLs []string) ([]*pb.Member, error) {
 	members := s.cfg.Members.Members()
-	target := find(members, id)
+	target := memberlist.Find(members, id)
 	if target == nil {
 		return nil, server.ErrMemberNotFound
 	}
-	if urlsTaken(members, peerURLs, id) {
+	if memberlist.URLsTaken(members, peerURLs, id) {
 		return nil, server.ErrPeerURLExists
 	}
 	rec := proto.CloneOf(target)
@@ -309,11 +272,11 @@ func (s *Service) UpdateMember(ctx context.Context, id uint64, peerURLs []string
 // a learner's log is, so a follower forwards the request to it.
 func (s *Service) PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, error) {
 	members := s.cfg.Members.Members()
-	target := find(members, id)
+	target := memberlist.Find(members, id)
 	if target == nil {
 		return nil, server.ErrMemberNotFound
 	}
-	if logger.IsLoggerMember(target) {
+	if memberlist.IsLogger(target) {
 		return nil, fmt.Errorf("%w: member %x (%s)", server.ErrLoggerNotPromotable, id, target.Name)
 	}
 	if !target.IsLearner {
@@ -341,7 +304,7 @@ func (s *Service) PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, e
 }
 
 func (s *Service) forwardPromote(ctx context.Context, leader, id uint64) ([]*pb.Member, error) {
-	lm := find(s.cfg.Members.Members(), leader)
+	lm := memberlist.Find(s.cfg.Members.Members(), leader)
 	if lm == nil || len(lm.ClientURLs) == 0 {
 		return nil, server.ErrNotLeader
 	}
@@ -420,7 +383,7 @@ func (s *Service) MoveLeader(ctx context.Context, target uint64) error {
 	if s.cfg.Raft.Leader() != s.cfg.MemberID {
 		return server.ErrNotLeader
 	}
-	t := find(s.cfg.Members.Members(), target)
+	t := memberlist.Find(s.cfg.Members.Members(), target)
 	if t == nil || t.IsLearner {
 		return server.ErrBadLeaderTransferee
 	}
@@ -438,7 +401,7 @@ func (s *Service) MoveLeader(ctx context.Context, target uint64) error {
 func LoggerIDs(members []*pb.Member) []uint64 {
 	var ids []uint64
 	for _, m := range members {
-		if logger.IsLoggerMember(m) {
+		if memberlist.IsLogger(m) {
 			ids = append(ids, m.ID)
 		}
 	}
@@ -447,8 +410,19 @@ func LoggerIDs(members []*pb.Member) []uint64 {
 
 // BootstrapPeers returns the raft peers of a new cluster from
 // --initial-cluster, each carrying its member record as the conf change
-// context (the applier stores it).
+// context (the applier stores it). A peer URL under two names is refused,
+// as etcd refuses it: raft would take both members, and the applier, which
+// checks each addition (memberlist), only the first.
 func BootstrapPeers(initialCluster map[string][]string, token string) ([]raft.Peer, error) {
+	owner := map[string]string{}
+	for name, urls := range initialCluster {
+		for _, u := range urls {
+			if other, ok := owner[u]; ok && other != name {
+				return nil, fmt.Errorf("initial cluster has duplicated url %s (members %s and %s)", u, min(name, other), max(name, other))
+			}
+			owner[u] = name
+		}
+	}
 	var peers []raft.Peer
 	for _, urls := range initialCluster {
 		id := datadir.MemberID(urls, token)
@@ -474,7 +448,7 @@ func (s *Service) PublishAttributes(ctx context.Context, name string, clientURLs
 		if err := s.cfg.Raft.WaitLeader(ctx); err != nil {
 			return
 		}
-		current := find(s.cfg.Members.Members(), s.cfg.MemberID)
+		current := memberlist.Find(s.cfg.Members.Members(), s.cfg.MemberID)
 		if current != nil && current.Name == name && slices.Equal(current.ClientURLs, clientURLs) {
 			s.markPublished(name, clientURLs)
 			return

@@ -274,3 +274,28 @@ func TestNewMemberID(t *testing.T) {
 		t.Fatal("a later add got the same ID")
 	}
 }
+
+func TestBootstrapPeersRefusesDuplicatedURL(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cluster map[string][]string
+		wantErr string
+	}{
+		{name: "distinct", cluster: map[string][]string{"m1": {"http://a:2380"}, "m2": {"http://b:2380"}}},
+		{name: "one URL under two names", cluster: map[string][]string{"m1": {"http://a:2380"}, "m2": {"http://b:2380", "http://a:2380"}},
+			wantErr: "initial cluster has duplicated url http://a:2380 (members m1 and m2)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			peers, err := BootstrapPeers(tc.cluster, "tok")
+			if tc.wantErr == "" {
+				if err != nil || len(peers) != len(tc.cluster) {
+					t.Fatalf("peers %v, %v", peers, err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.wantErr {
+				t.Fatalf("error %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/strata-kv/strata/datadir"
+	"github.com/strata-kv/strata/membership/memberlist"
 	"github.com/strata-kv/strata/tlsconfig"
 	"github.com/strata-kv/strata/transport"
 )
@@ -101,7 +102,7 @@ func Discover(cfg JoinConfig) (datadir.ID, []*pb.Member, error) {
 				continue
 			}
 			for _, mem := range resp.Members {
-				if urlsTaken([]*pb.Member{mem}, cfg.AdvertisePeerURLs, 0) {
+				if memberlist.URLsTaken([]*pb.Member{mem}, cfg.AdvertisePeerURLs, 0) {
 					id := datadir.ID{Name: cfg.Name, MemberID: mem.ID, ClusterID: resp.Header.GetClusterId(), Joined: true}
 					return id, resp.Members, nil
 				}
@@ -142,7 +143,7 @@ func (p *Peers) List() ([]*pb.Member, bool) {
 			continue
 		}
 		resp, err := fetchMembers(mem.PeerURLs[0], p.TLS, p.Logger)
-		if err != nil || resp.Header.GetClusterId() != p.ClusterID || find(resp.Members, resp.Header.GetMemberId()) == nil {
+		if err != nil || resp.Header.GetClusterId() != p.ClusterID || memberlist.Find(resp.Members, resp.Header.GetMemberId()) == nil {
 			continue
 		}
 		return resp.Members, true
@@ -154,7 +155,7 @@ func (p *Peers) List() ([]*pb.Member, bool) {
 // member.
 func (p *Peers) Removed() bool {
 	members, ok := p.List()
-	return ok && find(members, p.MemberID) == nil
+	return ok && memberlist.Find(members, p.MemberID) == nil
 }
 
 // AwaitRemoval polls the peers' member lists until one of this cluster's
@@ -169,7 +170,7 @@ func (p *Peers) AwaitRemoval(ctx context.Context) <-chan []*pb.Member {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			if members, ok := p.List(); ok && find(members, p.MemberID) == nil {
+			if members, ok := p.List(); ok && memberlist.Find(members, p.MemberID) == nil {
 				out <- members
 				return
 			}

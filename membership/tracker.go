@@ -45,8 +45,10 @@ type TrackerConfig struct {
 //
 // A member learns of its removal in one of two ways:
 //
-//  1. It applies the conf change that removes it: the list it is given
-//     (Changed) no longer holds it, after an earlier list did.
+//  1. It applies the conf change that removes it: its ID joins the removed
+//     IDs it is given with the list (Changed). A list without it means
+//     nothing by itself: a joining member applies the cluster's history
+//     from the start, where it is added last.
 //  2. It never applies it (the leader stops replicating to a member once
 //     its removal commits): with no leader for three election timeouts it
 //     asks its peers (Run), and a peer of its own cluster answers a list
@@ -55,17 +57,17 @@ type TrackerConfig struct {
 //
 // Either way Removed closes a moment later (StopDelay), so that the answer to the
 // removal, when this member was the one asked, reaches the client first, as
-// etcd delays its stop. A list without this member before it ever saw
-// itself in one (a joining member that has not caught up) means nothing.
+// etcd delays its stop.
 //
 // Concurrency: Changed is called from one goroutine (the member's outcome
 // loop), Run from another.
 type Tracker struct {
 	cfg TrackerConfig
-	// wasMember is set once this member saw itself in the member list.
+	// wasMember is set once this member saw itself in the member list: a
+	// member that never did is not asking its peers whether it was removed.
 	wasMember atomic.Bool
-	// removedSeen is signalled once by Changed when the list drops this
-	// member; Run acts on it.
+	// removedSeen is signalled once by Changed when this member's ID is
+	// among the removed; Run acts on it.
 	removedSeen chan struct{}
 	// removed is closed by Run, a second after the removal was learned.
 	removed chan struct{}
@@ -73,25 +75,24 @@ type Tracker struct {
 
 // NewTracker returns a tracker that has given the transport members, the
 // member list known at start-up (the applied one, or the one a joining
-// member discovered).
-func NewTracker(cfg TrackerConfig, members []*pb.Member) *Tracker {
+// member discovered), and removed, the IDs removed before.
+func NewTracker(cfg TrackerConfig, members []*pb.Member, removed []uint64) *Tracker {
 	if cfg.StopDelay <= 0 {
 		cfg.StopDelay = time.Second
 	}
 	t := &Tracker{cfg: cfg, removedSeen: make(chan struct{}, 1), removed: make(chan struct{})}
-	t.Changed(members)
+	t.Changed(members, removed)
 	return t
 }
 
-// Changed is given each member list the applier reaches.
-func (t *Tracker) Changed(members []*pb.Member) {
+// Changed is given each member list the applier reaches, with the IDs
+// removed from the cluster.
+func (t *Tracker) Changed(members []*pb.Member, removed []uint64) {
 	t.cfg.Transport.SetPeers(members)
-	self := slices.ContainsFunc(members, func(m *pb.Member) bool { return m.ID == t.cfg.MemberID })
-	if self {
+	if slices.ContainsFunc(members, func(m *pb.Member) bool { return m.ID == t.cfg.MemberID }) {
 		t.wasMember.Store(true)
-		return
 	}
-	if len(members) > 0 && t.wasMember.Load() {
+	if slices.Contains(removed, t.cfg.MemberID) {
 		select {
 		case t.removedSeen <- struct{}{}:
 		default:

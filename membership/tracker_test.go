@@ -21,29 +21,37 @@ func (leaderKnown) Leader() uint64 { return 1 }
 
 func TestTrackerRemoval(t *testing.T) {
 	const stopDelay = 50 * time.Millisecond
-	self, other := &pb.Member{ID: 7}, &pb.Member{ID: 9}
+	self, other, third := &pb.Member{ID: 7}, &pb.Member{ID: 9}, &pb.Member{ID: 11}
+	type list struct {
+		members []*pb.Member
+		removed []uint64
+	}
 	tests := []struct {
 		name string
 		// initial is the list at start-up; changes are the lists applied after.
-		initial []*pb.Member
-		changes [][]*pb.Member
+		initial list
+		changes []list
 		removed bool
 	}{
-		{name: "still a member", initial: []*pb.Member{self, other}, changes: [][]*pb.Member{{self}}},
-		{name: "removed after being a member", initial: []*pb.Member{self, other}, changes: [][]*pb.Member{{other}}, removed: true},
-		{name: "removed, learned at start-up", initial: []*pb.Member{self}, changes: [][]*pb.Member{{other}}, removed: true},
-		// A joining member's first lists may not hold it yet.
-		{name: "never a member", initial: []*pb.Member{other}, changes: [][]*pb.Member{{other}}},
-		{name: "empty list means nothing", initial: []*pb.Member{self}, changes: [][]*pb.Member{{}}},
+		{name: "still a member", initial: list{members: []*pb.Member{self, other}}, changes: []list{{members: []*pb.Member{self}, removed: []uint64{9}}}},
+		{name: "removed after being a member", initial: list{members: []*pb.Member{self, other}},
+			changes: []list{{members: []*pb.Member{other}, removed: []uint64{7}}}, removed: true},
+		{name: "removed, learned at start-up", initial: list{members: []*pb.Member{other}, removed: []uint64{7}}, removed: true},
+		// A joining member applies the cluster's history from the start:
+		// the lists before its own addition do not hold it, and say
+		// nothing of a removal (it stopped itself at once when they did).
+		{name: "joining member replays the history", initial: list{members: []*pb.Member{self, other, third}},
+			changes: []list{{members: []*pb.Member{other}}, {members: []*pb.Member{other, third}}, {members: []*pb.Member{other, self, third}}}},
+		{name: "another member removed", initial: list{members: []*pb.Member{self, other}}, changes: []list{{members: []*pb.Member{self}, removed: []uint64{9, 11}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tr := &recordingTransport{}
 			tracker := NewTracker(TrackerConfig{
 				MemberID: self.ID, Transport: tr, Raft: leaderKnown{}, ElectionTimeout: time.Hour, StopDelay: stopDelay,
-			}, tt.initial)
+			}, tt.initial.members, tt.initial.removed)
 			for _, c := range tt.changes {
-				tracker.Changed(c)
+				tracker.Changed(c.members, c.removed)
 			}
 			if len(tr.lists) != 1+len(tt.changes) {
 				t.Fatalf("transport given %d lists, want %d", len(tr.lists), 1+len(tt.changes))
@@ -59,7 +67,7 @@ func TestTrackerRemoval(t *testing.T) {
 				}
 			case <-ctx.Done():
 				if tt.removed {
-					t.Fatal("Removed not closed after the member left the list")
+					t.Fatal("Removed not closed after the member was removed")
 				}
 			}
 			cancel()

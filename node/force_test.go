@@ -336,6 +336,9 @@ func runStoppableNode(t *testing.T, cfg Config) (*Node, <-chan Committed, func()
 		for {
 			select {
 			case c := <-n.Committed():
+				if acceptChange(c) {
+					continue
+				}
 				select {
 				case seen <- c:
 				default:

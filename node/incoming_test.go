@@ -204,6 +204,16 @@ func TestStopEndsTheWaitForWritesOnTheirWay(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
+	go func() {
+		for {
+			select {
+			case c := <-n.Committed():
+				acceptChange(c) // bootstrap's membership entries
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
 	if err := n.WaitLeader(wctx); err != nil {

@@ -376,6 +376,11 @@ func (env *interaction) runApplier(sn *scriptedNode) {
 	for {
 		select {
 		case c := <-sn.n.committc:
+			if c.Decide != nil {
+				env.record("%d: applier decides conf change %d: applies", sn.id, c.Decide.GetIndex())
+				c.Decision <- nil
+				continue
+			}
 			var last uint64
 			if c.Snapshot != nil {
 				last = c.Snapshot.GetMetadata().GetIndex()

@@ -10,9 +10,12 @@
 //     entries they acknowledge are durable (a leader hands them over before
 //     its own fsync, as etcd does);
 //  3. answer ReadIndex requests whose read state arrived;
-//  4. apply membership changes to raft, then hand the committed entries to
-//     the applier, which applies them to the state machine on its own
-//     goroutine so that applying batch N overlaps with syncing batch N+1;
+//  4. hand the committed entries to the applier, which applies them to the
+//     state machine on its own goroutine so that applying batch N overlaps
+//     with syncing batch N+1; a membership change among them is applied to
+//     raft only once the applier, having applied every entry before it,
+//     says the change applies (a refused one reaches raft as no change:
+//     deliver), as etcd's raft loop waits for its applier on a change;
 //  5. Advance.
 //
 // Before the loop, New may rewrite the log once: with Config.ForceNewCluster
@@ -97,6 +100,14 @@ type Log interface {
 type Committed struct {
 	Entries    []*raftpb.Entry
 	ConfStates map[uint64]*raftpb.ConfState
+	// Decide, when set, is a committed membership change the node asks
+	// the applier about before it applies the change to raft (Entries is
+	// empty): the applier answers on Decision, once it has applied every
+	// entry handed to it before, with why the change is refused (nil: it
+	// applies). A refused change reaches raft as a change of node 0, which
+	// raft ignores. The entry itself follows in the next batch.
+	Decide   *raftpb.Entry
+	Decision chan<- error
 	// Snapshot, when set, is a snapshot to install before anything that
 	// follows; the applier reports the outcome on Installed.
 	Snapshot  *raftpb.Snapshot
@@ -556,11 +567,7 @@ func (n *Node) run(ctx context.Context) error {
 		case idx := <-n.appliedc:
 			n.handleApplied(idx)
 		case d := <-n.flushc:
-			n.flushing = false
-			if d.err != nil {
-				return d.err
-			}
-			if err := n.compactLog(d.durable); err != nil {
+			if err := n.flushDone(d); err != nil {
 				return err
 			}
 		}
@@ -708,40 +715,103 @@ func (n *Node) handleReady(ctx context.Context) error {
 	}
 	// Step 4: membership, then the applier.
 	if len(rd.CommittedEntries) > 0 {
-		c := Committed{Entries: rd.CommittedEntries}
-		for _, e := range rd.CommittedEntries {
-			var cc raftpb.ConfChangeI
-			switch e.GetType() {
-			case raftpb.EntryConfChange:
-				var v1 raftpb.ConfChange
-				if err := proto.Unmarshal(e.GetData(), &v1); err != nil {
-					return fmt.Errorf("decode conf change at index %d: %w", e.GetIndex(), err)
-				}
-				cc = &v1
-			case raftpb.EntryConfChangeV2:
-				var v2 raftpb.ConfChangeV2
-				if err := proto.Unmarshal(e.GetData(), &v2); err != nil {
-					return fmt.Errorf("decode conf change at index %d: %w", e.GetIndex(), err)
-				}
-				cc = &v2
-			default:
-				continue
-			}
-			cs := n.rn.ApplyConfChange(cc)
-			if c.ConfStates == nil {
-				c.ConfStates = map[uint64]*raftpb.ConfState{}
-			}
-			c.ConfStates[e.GetIndex()] = cs
-			n.confHistory = append(n.confHistory, confAt{index: e.GetIndex(), cs: cs})
-			n.lastConfState = cs
-		}
-		if err := n.handOff(ctx, c); err != nil {
+		if err := n.deliver(ctx, rd.CommittedEntries); err != nil {
 			return err
 		}
 	}
 	// Step 5.
 	n.rn.Advance(rd)
 	return nil
+}
+
+// deliver hands committed entries to the applier, and applies the
+// membership changes among them to raft as the applier decides them: a
+// change is checked once more against the member list every entry before
+// it produced (package memberlist), so the entries before it go first, and
+// the node waits for the applier's answer before it hands raft the change,
+// or a change of node 0 in its place, which raft ignores. etcd's raft loop
+// waits for its applier in the same way. Raft's configuration and the
+// applier's member list thus change together, entry by entry, and raft's
+// rule of one pending change at a time (it counts a change as pending
+// until Advance) still covers the wait.
+func (n *Node) deliver(ctx context.Context, entries []*raftpb.Entry) error {
+	from := 0
+	for i, e := range entries {
+		var cc raftpb.ConfChangeI
+		switch e.GetType() {
+		case raftpb.EntryConfChange:
+			var v1 raftpb.ConfChange
+			if err := proto.Unmarshal(e.GetData(), &v1); err != nil {
+				return fmt.Errorf("decode conf change at index %d: %w", e.GetIndex(), err)
+			}
+			if from < i {
+				if err := n.handOff(ctx, Committed{Entries: entries[from:i]}); err != nil {
+					return err
+				}
+			}
+			refused, err := n.decide(ctx, e)
+			if err != nil {
+				return err
+			}
+			if refused != nil {
+				n.cfg.Logger.Warn("membership change refused as it applies; raft applies none in its place",
+					zap.Uint64("index", e.GetIndex()), zap.Stringer("type", v1.GetType()),
+					zap.String("member", fmt.Sprintf("%x", v1.GetNodeId())), zap.Error(refused))
+				v1.NodeId = proto.Uint64(0)
+			}
+			cc = &v1
+		case raftpb.EntryConfChangeV2:
+			// Neither etcd nor strata proposes one; raft decides it alone
+			// (memberlist never refuses one).
+			var v2 raftpb.ConfChangeV2
+			if err := proto.Unmarshal(e.GetData(), &v2); err != nil {
+				return fmt.Errorf("decode conf change at index %d: %w", e.GetIndex(), err)
+			}
+			if from < i {
+				if err := n.handOff(ctx, Committed{Entries: entries[from:i]}); err != nil {
+					return err
+				}
+			}
+			cc = &v2
+		default:
+			continue
+		}
+		cs := n.rn.ApplyConfChange(cc)
+		n.confHistory = append(n.confHistory, confAt{index: e.GetIndex(), cs: cs})
+		n.lastConfState = cs
+		if err := n.handOff(ctx, Committed{Entries: entries[i : i+1], ConfStates: map[uint64]*raftpb.ConfState{e.GetIndex(): cs}}); err != nil {
+			return err
+		}
+		from = i + 1
+	}
+	if from < len(entries) {
+		return n.handOff(ctx, Committed{Entries: entries[from:]})
+	}
+	return nil
+}
+
+// decide asks the applier whether the committed membership change e
+// applies (Committed.Decide) and waits for the answer, taking the
+// applier's progress reports meanwhile as handOff does.
+func (n *Node) decide(ctx context.Context, e *raftpb.Entry) (refused error, err error) {
+	answer := make(chan error, 1)
+	if err := n.handOff(ctx, Committed{Decide: e, Decision: answer}); err != nil {
+		return nil, err
+	}
+	for {
+		select {
+		case refused := <-answer:
+			return refused, nil
+		case idx := <-n.appliedc:
+			n.handleApplied(idx)
+		case d := <-n.flushc:
+			if err := n.flushDone(d); err != nil {
+				return nil, err
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // persistCommit writes the latest HardState if its commit index is newer
@@ -769,11 +839,7 @@ func (n *Node) handOff(ctx context.Context, c Committed) error {
 		case idx := <-n.appliedc:
 			n.handleApplied(idx)
 		case d := <-n.flushc:
-			n.flushing = false
-			if d.err != nil {
-				return d.err
-			}
-			if err := n.compactLog(d.durable); err != nil {
+			if err := n.flushDone(d); err != nil {
 				return err
 			}
 		case <-ctx.Done():

@@ -89,6 +89,16 @@ func (n *Node) handleApplied(idx uint64) {
 	}()
 }
 
+// flushDone takes the result of a background flush: the log is compacted
+// up to what the flush made durable, or its error stops the node.
+func (n *Node) flushDone(d flushResult) error {
+	n.flushing = false
+	if d.err != nil {
+		return d.err
+	}
+	return n.compactLog(d.durable)
+}
+
 // flushResult is what a background engine flush reports to the node: the
 // durable index it reached, or its error, which stops the node. An engine
 // that cannot make applied state durable cannot let the log be truncated,

@@ -3,12 +3,14 @@ package server
 import (
 	"context"
 	"errors"
-	"github.com/strata-kv/strata/internal/etcdurl"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/strata-kv/strata/internal/etcdurl"
+	"github.com/strata-kv/strata/membership/memberlist"
 )
 
 // Membership changes the cluster's members through raft. Each method
@@ -20,17 +22,18 @@ type Membership interface {
 	PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, error)
 }
 
-// Errors a Membership returns, mapped to etcd's.
+// Errors a Membership returns, mapped to etcd's. Those a change can also
+// meet as it applies are memberlist's.
 var (
-	ErrMemberExists     = errors.New("membership: member ID already exists")
-	ErrPeerURLExists    = errors.New("membership: peer URLs already exist")
-	ErrMemberNotFound   = errors.New("membership: member not found")
-	ErrMemberNotLearner = errors.New("membership: can only promote a learner member")
+	ErrMemberExists     = memberlist.ErrIDExists
+	ErrPeerURLExists    = memberlist.ErrPeerURLExists
+	ErrMemberNotFound   = memberlist.ErrIDNotFound
+	ErrMemberNotLearner = memberlist.ErrMemberNotLearner
 	ErrLearnerNotReady  = errors.New("membership: learner is not in sync with the leader")
 	// ErrLoggerNotPromotable refuses to promote a strata logger: a logger
 	// keeps the log and never votes (docs/logger.md).
-	ErrLoggerNotPromotable   = errors.New("membership: can not promote a strata logger: a logger never votes")
-	ErrTooManyLearners       = errors.New("membership: too many learner members in cluster")
+	ErrLoggerNotPromotable   = memberlist.ErrLoggerNotPromotable
+	ErrTooManyLearners       = memberlist.ErrTooManyLearners
 	ErrNotEnoughStarted      = errors.New("membership: re-configuration would leave too few started members")
 	ErrUnhealthy             = errors.New("membership: this member is not connected to a quorum of the cluster")
 	ErrBadLeaderTransferee   = errors.New("membership: bad leader transferee")
@@ -139,7 +142,9 @@ func membershipError(err error) error {
 		return rpctypes.ErrGRPCMemberExist
 	case errors.Is(err, ErrPeerURLExists):
 		return rpctypes.ErrGRPCPeerURLExist
-	case errors.Is(err, ErrMemberNotFound):
+	case errors.Is(err, ErrMemberNotFound), errors.Is(err, memberlist.ErrIDRemoved):
+		// etcd answers a change of a removed ID as it answers one of an
+		// unknown ID.
 		return rpctypes.ErrGRPCMemberNotFound
 	case errors.Is(err, ErrMemberNotLearner):
 		return rpctypes.ErrGRPCMemberNotLearner

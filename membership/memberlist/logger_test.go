@@ -1,4 +1,4 @@
-package logger
+package memberlist
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
-func TestMarkClientURL(t *testing.T) {
+func TestMarkLoggerURL(t *testing.T) {
 	for _, tc := range []struct {
 		name, in, want string
 		wantErr        bool
@@ -18,15 +18,15 @@ func TestMarkClientURL(t *testing.T) {
 		{name: "no host", in: "l1:2479", wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := MarkClientURL(tc.in)
+			got, err := MarkLoggerURL(tc.in)
 			if (err != nil) != tc.wantErr || got != tc.want {
-				t.Fatalf("MarkClientURL(%q) = %q, %v; want %q (error %v)", tc.in, got, err, tc.want, tc.wantErr)
+				t.Fatalf("MarkLoggerURL(%q) = %q, %v; want %q (error %v)", tc.in, got, err, tc.want, tc.wantErr)
 			}
 		})
 	}
 }
 
-func TestIsLoggerMember(t *testing.T) {
+func TestIsLogger(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		m    *pb.Member
@@ -41,8 +41,8 @@ func TestIsLoggerMember(t *testing.T) {
 			ClientURLs: []string{"http://a:1", "https://l1:2479/strata-logger/"}}, want: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := IsLoggerMember(tc.m); got != tc.want {
-				t.Fatalf("IsLoggerMember(%v) = %v, want %v", tc.m, got, tc.want)
+			if got := IsLogger(tc.m); got != tc.want {
+				t.Fatalf("IsLogger(%v) = %v, want %v", tc.m, got, tc.want)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package logger
+package memberlist
 
 import (
 	"fmt"
@@ -9,8 +9,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
-// ClientURLPath is the path a logger's client URLs carry in the member
-// list: the marker that tells a logger from an ordinary learner.
+// LoggerURLPath is the path a strata logger's client URLs carry in the
+// member list: the marker that tells a logger from an ordinary learner.
 //
 // etcd's member record (membershippb.Attributes) has only a name and client
 // URLs, so the mark has to live in one of them. The name is the operator's
@@ -20,30 +20,30 @@ import (
 // as is by `etcdctl member list`, and is not a URL an etcd member
 // advertises (etcd refuses client URLs with a path). etcd's clients never
 // dial it on their own: clientv3's endpoint sync skips learners.
-const ClientURLPath = "/strata-logger"
+const LoggerURLPath = "/strata-logger"
 
-// MarkClientURL returns u with the logger's marker path (ClientURLPath).
-func MarkClientURL(u string) (string, error) {
+// MarkLoggerURL returns u with the logger's marker path (LoggerURLPath).
+func MarkLoggerURL(u string) (string, error) {
 	p, err := url.Parse(u)
 	if err != nil || p.Host == "" {
 		return "", fmt.Errorf("logger client URL %q: want scheme://host:port", u)
 	}
-	if p.Path != "" && p.Path != "/" && p.Path != ClientURLPath {
+	if p.Path != "" && p.Path != "/" && p.Path != LoggerURLPath {
 		return "", fmt.Errorf("logger client URL %q: want no path", u)
 	}
-	p.Path, p.RawQuery, p.Fragment = ClientURLPath, "", ""
+	p.Path, p.RawQuery, p.Fragment = LoggerURLPath, "", ""
 	return p.String(), nil
 }
 
-// IsLoggerMember says whether m is a strata logger: a member whose
-// published client URLs carry the marker path (ClientURLPath). A logger
-// that has not published its attributes yet is not recognised.
-func IsLoggerMember(m *pb.Member) bool {
+// IsLogger says whether m is a strata logger: a member whose published
+// client URLs carry the marker path (LoggerURLPath). A logger that has not
+// published its attributes yet is not recognised.
+func IsLogger(m *pb.Member) bool {
 	if m == nil {
 		return false
 	}
 	return slices.ContainsFunc(m.ClientURLs, func(u string) bool {
 		p, err := url.Parse(u)
-		return err == nil && strings.TrimSuffix(p.Path, "/") == ClientURLPath
+		return err == nil && strings.TrimSuffix(p.Path, "/") == LoggerURLPath
 	})
 }

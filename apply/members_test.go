@@ -1,0 +1,131 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/strata-kv/strata/membership/memberlist"
+	"github.com/strata-kv/strata/node"
+)
+
+// Two membership changes proposed at once both passed the proposer's
+// check: the promotion of learner 2 and its removal. Committed removal
+// first, the promotion is refused as it applies: the node is told to hand
+// raft no change (Decide), the waiting caller gets etcd's refusal, and the
+// member list does not bring 2 back as a voter. The refusal and the removed
+// ID are kept, so that a restart decides a redelivered entry the same way.
+func TestMembershipChangeRefusedAsItApplies(t *testing.T) {
+	fs := vfs.NewMem()
+	eng, store := openStore(t, fs)
+	a, err := New(Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make(chan node.Committed, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx, in) }()
+
+	// decideAndApply hands e to the applier as the node does: the
+	// question first, then the entry with the conf state raft reached.
+	decideAndApply := func(e *raftpb.Entry, cs *raftpb.ConfState) error {
+		t.Helper()
+		answer := make(chan error, 1)
+		in <- node.Committed{Decide: e, Decision: answer}
+		var refused error
+		select {
+		case refused = <-answer:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no decision for entry %d", e.GetIndex())
+		}
+		in <- node.Committed{Entries: []*raftpb.Entry{e}, ConfStates: map[uint64]*raftpb.ConfState{e.GetIndex(): cs}}
+		return refused
+	}
+	one := &raftpb.ConfState{Voters: []uint64{1}}
+	withLearner := &raftpb.ConfState{Voters: []uint64{1}, Learners: []uint64{2}}
+	for i, e := range []*raftpb.Entry{
+		confChange(t, 1, 0, raftpb.ConfChangeAddNode, &pb.Member{ID: 1, PeerURLs: []string{"http://a:1"}}),
+		confChange(t, 2, 0, raftpb.ConfChangeAddLearnerNode, &pb.Member{ID: 2, PeerURLs: []string{"http://b:1"}, IsLearner: true}),
+	} {
+		cs := []*raftpb.ConfState{one, withLearner}[i]
+		if refused := decideAndApply(e, cs); refused != nil {
+			t.Fatalf("entry %d refused: %v", e.GetIndex(), refused)
+		}
+	}
+	removal := a.cfg.Waiters.Register(31)
+	promotion := a.cfg.Waiters.Register(32)
+	if refused := decideAndApply(confChange(t, 3, 31, raftpb.ConfChangeRemoveNode, &pb.Member{ID: 2}), one); refused != nil {
+		t.Fatalf("removal refused: %v", refused)
+	}
+	promote := confChange(t, 4, 32, raftpb.ConfChangeAddNode, &pb.Member{ID: 2, PeerURLs: []string{"http://b:1"}})
+	if refused := decideAndApply(promote, one); !errors.Is(refused, memberlist.ErrIDRemoved) {
+		t.Fatalf("promotion of a removed learner decided %v, want %v", refused, memberlist.ErrIDRemoved)
+	}
+	for _, w := range []struct {
+		name string
+		c    <-chan Result
+		want error
+	}{{"removal", removal, nil}, {"promotion", promotion, memberlist.ErrIDRemoved}} {
+		select {
+		case res := <-w.c:
+			if !errors.Is(res.Err, w.want) || (w.want == nil) != (res.Err == nil) {
+				t.Fatalf("%s answered %v, want %v", w.name, res.Err, w.want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no answer", w.name)
+		}
+	}
+	if err := a.WaitApplied(context.Background(), 4); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Members(); len(got) != 1 || got[0].ID != 1 {
+		t.Fatalf("members %v, want only 1", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reopened, the applier knows the removed ID and the refusal: entry 4
+	// redelivered (an engine that lost its conf state) is refused again,
+	// entry 3 is not, and a new addition of 2 is refused.
+	eng2, store2 := openStore(t, fs)
+	defer eng2.Close()
+	st, err := ReadClusterState(store2.Reader())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(st.Removed, []uint64{2}) {
+		t.Fatalf("removed %v after reopen, want [2]", st.Removed)
+	}
+	a2, err := New(Config{Store: store2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		e       *raftpb.Entry
+		refused bool
+	}{
+		{confChange(t, 3, 0, raftpb.ConfChangeRemoveNode, &pb.Member{ID: 2}), false},
+		{promote, true},
+		{confChange(t, 5, 0, raftpb.ConfChangeAddLearnerNode, &pb.Member{ID: 2, PeerURLs: []string{"http://b:1"}, IsLearner: true}), true},
+	} {
+		refused, err := a2.decide(tc.e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (refused != nil) != tc.refused {
+			t.Fatalf("entry %d after reopen decided %v, want refused %v", tc.e.GetIndex(), refused, tc.refused)
+		}
+	}
+}
