@@ -16,7 +16,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/strata-kv/strata/engine/engines"
 	"github.com/strata-kv/strata/internal/testutil"
@@ -235,7 +234,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 }
 
 // TestMaintenanceMisc: Defragment returns at once and the data stays;
-// Downgrade is refused clearly; Status fills etcd's fields.
+// Status fills etcd's fields.
 func TestMaintenanceMisc(t *testing.T) {
 	p := testutil.StartProcess(t, testutil.Options{Binary: binary(t, strata), Flags: []string{"--quota-backend-bytes=1073741824"}})
 	cli := p.Client(t)
@@ -251,10 +250,6 @@ func TestMaintenanceMisc(t *testing.T) {
 	}
 	if _, err := cli.Put(ctx, "during", "defrag"); err != nil {
 		t.Errorf("put after defrag: %v", err)
-	}
-	_, err := cli.Downgrade(ctx, clientv3.DowngradeValidate, "3.5.0")
-	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "downgrade is not supported") {
-		t.Errorf("downgrade: %v, want Unimplemented saying it is not supported", err)
 	}
 	st, err := cli.Status(ctx, p.Endpoint())
 	if err != nil {
@@ -432,5 +427,54 @@ func waitTrue(t *testing.T, timeout time.Duration, cond func() bool) {
 			t.Fatalf("condition not met within %v", timeout)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestDowngradeLikeEtcd: Downgrade checks its target as etcd 3.7 does (its
+// format, one minor below the cluster version), and a cancel with no
+// downgrade in progress answers the cluster version, also through
+// etcdctl. The one difference: etcd validates and enables a downgrade to
+// 3.6, and strata refuses it, saying why (its data directory is not etcd's).
+func TestDowngradeLikeEtcd(t *testing.T) {
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			p := start(t, f)
+			cli := p.Client(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for _, tc := range []struct {
+				action  clientv3.DowngradeAction
+				version string
+				code    codes.Code
+				says    string
+			}{
+				{clientv3.DowngradeValidate, "three.six", codes.InvalidArgument, "etcdserver: wrong downgrade target version format"},
+				{clientv3.DowngradeEnable, "3.5", codes.InvalidArgument, "etcdserver: invalid downgrade target version"},
+				{clientv3.DowngradeValidate, "3.7.0", codes.InvalidArgument, "etcdserver: invalid downgrade target version"},
+				{clientv3.DowngradeCancel, "", codes.OK, ""},
+			} {
+				resp, err := cli.Downgrade(ctx, tc.action, tc.version)
+				if code, msg := grpcError(err); code != tc.code || msg != tc.says {
+					t.Errorf("downgrade %v %q: %v, want %v %q", tc.action, tc.version, err, tc.code, tc.says)
+				}
+				if err == nil && resp.Version != "3.7" {
+					t.Errorf("downgrade %v %q: version %q, want 3.7", tc.action, tc.version, resp.Version)
+				}
+			}
+			if out := mustCtlOn(t, []string{p.Endpoint()}, "downgrade", "cancel"); !strings.Contains(out, "Downgrade cancel success") {
+				t.Errorf("etcdctl downgrade cancel printed %q", out)
+			}
+			_, err := cli.Downgrade(ctx, clientv3.DowngradeValidate, "3.6")
+			switch f {
+			case etcd:
+				if err != nil {
+					t.Errorf("etcd refused to validate a downgrade to 3.6: %v", err)
+				}
+			case strata:
+				if code, msg := grpcError(err); code != codes.FailedPrecondition || !strings.Contains(msg, "data directory is not etcd's") {
+					t.Errorf("strata validated a downgrade to 3.6: %v", err)
+				}
+			}
+		})
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coreos/go-semver/semver"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/api/v3/version"
 )
 
@@ -22,8 +24,8 @@ var EtcdVersion = version.Version
 // Maintenance implements etcd's Maintenance service. Status, HashKV and
 // MoveLeader need only the Backend; Snapshot, Hash, Defragment and alarms
 // need a MaintenanceBackend (package maintenance), and answer
-// codes.Unimplemented without one. Downgrade is refused: strata has one
-// storage version.
+// codes.Unimplemented without one. Downgrade checks its target as etcd does
+// and refuses a valid one: strata has one storage version.
 type Maintenance struct {
 	pb.UnimplementedMaintenanceServer
 	b     Backend
@@ -220,10 +222,42 @@ func (c *chunkSender) flush() error {
 	return nil
 }
 
-// Downgrade is refused: strata has one storage version and no downgrade
-// path, and says so rather than pretend to start one.
+// Downgrade answers etcd's downgrade requests with etcd's checks: a target
+// of the form major.minor[.patch], one minor below the cluster version; and a
+// cancel with no downgrade in progress answers the cluster version, after a
+// linearizable read, as etcd answers it. A valid target is refused, for
+// validation as for enabling: etcd's downgrade has its members write the
+// older version's storage and then be replaced by the older binary, and
+// strata's data directory is not etcd's. The way to an etcd cluster is a
+// snapshot (etcdctl snapshot save) restored by etcdutl.
 func (m *Maintenance) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "strata: cluster downgrade is not supported")
+	cluster := version.Cluster(EtcdVersion)
+	switch r.Action {
+	case pb.DowngradeRequest_VALIDATE, pb.DowngradeRequest_ENABLE:
+		target, err := semver.NewVersion(r.Version)
+		if err != nil {
+			// etcd accepts major.minor too.
+			if target, err = semver.NewVersion(r.Version + ".0"); err != nil {
+				return nil, rpctypes.ErrGRPCWrongDowngradeVersionFormat
+			}
+		}
+		current := semver.Must(semver.NewVersion(cluster + ".0"))
+		if target.Major != current.Major || target.Minor != current.Minor-1 {
+			return nil, rpctypes.ErrGRPCInvalidDowngradeTargetVersion
+		}
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"etcdserver: strata cannot downgrade to etcd %d.%d: its data directory is not etcd's (save a snapshot with etcdctl snapshot save and restore it with etcdutl)",
+			target.Major, target.Minor)
+	case pb.DowngradeRequest_CANCEL:
+		if err := m.b.ReadBarrier(ctx); err != nil {
+			return nil, toGRPCError(err)
+		}
+		resp := &pb.DowngradeResponse{Version: cluster}
+		fillHeader(m.b, &resp.Header, m.b.Store().Rev())
+		return resp, nil
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "etcdserver: unknown downgrade action %d", r.Action)
+	}
 }
 
 // HashKV hashes the key-value history up to a revision (0: the current
