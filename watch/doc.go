@@ -59,8 +59,12 @@
 //     never go back on a stream, nor below what a watcher's start revision
 //     told its client it held (a client resuming at N on a member still
 //     catching up). A RequestProgress that cannot be answered yet is
-//     answered once it can; a periodic notification waits for the next
-//     tick.
+//     answered once it can; one on a stream with no live watch is not
+//     answered at all, as in etcd (no watcher to speak for). A periodic
+//     notification waits for the next tick, and skips the tick after
+//     events were queued for its watcher (etcd elides it after a key
+//     update). The tick is the hub's, for every stream at once; etcd
+//     jitters each stream's by up to a tenth of the interval.
 //
 // # Known difference from etcd
 //

@@ -139,6 +139,11 @@ type watcher struct {
 	// Hub.mu and qmu; read by Stream.Next under qmu.
 	discard bool
 	pos     int // index in its group's list (guarded by Hub.mu)
+	// eventsSinceTick is set when events were queued for the watcher since
+	// the last periodic progress tick: the next tick sends it no progress
+	// notification, as etcd elides it after a key update (guarded by
+	// Hub.mu).
+	eventsSinceTick bool
 }
 
 // New returns a hub over src, at src's current revision. It starts no
@@ -330,7 +335,9 @@ func (h *Hub) dispatch() (more bool, err error) {
 		resp := &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: through}, WatchId: w.id, Events: per[w]}
 		if !w.s.push(item{resp: resp, w: w}) {
 			h.unsyncLocked(w, from+1)
+			continue
 		}
+		w.eventsSinceTick = true
 	}
 	h.mu.rev = through
 	h.answerProgressLocked()
@@ -477,6 +484,7 @@ func (h *Hub) catchUp() (more bool, err error) {
 			if !w.s.push(item{resp: resp, w: w}) {
 				continue
 			}
+			w.eventsSinceTick = true
 		}
 		delivered = true
 		w.nextRev = max(w.nextRev, through+1)
@@ -532,16 +540,23 @@ func (h *Hub) removeLocked(w *watcher, discard bool) {
 }
 
 // progressNotify sends each synced watcher created with progress_notify
-// the hub's revision, if it may (invariant 5) and its stream has room
-// (etcd skips it otherwise; either way the next tick tries again).
+// the hub's revision, if it may (invariant 5), its stream has room (etcd
+// skips it otherwise; either way the next tick tries again), and it was
+// sent no events since the last tick (etcd's sendLoop elides the next
+// notification after a key update).
 func (h *Hub) progressNotify() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.syncedAll() {
-		if !w.progress || !h.speaksForLocked(w) || h.mu.rev < w.s.maxQueuedRev() {
+		recent := w.eventsSinceTick
+		w.eventsSinceTick = false
+		if recent || !w.progress || !h.speaksForLocked(w) || h.mu.rev < w.s.maxQueuedRev() {
 			continue
 		}
 		w.s.push(item{resp: &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: h.mu.rev}, WatchId: w.id}, w: w})
+	}
+	for w := range h.mu.unsynced {
+		w.eventsSinceTick = false
 	}
 }
 
@@ -576,6 +591,15 @@ func (h *Hub) answerProgressLocked() {
 // need and the answer may speak for every watcher of s (invariant 5).
 // REQUIRES: h.mu held.
 func (h *Hub) tryProgressLocked(s *Stream, need int64) bool {
+	live := false
+	for _, w := range s.watchers {
+		live = live || !w.canceled
+	}
+	if !live {
+		// Nothing to speak for: etcd's progressIfSync sends nothing to a
+		// stream without watchers, and neither do we.
+		return true
+	}
 	if h.mu.rev < need || h.mu.rev < s.maxQueuedRev() {
 		return false
 	}

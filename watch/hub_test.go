@@ -325,10 +325,8 @@ func TestProgress(t *testing.T) {
 	e := newEnv(t, Options{ProgressInterval: 20 * time.Millisecond})
 	e.put("x", "1")
 	s := e.hub.NewStream()
-	s.RequestProgress() // no watcher: answered at once
-	if r := next(t, s); r.WatchId != ProgressWatchID || r.Header.Revision != 2 || len(r.Events) != 0 {
-		t.Fatalf("progress %v", r)
-	}
+	s.RequestProgress() // no watcher: etcd sends nothing (progressIfSync)
+	none(t, e, s)
 	id, _ := s.Watch(Request{Key: []byte("k"), ProgressNotify: true})
 	next(t, s)
 	e.put("y", "1")
@@ -784,5 +782,25 @@ func TestProgressNotBelowSent(t *testing.T) {
 	}
 	if n := s.Queued(); n != 0 {
 		t.Fatalf("%d more responses, first %v", n, next(t, s))
+	}
+}
+
+// A watcher sent events since the last periodic tick gets no progress
+// notification at the next one, only at the one after, as etcd's sendLoop
+// elides the notification after a key update.
+func TestPeriodicProgressElidedAfterEvents(t *testing.T) {
+	e := newEnv(t, Options{ProgressInterval: time.Hour}) // ticks by hand below
+	s := e.hub.NewStream()
+	id, _ := s.Watch(Request{Key: []byte("k"), ProgressNotify: true})
+	next(t, s) // created
+	e.put("k", "1")
+	if got := describe(eventsOf(t, s, id, 1)); got != "PUT k@2=1; " {
+		t.Fatalf("events %s", got)
+	}
+	e.hub.progressNotify()
+	none(t, e, s)
+	e.hub.progressNotify()
+	if r := next(t, s); r.WatchId != id || len(r.Events) != 0 || r.Header.Revision != 2 {
+		t.Fatalf("progress at the second tick: %v", r)
 	}
 }
