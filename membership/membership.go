@@ -392,7 +392,11 @@ func (s *Service) MoveLeader(ctx context.Context, target uint64) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	return s.cfg.Raft.TransferLeadership(ctx, target)
+	err := s.cfg.Raft.TransferLeadership(ctx, target)
+	if err != nil && ctx.Err() != nil {
+		return server.ErrTimeoutLeaderTransfer
+	}
+	return err
 }
 
 // LoggerIDs returns the IDs of the strata loggers among members (their

@@ -26,6 +26,9 @@ type cluster struct {
 	leader   uint64
 	progress map[uint64]tracker.Progress
 	proposed []*raftpb.ConfChange
+	// stuck makes TransferLeadership wait for its context: the transferee
+	// never takes over.
+	stuck bool
 }
 
 func (c *cluster) Members() []*pb.Member { return c.members }
@@ -46,8 +49,14 @@ func (c *cluster) Leader() uint64 { return c.leader }
 func (c *cluster) Status(context.Context) (raft.Status, error) {
 	return raft.Status{Progress: c.progress}, nil
 }
-func (c *cluster) TransferLeadership(context.Context, uint64) error { return nil }
-func (c *cluster) WaitLeader(context.Context) error                 { return nil }
+func (c *cluster) TransferLeadership(ctx context.Context, _ uint64) error {
+	if c.stuck {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+func (c *cluster) WaitLeader(context.Context) error { return nil }
 func (c *cluster) ProposeConfChange(_ context.Context, cc *raftpb.ConfChange) (<-chan apply.Result, func(), error) {
 	c.proposed = append(c.proposed, cc)
 	res := make(chan apply.Result, 1)
@@ -92,6 +101,8 @@ func TestChecks(t *testing.T) {
 		// cfg changes the service's flags (--max-learners,
 		// --strict-reconfig-check).
 		cfg func(*Config)
+		// stuck: a leadership transfer never completes.
+		stuck bool
 	}{
 		{name: "add to a cluster of one", members: one(), do: func(s *Service) error {
 			_, _, err := s.AddMember(context.Background(), []string{"http://d:2380"}, false)
@@ -236,9 +247,16 @@ func TestChecks(t *testing.T) {
 		{name: "move leader to a learner", members: withLearner(), leader: 1, do: func(s *Service) error {
 			return s.MoveLeader(context.Background(), 4)
 		}, want: server.ErrBadLeaderTransferee},
+		// etcd's error, not a bare deadline (which the server would call
+		// "request timed out").
+		{name: "move leader to a voter that never takes over", members: three(), leader: 1, stuck: true,
+			cfg: func(c *Config) { c.Timeout = 50 * time.Millisecond }, do: func(s *Service) error {
+				return s.MoveLeader(context.Background(), 3)
+			}, want: server.ErrTimeoutLeaderTransfer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &cluster{members: tc.members, active: map[uint64]bool{}, fresh: map[uint64]bool{}, leader: tc.leader, progress: progress(tc.learner)}
+			c := &cluster{members: tc.members, active: map[uint64]bool{}, fresh: map[uint64]bool{}, leader: tc.leader, progress: progress(tc.learner),
+				stuck: tc.stuck}
 			for _, id := range tc.active {
 				c.active[id] = true
 			}

@@ -32,11 +32,15 @@ var (
 	ErrLearnerNotReady  = errors.New("membership: learner is not in sync with the leader")
 	// ErrLoggerNotPromotable refuses to promote a strata logger: a logger
 	// keeps the log and never votes (docs/logger.md).
-	ErrLoggerNotPromotable   = memberlist.ErrLoggerNotPromotable
-	ErrTooManyLearners       = memberlist.ErrTooManyLearners
-	ErrNotEnoughStarted      = errors.New("membership: re-configuration would leave too few started members")
-	ErrUnhealthy             = errors.New("membership: this member is not connected to a quorum of the cluster")
-	ErrBadLeaderTransferee   = errors.New("membership: bad leader transferee")
+	ErrLoggerNotPromotable = memberlist.ErrLoggerNotPromotable
+	ErrTooManyLearners     = memberlist.ErrTooManyLearners
+	ErrNotEnoughStarted    = errors.New("membership: re-configuration would leave too few started members")
+	ErrUnhealthy           = errors.New("membership: this member is not connected to a quorum of the cluster")
+	ErrBadLeaderTransferee = errors.New("membership: bad leader transferee")
+	// ErrTimeoutLeaderTransfer is etcd's answer when the transferee did
+	// not take over in time; etcd has no gRPC error of its own for it and
+	// answers codes.Unknown with this text.
+	ErrTimeoutLeaderTransfer = errors.New("etcdserver: request timed out, leader transfer took too long")
 	ErrNotLeader             = errors.New("membership: not leader")
 	ErrMembershipUnavailable = errors.New("membership: changes are not supported by this member")
 )
@@ -160,6 +164,8 @@ func membershipError(err error) error {
 		return rpctypes.ErrGRPCUnhealthy
 	case errors.Is(err, ErrBadLeaderTransferee):
 		return rpctypes.ErrGRPCBadLeaderTransferee
+	case errors.Is(err, ErrTimeoutLeaderTransfer):
+		return status.Error(codes.Unknown, ErrTimeoutLeaderTransfer.Error())
 	case errors.Is(err, ErrNotLeader):
 		return rpctypes.ErrGRPCNotLeader
 	}

@@ -3,12 +3,17 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/strata-kv/strata/membership/memberlist"
 )
 
 // lostAlarms is a MaintenanceBackend whose alarm proposals are never
@@ -42,5 +47,26 @@ func TestAlarmProposalBounded(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("alarm still waiting 10 s after its proposal was lost")
+	}
+}
+
+// TestMembershipErrors: the errors of membership changes and MoveLeader
+// reach the client as etcd's.
+func TestMembershipErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code codes.Code
+		msg  string
+	}{
+		{ErrMemberNotFound, codes.NotFound, "etcdserver: member not found"},
+		{memberlist.ErrIDRemoved, codes.NotFound, "etcdserver: member not found"},
+		{ErrMemberExists, codes.FailedPrecondition, "etcdserver: member ID already exist"},
+		{ErrTooManyLearners, codes.FailedPrecondition, "etcdserver: too many learner members in cluster"},
+		{ErrTimeoutLeaderTransfer, codes.Unknown, "etcdserver: request timed out, leader transfer took too long"},
+	} {
+		st, _ := status.FromError(membershipError(fmt.Errorf("wrapped: %w", tc.err)))
+		if st.Code() != tc.code || st.Message() != tc.msg {
+			t.Errorf("%v: %v %q, want %v %q", tc.err, st.Code(), st.Message(), tc.code, tc.msg)
+		}
 	}
 }
