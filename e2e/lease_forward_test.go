@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -83,5 +84,45 @@ func TestLeaseForwardToPausedLeader(t *testing.T) {
 		case <-time.After(15 * time.Second):
 			t.Fatalf("a lease request through the follower still unanswered %v after the leader paused", time.Since(start).Round(time.Second))
 		}
+	}
+}
+
+// TestLeaseForwardOverPeerURLs: a follower forwards keep-alives and
+// TimeToLive to its leader's peer URL, as etcd does, so they work whatever
+// the members advertise as client URLs. Here every member advertises first
+// a client URL nobody listens on (a load balancer's, say, that the members
+// cannot reach themselves): strata forwarded to the leader's first client
+// URL and answered "no leader" to every keep-alive through a follower
+// (found by review). Run against both servers.
+func TestLeaseForwardOverPeerURLs(t *testing.T) {
+	for _, f := range flavors {
+		t.Run(string(f), func(t *testing.T) {
+			unreachable := fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePorts(t, 1)[0])
+			c := testutil.StartCluster(t, testutil.ClusterOptions{
+				Binary: binary(t, f), Size: 3, Flags: clusterFlags, AdvertiseClientURLsFirst: []string{unreachable},
+			})
+			follower := c.Members[followers(c, leaderIndex(t, c))[0]]
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{follower.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cli.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			grant, err := cli.Grant(ctx, 60)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp, err := cli.KeepAliveOnce(ctx, grant.ID); err != nil || resp.TTL <= 0 {
+				t.Fatalf("keep-alive through a follower: %v, %v", resp, err)
+			}
+			if _, err := cli.Put(ctx, "k", "v", clientv3.WithLease(grant.ID)); err != nil {
+				t.Fatal(err)
+			}
+			ttl, err := cli.TimeToLive(ctx, grant.ID, clientv3.WithAttachedKeys())
+			if err != nil || ttl.TTL <= 0 || ttl.GrantedTTL != 60 || len(ttl.Keys) != 1 || string(ttl.Keys[0]) != "k" {
+				t.Fatalf("time to live through a follower: %+v, %v", ttl, err)
+			}
+		})
 	}
 }

@@ -405,7 +405,7 @@ func Start(cfg Config) (_ *Member, err error) {
 	}
 	m.metrics.Registry().MustRegister(backup.NewCollector(m.backups.Stats))
 	m.api, err = server.NewAPI(server.APIConfig{
-		Options: cfg.Client, ListenURLs: cfg.ListenClientURLs, Sockets: cfg.Sockets, TLS: cfg.TLS.Client,
+		Options: cfg.Client, ListenURLs: cfg.ListenClientURLs, Sockets: cfg.Sockets, TLS: cfg.TLS.Client, PeerTLS: cfg.TLS.Peer,
 		ElectionTimeout: cfg.ElectionTimeout, QuotaBackendBytes: cfg.QuotaBackendBytes,
 		Backend: m, Auth: m.authStore, Lessor: m.lessor, Watches: m.watchHub, Maintainer: m.maintainer,
 		Admin: m.membership, Services: []server.Registrar{m.backups}, Incoming: incoming, Metrics: m.metrics,

@@ -80,6 +80,9 @@ type APIConfig struct {
 	ListenURLs []string
 	Sockets    transport.ListenConfig
 	TLS        tlsconfig.Info
+	// PeerTLS dials the leader's peer URL, where lease requests are
+	// forwarded (the --peer-* files).
+	PeerTLS tlsconfig.Info
 	// ElectionTimeout sets Limits.RequestTimeout when it is zero.
 	ElectionTimeout time.Duration
 	// QuotaBackendBytes is what Maintenance.Status reports as the quota.
@@ -135,7 +138,7 @@ func NewAPI(cfg APIConfig) (_ *API, err error) {
 		grpc: grpc.NewServer(slices.Concat([]grpc.ServerOption{grpc.InTapHandle(countWrites(cfg.Incoming)),
 			RequestStatsOptions(cfg.Options.WarnUnaryDuration, cfg.Logger)},
 			limits.ServerOptions(), cfg.Metrics.GRPCServerOptions(), security, authService.ServerOptions())...),
-		leases:  NewLease(b, cfg.Lessor, limits, cfg.TLS.ForwardConfig(cfg.Logger)),
+		leases:  NewLease(b, cfg.Lessor, limits, cfg.PeerTLS, cfg.Logger),
 		cluster: NewCluster(b, cfg.Admin),
 	}
 	pb.RegisterAuthServer(a.grpc, authService)
@@ -217,14 +220,17 @@ func (a *API) Close() {
 	}
 }
 
-// RegisterPeer serves the Cluster service's MemberList on the peer URLs as
-// well, for members that join to learn the cluster
-// (transport.PeerService). Nothing else of it: the peer URLs have no auth,
-// and membership changes go through the client API, where auth decides (a
+// RegisterPeer serves two things on the peer URLs as well
+// (transport.PeerService): the Cluster service's MemberList, for members
+// that join to learn the cluster, and the leader's KeepAlive and
+// TimeToLive, which followers forward there (peerLease), as etcd's peer
+// URLs serve both. Nothing else: the peer URLs have no auth, and
+// membership changes go through the client API, where auth decides (a
 // member forwards a promotion to the leader's client URL), as in etcd,
 // whose peer URLs list members but change none.
 func (a *API) RegisterPeer(s *grpc.Server) {
 	pb.RegisterClusterServer(s, peerCluster{list: a.cluster})
+	pb.RegisterLeaseServer(s, peerLease{l: a.leases})
 }
 
 // peerCluster is the Cluster service as the peer URLs serve it: MemberList,

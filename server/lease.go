@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,12 +14,13 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"go.uber.org/zap"
+
 	"github.com/strata-kv/strata/lease"
+	"github.com/strata-kv/strata/tlsconfig"
 )
 
 // forwardedKey marks a lease request a follower forwarded to the leader:
@@ -35,8 +35,11 @@ const primaryWait = 2 * time.Second
 
 // Lease implements etcd's Lease service. Grant and Revoke go through
 // raft from any member. KeepAlive and TimeToLive need the deadlines only
-// the leader keeps: a follower forwards them to the leader's client URL,
-// as etcd forwards them to its leader. Leases answers from the local
+// the leader keeps: a follower forwards them to the leader's peer URL
+// (served there by RegisterPeer), as etcd forwards them to its leader's
+// peer URLs: the peers reach each other there whatever the client URLs
+// advertise (a 127.0.0.1 client URL, a client port that wants client
+// certificates the member does not hold). Leases answers from the local
 // lessor, as etcd's does.
 //
 // Concurrency: handlers run on many goroutines; Close once, after the gRPC
@@ -48,21 +51,25 @@ type Lease struct {
 	l  *lease.Lessor
 
 	idSeq atomic.Uint64
-	// clientTLS dials a leader's https client URL; set before serving.
-	clientTLS *tls.Config
+	// peerTLS dials a leader's https peer URL (the --peer-* files).
+	peerTLS tlsconfig.Info
+	logger  *zap.Logger
 
 	mu struct {
 		sync.Mutex
-		conns  map[string]*grpc.ClientConn // client URL host -> connection
+		conns  map[string]*grpc.ClientConn // peer URL -> connection
 		closed bool
 	}
 }
 
-// NewLease returns the Lease service over b and its lessor l. forwardTLS
-// dials a leader whose client URL is https, to forward keep-alives and
-// TTL questions there (nil: plaintext, or the forward fails and says why).
-func NewLease(b Backend, l *lease.Lessor, limits Limits, forwardTLS *tls.Config) *Lease {
-	s := &Lease{kv: NewKV(b, limits), b: b, l: l, clientTLS: forwardTLS}
+// NewLease returns the Lease service over b and its lessor l. peerTLS
+// dials the leader's peer URL, to forward keep-alives and TTL questions
+// there.
+func NewLease(b Backend, l *lease.Lessor, limits Limits, peerTLS tlsconfig.Info, logger *zap.Logger) *Lease {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	s := &Lease{kv: NewKV(b, limits), b: b, l: l, peerTLS: peerTLS, logger: logger}
 	s.mu.conns = map[string]*grpc.ClientConn{}
 	return s
 }
@@ -319,43 +326,67 @@ func (s *Lease) local(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// leaderClient returns a Lease client on the leader's first client URL.
+// leaderClient returns a Lease client on the leader's first peer URL
+// (the one its peers' transports dial first).
 func (s *Lease) leaderClient(leader uint64) (pb.LeaseClient, error) {
 	if leader == 0 {
 		return nil, rpctypes.ErrGRPCNoLeader
 	}
-	var host string
-	creds := insecure.NewCredentials()
+	var peerURL, host string
 	for _, m := range s.b.Members() {
-		if m.ID == leader && len(m.ClientURLs) > 0 {
-			u, err := url.Parse(m.ClientURLs[0])
+		if m.ID == leader && len(m.PeerURLs) > 0 {
+			u, err := url.Parse(m.PeerURLs[0])
 			if err != nil || u.Host == "" {
 				return nil, rpctypes.ErrGRPCNoLeader
 			}
-			host = u.Host
-			if u.Scheme == "https" && s.clientTLS != nil {
-				creds = credentials.NewTLS(s.clientTLS.Clone())
-			}
+			peerURL, host = m.PeerURLs[0], u.Host
 		}
 	}
-	if host == "" {
-		return nil, rpctypes.ErrGRPCNoLeader // the leader has not published its client URLs yet
+	if peerURL == "" {
+		return nil, rpctypes.ErrGRPCNoLeader // not in this member's list yet
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.closed {
 		return nil, rpctypes.ErrGRPCStopped
 	}
-	conn, ok := s.mu.conns[host]
+	conn, ok := s.mu.conns[peerURL]
 	if !ok {
 		var err error
-		conn, err = grpc.NewClient(host, grpc.WithTransportCredentials(creds))
+		conn, err = grpc.NewClient(host, grpc.WithTransportCredentials(s.peerTLS.DialCreds(peerURL, s.logger)))
 		if err != nil {
-			return nil, fmt.Errorf("connect to leader %x at %s: %w", leader, host, err)
+			return nil, fmt.Errorf("connect to leader %x at %s: %w", leader, peerURL, err)
 		}
-		s.mu.conns[host] = conn
+		s.mu.conns[peerURL] = conn
 	}
 	return pb.NewLeaseClient(conn), nil
+}
+
+// peerLease is the Lease service as the peer URLs serve it, to followers
+// forwarding their clients' requests: KeepAlive and TimeToLive, answered
+// only by the leader (a member that is not refuses, rather than forward
+// again), and Unimplemented for the rest. The follower checked its
+// client's permissions before forwarding, as etcd's does; the peer URLs
+// are the members' own, guarded by the peer TLS files.
+type peerLease struct {
+	pb.UnimplementedLeaseServer
+	l *Lease
+}
+
+// LeaseKeepAlive renews leases on the leader.
+func (p peerLease) LeaseKeepAlive(stream grpc.BidiStreamingServer[pb.LeaseKeepAliveRequest, pb.LeaseKeepAliveResponse]) error {
+	if p.l.b.Leader() != p.l.b.MemberID() {
+		return rpctypes.ErrGRPCNoLeader
+	}
+	return p.l.LeaseKeepAlive(stream)
+}
+
+// LeaseTimeToLive answers on the leader.
+func (p peerLease) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	if p.l.b.Leader() != p.l.b.MemberID() {
+		return nil, rpctypes.ErrGRPCNoLeader
+	}
+	return p.l.LeaseTimeToLive(ctx, r)
 }
 
 func forwardContext(ctx context.Context) context.Context {

@@ -16,6 +16,7 @@ import (
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
 	"github.com/strata-kv/strata/lease"
 	"github.com/strata-kv/strata/mvcc"
+	"github.com/strata-kv/strata/tlsconfig"
 )
 
 func TestLeaseErrors(t *testing.T) {
@@ -105,7 +106,7 @@ func TestKeepAliveWaitsForCommittedGrant(t *testing.T) {
 	}
 	l.Promote(0)
 	b := &lateLeader{store: store, lessor: l, pending: &pb.LeaseGrantRequest{ID: 7, TTL: 60}, t: t}
-	s := NewLease(b, l, Limits{RequestTimeout: time.Second, MaxRequestBytes: 1 << 20}, nil)
+	s := NewLease(b, l, Limits{RequestTimeout: time.Second, MaxRequestBytes: 1 << 20}, tlsconfig.Info{}, nil)
 	var fwd *keepAliveForward
 	resp, err := s.keepAliveOne(context.Background(), &pb.LeaseKeepAliveRequest{ID: 7}, &fwd)
 	if err != nil || resp.TTL != 60 {

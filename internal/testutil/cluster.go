@@ -25,6 +25,9 @@ type ClusterOptions struct {
 	Flags []string
 	// ReadyTimeout bounds each member's and the leader's wait; 30 s if 0.
 	ReadyTimeout time.Duration
+	// AdvertiseClientURLsFirst are advertised by every member before its
+	// own client URL (Options.AdvertiseClientURLsFirst).
+	AdvertiseClientURLsFirst []string
 }
 
 // Member is one process of a Cluster and the proxy in front of its peer
@@ -112,6 +115,8 @@ func (c *Cluster) newMember(name string) *Member {
 		Flags:        c.opts.Flags,
 		ReadyTimeout: c.opts.ReadyTimeout,
 		Token:        c.token,
+
+		AdvertiseClientURLsFirst: c.opts.AdvertiseClientURLsFirst,
 	})
 	u, err := url.Parse(p.ListenPeerURL())
 	if err != nil {

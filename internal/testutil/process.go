@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -59,6 +60,10 @@ type Options struct {
 	ClusterState string
 	// Token is --initial-cluster-token; "e2e-<name>" if empty.
 	Token string
+	// AdvertiseClientURLsFirst are advertised before the member's own
+	// client URL (--advertise-client-urls), e.g. an address its peers
+	// cannot reach.
+	AdvertiseClientURLsFirst []string
 	// NoInitialCluster leaves out --initial-cluster and
 	// --initial-cluster-token, for a member that finds its cluster through
 	// discovery (--discovery-token in Flags): etcd refuses --initial-cluster
@@ -141,7 +146,7 @@ func (p *Process) Args() []string {
 		"--name=" + p.opts.Name,
 		"--data-dir=" + p.opts.DataDir,
 		"--listen-client-urls=" + p.clientURL,
-		"--advertise-client-urls=" + p.clientURL,
+		"--advertise-client-urls=" + strings.Join(append(slices.Clone(p.opts.AdvertiseClientURLsFirst), p.clientURL), ","),
 		"--listen-peer-urls=" + p.peerURL,
 		"--initial-advertise-peer-urls=" + advertise,
 		"--initial-cluster-state=" + cmp.Or(p.opts.ClusterState, "new"),
