@@ -377,10 +377,8 @@ func Start(cfg Config) (_ *Member, err error) {
 		members = discovered // a joining member's, until its log arrives
 	}
 	m.node.KeepLogFor(membership.LoggerIDs(members))
-	m.tracker = membership.NewTracker(membership.TrackerConfig{
-		MemberID: m.memberID, Transport: m.transport, Peers: m.remote, Raft: m.node,
-		ElectionTimeout: cfg.ElectionTimeout,
-	}, members, m.applier.Removed())
+	m.tracker = membership.NewTracker(membership.TrackerConfig{MemberID: m.memberID, Transport: m.transport},
+		members, m.applier.Removed())
 	m.membership = membership.New(membership.Config{
 		MemberID: m.memberID, ClusterID: m.clusterID, Token: cfg.InitialClusterToken, Timeout: server.RequestTimeout(cfg.ElectionTimeout),
 		Members: m.applier, Raft: m.node, Proposer: m.proposer, Activity: m.transport, Peers: m.remote,

@@ -151,11 +151,11 @@ func (p *Peers) List() ([]*pb.Member, bool) {
 	return nil, false
 }
 
-// Removed reports whether a peer of this cluster answers without this
-// member.
-func (p *Peers) Removed() bool {
+// listWithout returns a believable peer's member list (List) if it lacks
+// this member.
+func (p *Peers) listWithout() ([]*pb.Member, bool) {
 	members, ok := p.List()
-	return ok && memberlist.Find(members, p.MemberID) == nil
+	return members, ok && memberlist.Find(members, p.MemberID) == nil
 }
 
 // AwaitRemoval polls the peers' member lists until one of this cluster's
@@ -170,7 +170,7 @@ func (p *Peers) AwaitRemoval(ctx context.Context) <-chan []*pb.Member {
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			if members, ok := p.List(); ok && memberlist.Find(members, p.MemberID) == nil {
+			if members, ok := p.listWithout(); ok {
 				out <- members
 				return
 			}

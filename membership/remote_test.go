@@ -44,7 +44,8 @@ type staticMembers []*pb.Member
 
 func (s staticMembers) Members() []*pb.Member { return s }
 
-// TestPeersRemoved: a member learns its removal from a peer's list only if
+// TestPeersRemoved: a member that removed itself learns the outcome from a
+// peer's list (AwaitRemoval) only if
 // that peer lists itself, that is, has applied its own addition. A member
 // added to the cluster answers an empty list until the leader's snapshot
 // or entries arrive; taking that for a list without this member made a
@@ -68,8 +69,8 @@ func TestPeersRemoved(t *testing.T) {
 			u := servePeer(t, &listPeer{id: peer, cluster: cluster, members: tc.answer})
 			p := &Peers{MemberID: self, ClusterID: cluster, Logger: zap.NewNop(),
 				Members: staticMembers{{ID: self}, {ID: peer, PeerURLs: []string{u}}}}
-			if got := p.Removed(); got != tc.removed {
-				t.Errorf("Removed() = %v, want %v", got, tc.removed)
+			if _, got := p.listWithout(); got != tc.removed {
+				t.Errorf("listWithout() = %v, want %v", got, tc.removed)
 			}
 		})
 	}

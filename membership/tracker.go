@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -14,25 +13,23 @@ import (
 var ErrRemoved = errors.New("the member has been permanently removed from the cluster")
 
 // PeerSetter is the transport's side of the member list
-// (transport.Transport): its peers are the cluster's other members.
+// (transport.Transport): its peers are the cluster's other members; it
+// refuses the streams of removed members, and tells this member when a
+// peer refused it.
 type PeerSetter interface {
 	SetPeers(members []*pb.Member)
+	SetRemoved(ids []uint64)
+	// RemovedByPeer is closed once a peer refused this member as removed.
+	RemovedByPeer() <-chan struct{}
 }
 
 // TrackerConfig is a Tracker's collaborators and settings.
 type TrackerConfig struct {
 	// MemberID is this member's ID.
 	MemberID uint64
-	// Transport's peers follow the member list.
+	// Transport's peers follow the member list, and its refusals follow
+	// the removed IDs.
 	Transport PeerSetter
-	// Peers are asked for the member list when raft cannot tell this
-	// member that it was removed.
-	Peers *Peers
-	// Raft tells whether a leader is known.
-	Raft interface{ Leader() uint64 }
-	// ElectionTimeout paces the peers' polling: a member with no leader for
-	// three of them asks its peers.
-	ElectionTimeout time.Duration
 	// StopDelay is how long a removed member goes on before Removed
 	// closes; 0 means a second.
 	StopDelay time.Duration
@@ -50,10 +47,14 @@ type TrackerConfig struct {
 //     nothing by itself: a joining member applies the cluster's history
 //     from the start, where it is added last.
 //  2. It never applies it (the leader stops replicating to a member once
-//     its removal commits): with no leader for three election timeouts it
-//     asks its peers (Run), and a peer of its own cluster answers a list
-//     without it (a peer whose list lacks the peer itself has not caught
-//     up, and is not believed: Peers.List).
+//     its removal commits): a peer that applied the removal refuses its
+//     streams (transport.Transport.SetRemoved; etcd's peers answer 410 Gone),
+//     and the transport says so (RemovedByPeer). A peer that does not know
+//     this member (one yet to apply its addition) does not refuse it: only
+//     a removal does. Until the twentieth session the member asked its
+//     peers for their lists after three election timeouts without a
+//     leader, and took a list without it for its removal, which a peer
+//     lagging behind its addition also answered.
 //
 // Either way Removed closes a moment later (StopDelay), so that the answer to the
 // removal, when this member was the one asked, reaches the client first, as
@@ -63,9 +64,6 @@ type TrackerConfig struct {
 // loop), Run from another.
 type Tracker struct {
 	cfg TrackerConfig
-	// wasMember is set once this member saw itself in the member list: a
-	// member that never did is not asking its peers whether it was removed.
-	wasMember atomic.Bool
 	// removedSeen is signalled once by Changed when this member's ID is
 	// among the removed; Run acts on it.
 	removedSeen chan struct{}
@@ -89,9 +87,7 @@ func NewTracker(cfg TrackerConfig, members []*pb.Member, removed []uint64) *Trac
 // removed from the cluster.
 func (t *Tracker) Changed(members []*pb.Member, removed []uint64) {
 	t.cfg.Transport.SetPeers(members)
-	if slices.ContainsFunc(members, func(m *pb.Member) bool { return m.ID == t.cfg.MemberID }) {
-		t.wasMember.Store(true)
-	}
+	t.cfg.Transport.SetRemoved(removed)
 	if slices.Contains(removed, t.cfg.MemberID) {
 		select {
 		case t.removedSeen <- struct{}{}:
@@ -105,23 +101,16 @@ func (t *Tracker) Removed() <-chan struct{} { return t.removed }
 
 // Run watches for this member's removal until ctx ends or it is learned.
 func (t *Tracker) Run(ctx context.Context) {
-	interval := 3 * t.cfg.ElectionTimeout
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.removedSeen:
-		case <-time.After(interval):
-			if t.cfg.Raft.Leader() != 0 || !t.wasMember.Load() || !t.cfg.Peers.Removed() {
-				continue
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(t.cfg.StopDelay):
-		}
-		close(t.removed)
+	select {
+	case <-ctx.Done():
 		return
+	case <-t.removedSeen:
+	case <-t.cfg.Transport.RemovedByPeer():
 	}
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(t.cfg.StopDelay):
+	}
+	close(t.removed)
 }

@@ -8,16 +8,17 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
-// recordingTransport records the peer lists it is given.
-type recordingTransport struct{ lists [][]*pb.Member }
+// recordingTransport records the peer lists and removed IDs it is given;
+// refused stands for a peer's refusal of this member as removed.
+type recordingTransport struct {
+	lists   [][]*pb.Member
+	removed [][]uint64
+	refused chan struct{}
+}
 
-func (r *recordingTransport) SetPeers(members []*pb.Member) { r.lists = append(r.lists, members) }
-
-// leaderKnown is a raft node that always knows a leader, so the tracker
-// never asks its peers.
-type leaderKnown struct{}
-
-func (leaderKnown) Leader() uint64 { return 1 }
+func (r *recordingTransport) SetPeers(members []*pb.Member)  { r.lists = append(r.lists, members) }
+func (r *recordingTransport) SetRemoved(ids []uint64)        { r.removed = append(r.removed, ids) }
+func (r *recordingTransport) RemovedByPeer() <-chan struct{} { return r.refused }
 
 func TestTrackerRemoval(t *testing.T) {
 	const stopDelay = 50 * time.Millisecond
@@ -31,7 +32,9 @@ func TestTrackerRemoval(t *testing.T) {
 		// initial is the list at start-up; changes are the lists applied after.
 		initial list
 		changes []list
-		removed bool
+		// refusedByPeer: a peer refused this member's stream as removed.
+		refusedByPeer bool
+		removed       bool
 	}{
 		{name: "still a member", initial: list{members: []*pb.Member{self, other}}, changes: []list{{members: []*pb.Member{self}, removed: []uint64{9}}}},
 		{name: "removed after being a member", initial: list{members: []*pb.Member{self, other}},
@@ -43,18 +46,22 @@ func TestTrackerRemoval(t *testing.T) {
 		{name: "joining member replays the history", initial: list{members: []*pb.Member{self, other, third}},
 			changes: []list{{members: []*pb.Member{other}}, {members: []*pb.Member{other, third}}, {members: []*pb.Member{other, self, third}}}},
 		{name: "another member removed", initial: list{members: []*pb.Member{self, other}}, changes: []list{{members: []*pb.Member{self}, removed: []uint64{9, 11}}}},
+		// The removal was never applied here: a peer that applied it says so.
+		{name: "refused by a peer", initial: list{members: []*pb.Member{self, other}}, refusedByPeer: true, removed: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := &recordingTransport{}
-			tracker := NewTracker(TrackerConfig{
-				MemberID: self.ID, Transport: tr, Raft: leaderKnown{}, ElectionTimeout: time.Hour, StopDelay: stopDelay,
-			}, tt.initial.members, tt.initial.removed)
+			tr := &recordingTransport{refused: make(chan struct{})}
+			tracker := NewTracker(TrackerConfig{MemberID: self.ID, Transport: tr, StopDelay: stopDelay},
+				tt.initial.members, tt.initial.removed)
 			for _, c := range tt.changes {
 				tracker.Changed(c.members, c.removed)
 			}
-			if len(tr.lists) != 1+len(tt.changes) {
-				t.Fatalf("transport given %d lists, want %d", len(tr.lists), 1+len(tt.changes))
+			if tt.refusedByPeer {
+				close(tr.refused)
+			}
+			if len(tr.lists) != 1+len(tt.changes) || len(tr.removed) != len(tr.lists) {
+				t.Fatalf("transport given %d lists and %d removed lists, want %d", len(tr.lists), len(tr.removed), 1+len(tt.changes))
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), stopDelay+500*time.Millisecond)
 			defer cancel()

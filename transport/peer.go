@@ -155,6 +155,7 @@ func (p *peer) run() {
 	var lastErr string // logged once per distinct error, not per attempt
 	for p.ctx.Err() == nil {
 		s, err := p.connect()
+		p.t.noteRefusal(err)
 		if err == nil {
 			lastErr = ""
 			up := time.Now()
@@ -163,6 +164,7 @@ func (p *peer) run() {
 			err = p.pump(s)
 			p.setActive(time.Time{})
 			s.close()
+			p.t.noteRefusal(s.err) // set once close has waited for the reader
 			if p.ctx.Err() != nil {
 				return
 			}

@@ -53,19 +53,30 @@ var serviceDesc = grpc.ServiceDesc{
 // FailedPrecondition status.
 var ErrClusterIDMismatch = errors.New("cluster ID mismatch")
 
+// ErrMemberRemoved is the reason a member refuses a stream from a member
+// the cluster removed (Transport.SetRemoved). It crosses the wire as the
+// text of a FailedPrecondition status.
+var ErrMemberRemoved = errors.New("the member has been permanently removed from the cluster")
+
+// removedError is the refusal of a stream from removed member id.
+func removedError(id uint64) error {
+	return status.Errorf(codes.FailedPrecondition, "%v: member %x", ErrMemberRemoved, id)
+}
+
 // serve runs recv, which reads the rest of s and calls the Handler, on a
 // goroutine counted in t.wg, and returns when recv does, when the
 // transport stops, or when stalled is closed (recv waited too long for a
 // frame; nil: never). With keepalive it also sends an empty frame every
 // keepaliveInterval meanwhile, so that the sender can tell a silent peer
-// from an idle one.
+// from an idle one, and ends the stream once from, its sender, is removed
+// from the cluster.
 //
 // Only the calling goroutine (the gRPC handler's) sends on s, so nothing is
 // sent after the handler returns. recv may outlive the handler when the
 // transport stops or the stream stalls: returning from the handler is the
 // only way to end a server stream, and its next (or pending) RecvMsg then
 // fails. Stop waits for recv to return, so no Handler call outlives Stop.
-func (t *Transport) serve(s grpc.ServerStream, keepalive bool, stalled <-chan struct{}, recv func() error) error {
+func (t *Transport) serve(s grpc.ServerStream, from uint64, keepalive bool, stalled <-chan struct{}, recv func() error) error {
 	errc := make(chan error, 1)
 	if !t.goUnlessStopped(func() { errc <- recv() }) {
 		return status.Error(codes.Unavailable, "peer transport stopped")
@@ -85,6 +96,11 @@ func (t *Transport) serve(s grpc.ServerStream, keepalive bool, stalled <-chan st
 		case <-stalled:
 			return status.Errorf(codes.DeadlineExceeded, "peer stream stalled: no frame for %v", t.silenceTimeout)
 		case <-tick:
+			if t.isRemoved(from) {
+				// Removed after the stream was accepted: end it, so
+				// that the member learns it at its next handshake.
+				return removedError(from)
+			}
 			if err := s.SendMsg(&frame{}); err != nil {
 				return fmt.Errorf("send keepalive: %w", err)
 			}
@@ -104,6 +120,9 @@ func (t *Transport) checkHello(f *frame) error {
 	}
 	if f.From == 0 {
 		return status.Error(codes.InvalidArgument, "peer stream hello without a sender ID")
+	}
+	if t.isRemoved(f.From) {
+		return removedError(f.From)
 	}
 	return nil
 }
@@ -153,7 +172,7 @@ func (t *Transport) serveMessagesAfter(s grpc.ServerStream, hello *frame) error 
 	if err := s.SendMsg(&frame{ClusterID: t.cfg.ClusterID, From: t.cfg.LocalID, To: hello.From}); err != nil {
 		return fmt.Errorf("answer hello of member %x: %w", hello.From, err)
 	}
-	return t.serve(s, true, nil, func() error {
+	return t.serve(s, hello.From, true, nil, func() error {
 		ctx := s.Context()
 		for {
 			var f frame
@@ -208,7 +227,7 @@ func (t *Transport) serveSnapshotAfter(s grpc.ServerStream, hello *frame) error 
 	}
 	lg := t.lg.With(zap.String("peer-id", fmt.Sprintf("%x", hello.From)), zap.Uint64("index", index))
 	r := newChunkReader(s, t.silenceTimeout)
-	err = t.serve(s, false, r.stalledc, func() error {
+	err = t.serve(s, hello.From, false, r.stalledc, func() error {
 		defer r.stall.Stop()
 		if err := t.cfg.Snapshotter.Receive(m, r); err != nil {
 			lg.Warn("failed to receive snapshot", zap.Error(err))

@@ -16,8 +16,10 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // Handler receives what peers send. Process is called from transport
@@ -121,10 +123,17 @@ type Transport struct {
 	// waits for it.
 	wg sync.WaitGroup
 
+	// removedByPeer is closed, once, when a peer refuses this member as
+	// removed from the cluster (RemovedByPeer).
+	removedByPeer     chan struct{}
+	removedByPeerOnce sync.Once
+
 	mu struct {
 		sync.Mutex
 		peers   map[uint64]*peer
 		stopped bool
+		// removed are the IDs removed from the cluster (SetRemoved).
+		removed map[uint64]bool
 	}
 }
 
@@ -145,8 +154,10 @@ func New(cfg Config) *Transport {
 
 		keepaliveInterval: keepaliveInterval,
 		silenceTimeout:    silenceTimeout,
+		removedByPeer:     make(chan struct{}),
 	}
 	t.mu.peers = make(map[uint64]*peer)
+	t.mu.removed = map[uint64]bool{}
 	if cfg.Outgoing != nil {
 		t.mu.Lock()
 		t.goLocked(t.sendOutgoing)
@@ -237,6 +248,43 @@ func (t *Transport) SetPeers(members []*pb.Member) {
 	t.mu.Unlock()
 	for _, id := range gone {
 		t.RemovePeer(id)
+	}
+}
+
+// SetRemoved records the IDs removed from the cluster. A stream from one of
+// them is refused, and one served already ends within a keepalive interval,
+// with ErrMemberRemoved: the removed member learns it from its peers
+// (RemovedByPeer), as etcd's peers answer a removed member with 410 Gone.
+// A member whose removal committed may never apply it (the leader stops
+// replicating to it), and a member that is only unknown to a peer (one
+// that has yet to apply its addition) is not refused.
+func (t *Transport) SetRemoved(ids []uint64) {
+	removed := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		removed[id] = true
+	}
+	t.mu.Lock()
+	t.mu.removed = removed
+	t.mu.Unlock()
+}
+
+// isRemoved says whether id was removed from the cluster (SetRemoved).
+func (t *Transport) isRemoved(id uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mu.removed[id]
+}
+
+// RemovedByPeer is closed once a peer refused a stream from this member
+// because the cluster removed it.
+func (t *Transport) RemovedByPeer() <-chan struct{} { return t.removedByPeer }
+
+// noteRefusal closes RemovedByPeer if err is a peer's refusal of this
+// member as removed.
+func (t *Transport) noteRefusal(err error) {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.FailedPrecondition &&
+		strings.Contains(st.Message(), ErrMemberRemoved.Error()) {
+		t.removedByPeerOnce.Do(func() { close(t.removedByPeer) })
 	}
 }
 

@@ -1386,3 +1386,52 @@ func TestSetPeers(t *testing.T) {
 		}
 	}
 }
+
+// A member that removed a peer refuses the removed member's streams, and
+// ends one it was already serving: the removed member learns its removal
+// (RemovedByPeer), as etcd's peers answer a removed member with 410 Gone.
+// A member only unknown to the peer (not yet applied there) is served.
+func TestRemovedMemberRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// removeFirst: the peer knows the removal before the stream opens.
+		removeFirst bool
+	}{{"removed before the stream opens", true}, {"removed while the stream is served", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := startMember(t, 1, memberOpts{})
+			b := startMember(t, 2, memberOpts{keepalive: 10 * time.Millisecond})
+			b.tr.SetRemoved([]uint64{7}) // another member's removal changes nothing for 1
+			if tc.removeFirst {
+				b.tr.SetRemoved([]uint64{1, 7})
+			}
+			a.tr.AddPeer(2, []string{b.url})
+			if !tc.removeFirst {
+				// Served while member 1 is unknown to member 2: its
+				// messages arrive.
+				deadline := time.Now().Add(wait)
+				for delivered := false; !delivered; {
+					a.tr.Send([]*raftpb.Message{msg(1, 2, 1)})
+					select {
+					case <-b.h.recv:
+						delivered = true
+					case <-time.After(20 * time.Millisecond):
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("member 1's message never arrived")
+					}
+				}
+				select {
+				case <-a.tr.RemovedByPeer():
+					t.Fatal("member 1 told it was removed before its removal")
+				default:
+				}
+				b.tr.SetRemoved([]uint64{1})
+			}
+			select {
+			case <-a.tr.RemovedByPeer():
+			case <-time.After(wait):
+				t.Fatal("member 1 never learned its removal from member 2")
+			}
+		})
+	}
+}
