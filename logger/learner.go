@@ -156,9 +156,10 @@ type learnerConfig struct {
 	Inbox  *Inbox
 	Sender Sender
 	Peers  Peers
-	// TickInterval is raft's tick; the learner's raft ticks only to keep
-	// its election timer (it never campaigns) and to write a newer commit
-	// index at most once per tick.
+	// TickInterval paces the writes of a newer commit index (at most one
+	// per tick) and the publishing of the attributes. raft itself is never
+	// ticked: its only use of a tick on a follower is the election timer
+	// (invariant 3).
 	TickInterval time.Duration
 	// Attributes, if not nil, are published in the cluster's member list
 	// (publish.go) until the learner sees them committed.
@@ -187,14 +188,18 @@ type learnerConfig struct {
 //     repaired at open (reconcileGaps).
 //  3. The log is truncated only by a snapshot's restart and by Truncate,
 //     never past the voters' truncation point, the commit index, or the
-//     last committed entry raft handed over; nothing is applied; the
-//     learner never campaigns (it is a learner, or before it learns a
-//     configuration, not in its own configuration).
+//     last committed entry raft handed over; nothing is applied.
 //  4. commit (published) never exceeds the last index appended durably, so
 //     Recover serves only durable, committed entries.
 //  5. The only proposal the learner makes is its own attributes (a
 //     ClusterMemberAttrSet for its member ID, publish.go), forwarded by raft
 //     to the leader, and only until it sees them committed.
+//  6. The learner never campaigns and never votes, even if an operator
+//     promoted it to a voter before it published the mark that forbids
+//     it (memberlist.IsLogger): its raft is never ticked, so its election
+//     timer never fires, and vote requests and MsgTimeoutNow are dropped
+//     unread. A promoted logger counts in the quorum as a voter that is
+//     down for elections.
 type learner struct {
 	cfg learnerConfig
 	lg  *zap.Logger
@@ -331,11 +336,9 @@ func (l *learner) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ticker.C:
-			l.rn.Tick()
-			if err := l.persistCommit(); err != nil {
+			if err := l.tick(); err != nil {
 				return err
 			}
-			l.maybePublish()
 		case m := <-in.recvc:
 			l.step(m)
 			// One Ready, and so one fsync, for every message queued.
@@ -358,7 +361,21 @@ func (l *learner) loop(ctx context.Context) error {
 	}
 }
 
+// tick is the loop's periodic work: a newer commit index written, the
+// attributes published. raft itself is not ticked (invariant 6).
+func (l *learner) tick() error {
+	if err := l.persistCommit(); err != nil {
+		return err
+	}
+	l.maybePublish()
+	return nil
+}
+
 func (l *learner) step(m *raftpb.Message) {
+	switch m.GetType() {
+	case raftpb.MsgVote, raftpb.MsgPreVote, raftpb.MsgTimeoutNow:
+		return // invariant 6
+	}
 	if err := l.rn.Step(m); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 		l.lg.Debug("raft refused a message", zap.Stringer("type", m.GetType()), zap.Error(err))
 	}

@@ -36,6 +36,8 @@ import (
 //	respond                       the leader steps what the learner sent
 //	stabilize                     all of the above until quiet
 //	tick-leader                   the leader's clock ticks (a heartbeat)
+//	tick-learner n                the learner's clock ticks n times (its loop's ticker)
+//	vote-request                  a candidate (member 3, term 99) asks the learner for its vote
 //	add-member id [url]           the leader proposes adding a voter (add-learner: a learner;
 //	remove-member id              remove-member: removing one), url in its member record
 //	truncate index                the voters' truncation point reaches index
@@ -57,7 +59,10 @@ type learnerEnv struct {
 	// The leader.
 	storage *raft.MemoryStorage
 	leader  *raft.RawNode
-	toL     []*raftpb.Message // sent by the leader, not delivered yet
+	// leaderCS is the leader's configuration, as its applied membership
+	// changes left it (compact-leader's snapshot carries it).
+	leaderCS raftpb.ConfState
+	toL      []*raftpb.Message // sent by the leader, not delivered yet
 	// The learner.
 	fs    vfs.FS
 	log   *recordingLog
@@ -230,7 +235,7 @@ func (env *learnerEnv) leaderReady() bool {
 				if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
 					env.t.Fatal(err)
 				}
-				env.leader.ApplyConfChange(&cc)
+				env.leaderCS = *env.leader.ApplyConfChange(&cc)
 			}
 		}
 		env.leader.Advance(rd)
@@ -296,6 +301,33 @@ func (env *learnerEnv) handle(t *testing.T, td *datadriven.TestData) string {
 	case "tick-leader":
 		env.leader.Tick()
 		env.leaderReady()
+	case "tick-learner":
+		n, err := strconv.Atoi(td.CmdArgs[0].Key)
+		if err != nil {
+			td.Fatalf(t, "ticks: %v", err)
+		}
+		for range n {
+			if err := env.ln.tick(); err != nil {
+				env.record("L: tick: %v", err)
+			}
+			for env.ln.rn.HasReady() {
+				if err := env.ln.handleReady(); err != nil {
+					env.record("L: handle Ready: %v", err)
+					break
+				}
+			}
+		}
+	case "vote-request":
+		for _, typ := range []raftpb.MessageType{raftpb.MsgPreVote, raftpb.MsgVote, raftpb.MsgTimeoutNow} {
+			env.ln.step(&raftpb.Message{Type: typ.Enum(), From: proto.Uint64(3), To: proto.Uint64(2),
+				Term: proto.Uint64(99), LogTerm: proto.Uint64(99), Index: proto.Uint64(1000)})
+		}
+		for env.ln.rn.HasReady() {
+			if err := env.ln.handleReady(); err != nil {
+				env.record("L: handle Ready: %v", err)
+				break
+			}
+		}
 	case "add-member", "add-learner", "remove-member":
 		id, err := strconv.ParseUint(td.CmdArgs[0].Key, 10, 64)
 		if err != nil {
@@ -331,8 +363,8 @@ func (env *learnerEnv) handle(t *testing.T, td *datadriven.TestData) string {
 		if err != nil {
 			td.Fatalf(t, "index: %v", err)
 		}
-		cs := raftpb.ConfState{Voters: []uint64{1}, Learners: []uint64{2}}
-		if _, err := env.storage.CreateSnapshot(idx, &cs, nil); err != nil {
+		cs := proto.CloneOf(&env.leaderCS)
+		if _, err := env.storage.CreateSnapshot(idx, cs, nil); err != nil {
 			td.Fatalf(t, "snapshot: %v", err)
 		}
 		if err := env.storage.Compact(idx); err != nil {
