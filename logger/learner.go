@@ -200,6 +200,13 @@ type learnerConfig struct {
 //     timer never fires, and vote requests and MsgTimeoutNow are dropped
 //     unread. A promoted logger counts in the quorum as a voter that is
 //     down for elections.
+//  7. A committed membership change reaches the cluster record (peers,
+//     voters) before the HardState that commits it is durable: raft
+//     redelivers no committed entry after a restart (nothing is applied),
+//     so a crash between the two would lose the change for good. Written
+//     first, a change whose commit was not yet durable is met again and
+//     followed again, which changes nothing. A record that cannot be
+//     written stops the learner.
 type learner struct {
 	cfg learnerConfig
 	lg  *zap.Logger
@@ -382,8 +389,8 @@ func (l *learner) step(m *raftpb.Message) {
 }
 
 // handleReady performs one Ready in raft's order: the snapshot (the gap),
-// the entries and HardState with one sync, the messages, the committed
-// membership changes, Advance; then the truncation the voters asked for,
+// the committed membership changes, the entries and HardState with one
+// sync, the messages, Advance; then the truncation the voters asked for,
 // if the commit index now reaches more of it.
 func (l *learner) handleReady() error {
 	rd := l.rn.Ready()
@@ -393,6 +400,15 @@ func (l *learner) handleReady() error {
 	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
 		if err := l.restartAfter(rd.Snapshot.GetMetadata()); err != nil {
 			return err
+		}
+	}
+	// Invariant 7: the cluster record follows a membership change before
+	// the HardState that commits it is durable.
+	for _, e := range rd.CommittedEntries {
+		if e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2 {
+			if err := l.followMembership(e); err != nil {
+				return fmt.Errorf("follow the membership change at %d of cluster %x: %w", e.GetIndex(), l.cfg.Record.ClusterID, err)
+			}
 		}
 	}
 	var hs *raftpb.HardState
@@ -434,13 +450,6 @@ func (l *learner) handleReady() error {
 	}
 	if err := l.notePublished(rd.CommittedEntries); err != nil {
 		return err
-	}
-	for _, e := range rd.CommittedEntries {
-		if e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2 {
-			if err := l.followMembership(e); err != nil {
-				l.lg.Warn("cannot read a membership change", zap.Uint64("index", e.GetIndex()), zap.Error(err))
-			}
-		}
 	}
 	l.rn.Advance(rd)
 	// A truncation point past the commit index waited for it.

@@ -42,6 +42,7 @@ import (
 //	remove-member id              remove-member: removing one), url in its member record
 //	truncate index                the voters' truncation point reaches index
 //	fail-append                   the learner's next Append fails (its fsync)
+//	fail-record                   the learner's next write of cluster.json fails
 //	compact-leader index          the leader takes a snapshot at index and truncates its log
 //	restart                       the learner's process dies and starts again from its disk
 //	publish name url              the learner proposes its attributes (name, client URL) now
@@ -64,7 +65,7 @@ type learnerEnv struct {
 	leaderCS raftpb.ConfState
 	toL      []*raftpb.Message // sent by the leader, not delivered yet
 	// The learner.
-	fs    vfs.FS
+	fs    *recordFailFS
 	log   *recordingLog
 	ln    *learner
 	rec   *ClusterRecord
@@ -75,6 +76,21 @@ type learnerEnv struct {
 	truncatedTo uint64
 	// attrs are the attributes the learner publishes (publish).
 	attrs *Attributes
+}
+
+// recordFailFS is the learner's file system, failing the next write of
+// the cluster record on demand.
+type recordFailFS struct {
+	vfs.FS
+	failNext bool
+}
+
+func (fs *recordFailFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if fs.failNext && strings.Contains(name, recordFile) {
+		fs.failNext = false
+		return nil, errors.New("injected failure to write the cluster record")
+	}
+	return fs.FS.Create(name, category)
 }
 
 // recordingLog is the learner's raftlog, recording each write in the
@@ -135,7 +151,7 @@ func (p recordingPeers) UpdatePeer(id uint64, urls []string) {
 func (p recordingPeers) RemovePeer(id uint64) { p.env.record("L: transport: remove peer %d", id) }
 
 func newLearnerEnv(t *testing.T) *learnerEnv {
-	env := &learnerEnv{t: t, fs: vfs.NewMem(), storage: raft.NewMemoryStorage(),
+	env := &learnerEnv{t: t, fs: &recordFailFS{FS: vfs.NewMem()}, storage: raft.NewMemoryStorage(),
 		rec: &ClusterRecord{ClusterID: 0xc1, MemberID: 2, Peers: map[uint64][]string{1: {"http://leader"}}, Voters: []uint64{1}}}
 	rn, err := raft.NewRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: env.storage,
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, Logger: raftDiscard{}})
@@ -358,6 +374,8 @@ func (env *learnerEnv) handle(t *testing.T, td *datadriven.TestData) string {
 		}
 	case "fail-append":
 		env.log.failNext = true
+	case "fail-record":
+		env.fs.failNext = true
 	case "compact-leader":
 		idx, err := strconv.ParseUint(td.CmdArgs[0].Key, 10, 64)
 		if err != nil {
