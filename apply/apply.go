@@ -603,9 +603,9 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 				if cs := c.ConfStates[last]; cs != nil && repairConf {
 					confState = cs
 					if repairMembers {
-						// The list is rebuilt from the first entry,
-						// so each change meets the list it first met.
-						if _, _, err := ms.applyChange(e, a.cfg.MaxLearners); err != nil {
+						// The list is rebuilt with each change's first
+						// decision, as raft is (Applier.decide).
+						if err := ms.reapplyChange(e); err != nil {
 							w.Abort()
 							return fmt.Errorf("reapply conf change %d: %w", last, err)
 						}
@@ -648,6 +648,9 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 				if err != nil {
 					w.Abort()
 					return fmt.Errorf("apply conf change %d: %w", e.GetIndex(), err)
+				}
+				if cs != nil {
+					ms.list.Config = cs // the next change meets raft's configuration after this one
 				}
 				if refused != nil {
 					a.logger.Warn("refused a membership change as it applied", zap.Uint64("index", e.GetIndex()), zap.Error(refused))

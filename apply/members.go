@@ -39,6 +39,13 @@ const (
 	metaRefused = "raft/refused-confchanges"
 )
 
+// ClusterStateMeta are the meta names (mvcc.MetaKey) of the state the
+// applier keeps that belongs to one cluster rather than to its data: raft's
+// conf state, the member list, the removed IDs, the refused changes and the
+// raised alarms. A restore into a new cluster leaves them out, as etcd's
+// restore trims the membership (and members_removed) from its backend.
+var ClusterStateMeta = []string{metaConfState, metaMembers, metaRemoved, metaRefused, metaAlarms}
+
 // memberState is the membership as one engine batch changes it: a private
 // copy of the applier's, written with the batch and published after its
 // commit.
@@ -55,7 +62,7 @@ type memberState struct {
 // applier goroutine (or recovery, before Run) calls it.
 func (a *Applier) memberState() *memberState {
 	return &memberState{
-		list:    memberlist.List{Members: slices.Clone(a.Members()), Removed: a.removed},
+		list:    memberlist.List{Members: slices.Clone(a.Members()), Removed: a.removed, Config: a.confState.Load()},
 		refused: a.refused,
 	}
 }
@@ -77,6 +84,26 @@ func (s *memberState) applyChange(e *raftpb.Entry, maxLearners int) (requestID u
 	s.changedMembers = s.changedMembers || changed
 	s.changedRemoved = s.changedRemoved || len(s.list.Removed) != removedBefore
 	return c.RequestID, nil, nil
+}
+
+// reapplyChange applies again a membership entry the engine already
+// holds, to rebuild a lost member list (Applier.applyBatches), with the
+// decision it had: refused if the record of refusals says so (the node hands
+// raft the same decision, decide), applied otherwise, without checking it
+// again against a list that may lack what the log's compacted part added.
+func (s *memberState) reapplyChange(e *raftpb.Entry) error {
+	if _, refused := slices.BinarySearch(s.refused, e.GetIndex()); refused {
+		return nil
+	}
+	c, err := memberlist.DecodeChange(e)
+	if err != nil {
+		return err
+	}
+	removedBefore := len(s.list.Removed)
+	changed := s.list.Reapply(c)
+	s.changedMembers = s.changedMembers || changed
+	s.changedRemoved = s.changedRemoved || len(s.list.Removed) != removedBefore
+	return nil
 }
 
 // setAttributes records the attributes a member published.
@@ -155,7 +182,7 @@ func (a *Applier) decide(e *raftpb.Entry) (refused error, err error) {
 	if err != nil {
 		return nil, err
 	}
-	list := memberlist.List{Members: a.Members(), Removed: a.removed}
+	list := memberlist.List{Members: a.Members(), Removed: a.removed, Config: a.confState.Load()}
 	return list.Check(c, a.cfg.MaxLearners), nil
 }
 

@@ -129,3 +129,29 @@ func TestMembershipChangeRefusedAsItApplies(t *testing.T) {
 		}
 	}
 }
+
+// A member list rebuilt from redelivered entries (an engine that lost it
+// with its conf state) takes each change's first decision, as raft gets it
+// (Applier.decide): a change refused when it first applied stays refused,
+// one applied stays applied, without being checked again against a list
+// that may lack what the log's compacted part had added (found by review).
+func TestRebuiltListKeepsDecisions(t *testing.T) {
+	ms := &memberState{refused: []uint64{3}}
+	for _, e := range []*raftpb.Entry{
+		confChange(t, 1, 0, raftpb.ConfChangeAddNode, &pb.Member{ID: 7, PeerURLs: []string{"http://a:1"}}),
+		// 5 was added in the log's compacted part: its removal applied.
+		confChange(t, 2, 0, raftpb.ConfChangeRemoveNode, &pb.Member{ID: 5}),
+		// Refused when first applied (its peer URL was taken then).
+		confChange(t, 3, 0, raftpb.ConfChangeAddNode, &pb.Member{ID: 9, PeerURLs: []string{"http://b:1"}}),
+	} {
+		if err := ms.reapplyChange(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := ms.list.Members; len(got) != 1 || got[0].ID != 7 {
+		t.Fatalf("rebuilt members %v, want only 7", got)
+	}
+	if !slices.Equal(ms.list.Removed, []uint64{5}) || !slices.Equal(ms.refused, []uint64{3}) || ms.changedRefused {
+		t.Fatalf("removed %v, refused %v (changed %v)", ms.list.Removed, ms.refused, ms.changedRefused)
+	}
+}

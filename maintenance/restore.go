@@ -333,16 +333,19 @@ func backupFileSource(path string) RestoreSource {
 }
 
 // restoreDropped are the keys a restore leaves out: the old cluster's
-// raft and membership state (apply/apply.go, apply/alarm.go). The applied
-// index is kept at zero, so the new log's entries all apply. The old
-// cluster's index -> revision rows (mvcc.IsIndexRevisionKey) are left out
-// too: they describe the old log, and the new one starts from index 1
-// again, where log compaction would take them for its own.
-var restoreDropped = map[string]bool{
-	"muraft/confstate":  true,
-	"mucluster/members": true,
-	"mucluster/alarms":  true,
-}
+// raft and membership state, removed members and refused changes
+// included, and its alarms (apply.ClusterStateMeta). The applied index is
+// kept at zero, so the new log's entries all apply. The old cluster's
+// index -> revision rows (mvcc.IsIndexRevisionKey) are left out too: they
+// describe the old log, and the new one starts from index 1 again, where
+// log compaction would take them for its own.
+var restoreDropped = func() map[string]bool {
+	keys := map[string]bool{}
+	for _, name := range apply.ClusterStateMeta {
+		keys[string(mvcc.MetaKey(name))] = true
+	}
+	return keys
+}()
 
 // restoreFilter passes a backup's records to the table writer, minus the
 // old cluster's state.

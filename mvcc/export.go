@@ -136,6 +136,9 @@ func ReadLeases(r engine.Reader) ([]LeaseRecord, error) {
 	return out, nil
 }
 
+// MetaKey is the engine key under which SetMeta stores name.
+func MetaKey(name string) []byte { return []byte(prefixUser + name) }
+
 // ReadMeta returns the value SetMeta stored under name in r, nil if none.
 func ReadMeta(r engine.Reader, name string) ([]byte, error) {
 	b, err := r.Get([]byte(prefixUser + name))

@@ -32,6 +32,8 @@
 //  4. A learner is added only while fewer members than the limit are
 //     learners, strata loggers not counted (IsLogger).
 //  5. Only a learner is promoted, and never a strata logger.
+//  6. A removal of an ID raft's configuration holds (List.Config) always
+//     applies, so that raft and the list never keep a member apart.
 //
 // Version-2 conf changes (ConfChangeV2) are applied as raft applies them
 // and never refused: neither etcd nor strata proposes one.
@@ -77,6 +79,21 @@ type List struct {
 	Members []*pb.Member
 	// Removed holds the IDs of removed members, sorted.
 	Removed []uint64
+	// Config is raft's configuration where the list stands, as the applier
+	// recorded it (nil: unknown). A removal of an ID it holds always
+	// applies, whatever the list says: a list that lost a member (a bug,
+	// a version-2 change) must never keep raft from dropping it, or raft
+	// would keep a voter no change could remove.
+	Config *raftpb.ConfState
+}
+
+// inConfig says whether raft's configuration holds id.
+func (l *List) inConfig(id uint64) bool {
+	if l.Config == nil {
+		return false
+	}
+	return slices.Contains(l.Config.GetVoters(), id) || slices.Contains(l.Config.GetLearners(), id) ||
+		slices.Contains(l.Config.GetVotersOutgoing(), id) || slices.Contains(l.Config.GetLearnersNext(), id)
 }
 
 // Find returns the member with ID id, or nil.
@@ -185,6 +202,9 @@ func (l *List) Check(c Change, maxLearners int) error {
 	}
 	ch := c.Changes[0]
 	id := ch.GetNodeId()
+	if ch.GetType() == raftpb.ConfChangeRemoveNode && l.inConfig(id) {
+		return nil
+	}
 	if _, removed := slices.BinarySearch(l.Removed, id); removed {
 		return fmt.Errorf("%w: %x", ErrIDRemoved, id)
 	}
@@ -242,6 +262,13 @@ func (l *List) Apply(c Change, maxLearners int) (changed bool, refused error) {
 	if err := l.Check(c, maxLearners); err != nil {
 		return false, err
 	}
+	return l.Reapply(c), nil
+}
+
+// Reapply applies c to l as it was decided before (it applied), without
+// checking it again: for a change the engine already holds, redelivered to
+// rebuild a lost list, whose decision stands.
+func (l *List) Reapply(c Change) (changed bool) {
 	for _, ch := range c.Changes {
 		id := ch.GetNodeId()
 		if id == 0 {
@@ -279,7 +306,7 @@ func (l *List) Apply(c Change, maxLearners int) (changed bool, refused error) {
 			}
 		}
 	}
-	return changed, nil
+	return changed
 }
 
 // replace returns a copy of members with rec in place of the record with

@@ -84,6 +84,13 @@ func TestChangesCheckedInOrder(t *testing.T) {
 		changes: []Change{change(raftpb.ConfChangeAddNode, 1, voter(1, "http://a:1")), change(raftpb.ConfChangeAddNode, 5, voter(5, "http://l:1"))},
 		want:    []error{ErrMemberNotLearner, ErrLoggerNotPromotable}, wantIDs: []uint64{1, 5},
 	}, {
+		// Raft's configuration holds 8, the list lost it: the removal
+		// applies, or raft would keep a voter nothing could remove.
+		name:    "removal of an ID only raft's configuration holds",
+		start:   List{Members: []*pb.Member{voter(1, "http://a:1")}, Removed: []uint64{8}, Config: &raftpb.ConfState{Voters: []uint64{1, 8}}},
+		changes: []Change{change(raftpb.ConfChangeRemoveNode, 8, nil), change(raftpb.ConfChangeRemoveNode, 9, nil)},
+		want:    []error{nil, ErrIDNotFound}, wantIDs: []uint64{1}, wantRemoved: []uint64{8},
+	}, {
 		name:    "a learner added under a member's ID",
 		start:   List{Members: []*pb.Member{voter(1, "http://a:1")}},
 		changes: []Change{change(raftpb.ConfChangeAddLearnerNode, 1, learner(1, "http://z:1"))},
