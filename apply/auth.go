@@ -46,12 +46,11 @@ func (x *authApplier) apply(w *mvcc.WriteBatch, r *pb.InternalRaftRequest) (res 
 	return Result{}, false, nil
 }
 
-// checkManagement permits an auth management request to the root role,
-// and a user changing its own password.
+// checkManagement permits an auth management request to the root role
+// only, a user's change of her own password included, as etcd 3.7's
+// needAdminPermission.
 func (x *authApplier) checkManagement(info *auth.Info, r *pb.InternalRaftRequest) error {
 	switch {
-	case r.AuthUserChangePassword != nil && r.AuthUserChangePassword.Name == info.Username:
-		return x.s.IsUserOrAdmin(info, info.Username)
 	case r.AuthEnable != nil, r.AuthDisable != nil, r.AuthUserAdd != nil, r.AuthUserDelete != nil,
 		r.AuthUserChangePassword != nil, r.AuthUserGrantRole != nil, r.AuthUserRevokeRole != nil,
 		r.AuthRoleAdd != nil, r.AuthRoleDelete != nil, r.AuthRoleGrantPermission != nil,
@@ -73,11 +72,33 @@ func (x *authApplier) check(w *mvcc.WriteBatch, info *auth.Info, r *pb.InternalR
 	case r.DeleteRange != nil:
 		return x.s.IsOpPermitted(info, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: r.DeleteRange}}), nil
 	case r.Txn != nil:
-		return x.s.IsTxnPermitted(info, r.Txn), nil
+		if err := x.s.IsTxnPermitted(info, r.Txn); err != nil {
+			return err, nil
+		}
+		return x.txnLeaseKeys(w, info, r.Txn)
 	case r.Compaction != nil:
 		return x.s.IsAdminPermitted(info), nil
 	case r.LeaseRevoke != nil:
 		return x.leaseKeys(w, info, r.LeaseRevoke.ID)
+	}
+	return nil, nil
+}
+
+// txnLeaseKeys checks leaseKeys for every put of a txn, nested txns
+// included, as etcd's checkTxnReqsPermission checks each put as a Put.
+func (x *authApplier) txnLeaseKeys(w *mvcc.WriteBatch, info *auth.Info, txn *pb.TxnRequest) (refused, err error) {
+	for _, ops := range [][]*pb.RequestOp{txn.Success, txn.Failure} {
+		for _, op := range ops {
+			switch {
+			case op.GetRequestPut() != nil:
+				refused, err = x.leaseKeys(w, info, op.GetRequestPut().Lease)
+			case op.GetRequestTxn() != nil:
+				refused, err = x.txnLeaseKeys(w, info, op.GetRequestTxn())
+			}
+			if refused != nil || err != nil {
+				return refused, err
+			}
+		}
 	}
 	return nil, nil
 }

@@ -35,12 +35,14 @@
 // # The auth revision
 //
 // The revision increases with every change of users, roles, permissions or
-// the enabled flag. A token carries the revision at which it was issued;
-// a request made with a token older than the store's revision fails with
-// ErrAuthOldRevision, and clients authenticate again (clientv3 does so by
-// itself). Writes carry the revision in their raft header and are checked
-// again when applied, so a permission revoked between proposal and apply
-// is honoured, as in etcd.
+// the enabled flag. A request is checked against the revision it is made
+// at: the current one for a simple token (as in etcd: an auth change leaves
+// the tokens of other users valid), the one it was issued at for a JWT,
+// whose request fails with ErrAuthOldRevision once the store moved on, and
+// whose clients authenticate again (clientv3 does so by itself). Writes
+// carry that revision in their raft header and are checked again when
+// applied, so a permission revoked between the check and the apply is
+// honoured, as in etcd.
 //
 // # Permissions
 //

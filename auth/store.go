@@ -285,6 +285,9 @@ func (s *Store) TokenInfo(token string) (Info, error) {
 	if !ok {
 		return Info{}, ErrInvalidAuthToken
 	}
+	if info.Revision == 0 {
+		info.Revision = s.Revision() // a simple token: the current revision
+	}
 	return info, nil
 }
 

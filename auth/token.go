@@ -28,7 +28,10 @@ type TokenProvider interface {
 	// Assign returns the token for info once its Authenticate request is
 	// applied; simple is what NewSimpleToken returned on the proposer.
 	Assign(simple string, info Info) (string, error)
-	// Info returns who a token identifies, if it is valid.
+	// Info returns who a token identifies, if it is valid. Its Revision is
+	// the auth revision the token speaks for: the one it was issued at for
+	// a token that carries it (JWT), 0 for one that speaks for the current
+	// revision whenever it is used (simple, as in etcd).
 	Info(token string) (Info, bool)
 	// Revoke forgets the tokens of user ("" for every user).
 	Revoke(user string)
@@ -39,7 +42,10 @@ type TokenProvider interface {
 // SimpleTokens are etcd's "simple" tokens: random strings that every member
 // learns when the Authenticate request is applied, valid for TTL after
 // their last use. They live in memory only: a restarted member forgets them
-// and clients authenticate again.
+// and clients authenticate again. A simple token speaks for the auth
+// revision current when it is used, as etcd's does: an auth change that
+// is not its user's leaves it valid (its requests are checked against the
+// permissions as they stand then, and again when applied).
 type SimpleTokens struct {
 	ttl time.Duration
 	now func() time.Time
@@ -99,7 +105,7 @@ func (t *SimpleTokens) Assign(simple string, info Info) (string, error) {
 		}
 		t.swept = len(t.tokens)
 	}
-	t.tokens[simple] = simpleToken{info: info, deadline: now.Add(t.ttl)}
+	t.tokens[simple] = simpleToken{info: Info{Username: info.Username}, deadline: now.Add(t.ttl)}
 	return simple, nil
 }
 

@@ -133,7 +133,11 @@ func NewAPI(cfg APIConfig) (_ *API, err error) {
 		return nil, err
 	}
 	b := cfg.Backend
-	authService := NewAuth(b, cfg.Auth, limits, cfg.TLS.ClientCertAuth)
+	var leases LeaseLister
+	if cfg.Lessor != nil {
+		leases = cfg.Lessor
+	}
+	authService := NewAuth(b, cfg.Auth, limits, cfg.TLS.ClientCertAuth, leases)
 	a := &API{
 		grpc: grpc.NewServer(slices.Concat([]grpc.ServerOption{grpc.InTapHandle(countWrites(cfg.Incoming)),
 			RequestStatsOptions(cfg.Options.WarnUnaryDuration, cfg.Logger)},

@@ -32,14 +32,22 @@ type Auth struct {
 	kv             *KV
 	b              Backend
 	s              *auth.Store
+	leases         LeaseLister
 	clientCertAuth bool
 }
 
-// NewAuth returns the Auth service over b and the auth store s.
-// clientCertAuth is etcd's --client-cert-auth: a caller without a token
-// is the user its certificate names.
-func NewAuth(b Backend, s *auth.Store, limits Limits, clientCertAuth bool) *Auth {
-	return &Auth{kv: NewKV(b, limits), b: b, s: s, clientCertAuth: clientCertAuth}
+// LeaseLister lists the leases a member knows (lease.Lessor), for the
+// permission check of LeaseLeases.
+type LeaseLister interface {
+	Leases() []int64
+}
+
+// NewAuth returns the Auth service over b and the auth store s; leases
+// lists the leases (nil: none). clientCertAuth is etcd's
+// --client-cert-auth: a caller without a token is the user its certificate
+// names.
+func NewAuth(b Backend, s *auth.Store, limits Limits, clientCertAuth bool, leases LeaseLister) *Auth {
+	return &Auth{kv: NewKV(b, limits), b: b, s: s, leases: leases, clientCertAuth: clientCertAuth}
 }
 
 // ServerOptions returns the interceptors to install on the client gRPC
@@ -133,6 +141,7 @@ var adminMethods = map[string]bool{
 	"/etcdserverpb.Auth/AuthDisable":          true,
 	"/etcdserverpb.Auth/UserAdd":              true,
 	"/etcdserverpb.Auth/UserDelete":           true,
+	"/etcdserverpb.Auth/UserChangePassword":   true, // her own too, as in etcd 3.7
 	"/etcdserverpb.Auth/UserList":             true,
 	"/etcdserverpb.Auth/UserGrantRole":        true,
 	"/etcdserverpb.Auth/UserRevokeRole":       true,
@@ -147,10 +156,16 @@ var adminMethods = map[string]bool{
 
 // userMethods need an authenticated caller once auth is on, whoever it is
 // (etcd's requireAuthInfo): the member list and a member's status, which
-// tools such as etcdctl endpoint health ask for first.
+// tools such as etcdctl endpoint health ask for first, and the lease
+// requests, which some then check further (checkUnary, keepAlivePermitted).
 var userMethods = map[string]bool{
-	"/etcdserverpb.Cluster/MemberList": true,
-	"/etcdserverpb.Maintenance/Status": true,
+	"/etcdserverpb.Cluster/MemberList":    true,
+	"/etcdserverpb.Maintenance/Status":    true,
+	"/etcdserverpb.Lease/LeaseGrant":      true,
+	"/etcdserverpb.Lease/LeaseRevoke":     true,
+	"/etcdserverpb.Lease/LeaseTimeToLive": true,
+	"/etcdserverpb.Lease/LeaseLeases":     true,
+	"/etcdserverpb.Lease/LeaseKeepAlive":  true,
 }
 
 // requireUser refuses a call without an authenticated caller once auth is
@@ -173,7 +188,9 @@ func (a *Auth) checkUnary(method string, req any, ai *auth.Info) error {
 		return a.s.IsAdminPermitted(ai)
 	}
 	if userMethods[method] {
-		return a.requireUser(ai)
+		if err := a.requireUser(ai); err != nil {
+			return err
+		}
 	}
 	switch r := req.(type) {
 	case *pb.RangeRequest:
@@ -191,9 +208,9 @@ func (a *Auth) checkUnary(method string, req any, ai *auth.Info) error {
 		return a.checkLeaseTimeToLive(ai, r.ID)
 	case *pb.LeaseRevokeRequest:
 		return a.checkLeaseRevoke(ai, r.ID)
+	case *pb.LeaseLeasesRequest:
+		return a.checkLeaseLeases(ai)
 	case *pb.AuthUserGetRequest:
-		return a.s.IsUserOrAdmin(ai, r.Name)
-	case *pb.AuthUserChangePasswordRequest:
 		return a.s.IsUserOrAdmin(ai, r.Name)
 	case *pb.AuthRoleGetRequest:
 		if err := a.s.IsAdminPermitted(ai); err == nil {
@@ -221,6 +238,62 @@ func (a *Auth) checkLeaseTimeToLive(ai *auth.Info, id int64) error {
 	}
 	for _, k := range keys {
 		if err := a.s.IsRangePermitted(ai, k, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkLeaseLeases permits listing the leases to a user who may read every
+// key attached to any of them, as etcd's checkLeaseLeases.
+func (a *Auth) checkLeaseLeases(ai *auth.Info) error {
+	if err := a.s.IsAdminPermitted(ai); err == nil {
+		return nil
+	} else if !errors.Is(err, auth.ErrPermissionDenied) {
+		return err
+	}
+	if a.leases == nil {
+		return nil
+	}
+	for _, id := range a.leases.Leases() {
+		keys, err := a.b.Store().LeaseKeys(id)
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if err := a.s.IsRangePermitted(ai, k, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// keepAlivePermitted permits a renewal to a user who may write every key
+// attached to the lease, as etcd's checkLeaseRenew: a renewal keeps them
+// all. It is decided for each request of the stream, as auth stands then.
+func (a *Auth) keepAlivePermitted(ctx context.Context, id int64) error {
+	if !a.s.Enabled() {
+		return nil
+	}
+	ai, err := a.callerInfo(ctx)
+	if err != nil {
+		return err
+	}
+	if err := a.requireUser(ai); err != nil {
+		return err
+	}
+	if err := a.s.IsAdminPermitted(ai); err == nil {
+		return nil
+	} else if !errors.Is(err, auth.ErrPermissionDenied) {
+		return err
+	}
+	keys, err := a.b.Store().LeaseKeys(id)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := a.s.IsPutPermitted(ai, k); err != nil {
 			return err
 		}
 	}
@@ -264,12 +337,13 @@ func ForwardToken(ctx context.Context) context.Context {
 
 func (a *Auth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if !a.s.Enabled() {
-		if info.FullMethod == watchMethod {
-			// A watch stream outlives the auth state it opened in: each
-			// create is checked as auth stands when it arrives, as etcd
-			// checks it (authStream.watchPermitted), so a stream opened
-			// before auth was enabled is refused from then on unless its
-			// token names a permitted user.
+		if info.FullMethod == watchMethod || info.FullMethod == keepAliveMethod {
+			// A watch or keep-alive stream outlives the auth state it
+			// opened in: each create or renewal is checked as auth stands
+			// when it arrives, as etcd checks it (watchPermitted,
+			// keepAlivePermitted), so a stream opened before auth was
+			// enabled is refused from then on unless its token names a
+			// permitted user.
 			return handler(srv, &authStream{ServerStream: ss, a: a, ctx: ss.Context()})
 		}
 		return handler(srv, ss)
@@ -290,8 +364,12 @@ func (a *Auth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo
 	return handler(srv, &authStream{ServerStream: ss, a: a, ai: ai, ctx: auth.NewContext(ss.Context(), ai)})
 }
 
-// watchMethod is the Watch service's stream.
-const watchMethod = "/etcdserverpb.Watch/Watch"
+// watchMethod is the Watch service's stream, keepAliveMethod the Lease
+// service's.
+const (
+	watchMethod     = "/etcdserverpb.Watch/Watch"
+	keepAliveMethod = "/etcdserverpb.Lease/LeaseKeepAlive"
+)
 
 // authStream checks what a stream asks to read: a RangeStream's range
 // (refused with etcd's permission error, as Range is), and each watch it
@@ -333,6 +411,14 @@ func (s *authStream) RecvMsg(m any) error {
 				s.ctx = withBarrierDone(s.ctx)
 			}
 			if err := s.a.s.IsRangePermitted(s.ai, r.Key, r.RangeEnd); err != nil {
+				return authError(err)
+			}
+			return nil
+		}
+		if r, ok := m.(*pb.LeaseKeepAliveRequest); ok {
+			// Each renewal is checked, as etcd checks each (LeaseRenew):
+			// a refusal ends the stream with the error.
+			if err := s.a.keepAlivePermitted(s.ServerStream.Context(), r.ID); err != nil {
 				return authError(err)
 			}
 			return nil
