@@ -625,7 +625,7 @@ func (a *Applier) applyBatches(batches []node.Committed) error {
 				}
 				revBefore := w.Rev()
 				start := time.Now()
-				res, err := a.applyRequest(w, req, ms)
+				res, err := a.applyRequest(w, req, ms, e.GetIndex())
 				if took := time.Since(start); took > a.cfg.WarnApplyDuration {
 					a.warnSlowApply(req, res, err, took)
 				}
@@ -829,7 +829,15 @@ func requestID(r *pb.InternalRaftRequest) uint64 {
 // applyRequest applies one client request. A request the state machine
 // refuses (a compacted revision, a missing lease) is a Result with an
 // error, not a failure of the applier: every member refuses it the same way.
-func (a *Applier) applyRequest(w *mvcc.WriteBatch, r *pb.InternalRaftRequest, ms *memberState) (Result, error) {
+//
+// index is the entry's: a simple token issued by an Authenticate request
+// ends with it (auth.SimpleTokenIndex), as etcd's does, so that a member
+// that has not applied the entry yet knows to wait for it.
+func (a *Applier) applyRequest(w *mvcc.WriteBatch, r *pb.InternalRaftRequest, ms *memberState, index uint64) (Result, error) {
+	if r.Authenticate != nil && r.Authenticate.SimpleToken != "" {
+		r = proto.CloneOf(r) // the proposer's request is not ours to change
+		r.Authenticate.SimpleToken = auth.SimpleToken(r.Authenticate.SimpleToken, index)
+	}
 	if res, handled, err := a.gate(w, r); handled || err != nil {
 		return res, err
 	}

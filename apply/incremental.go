@@ -153,7 +153,7 @@ func (a *Applier) InstallCatchUp(c CatchUp) (CatchUpStats, error) {
 				return fmt.Errorf("decode entry %d: %w", e.GetIndex(), err)
 			}
 			revBefore := w.Rev()
-			res, err := a.applyRequest(w, &req, ms)
+			res, err := a.applyRequest(w, &req, ms, e.GetIndex())
 			if err == nil {
 				err = w.RecordIndex(e.GetIndex(), revBefore)
 			}

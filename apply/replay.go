@@ -171,7 +171,7 @@ func (a *Applier) replayKept(w *mvcc.WriteBatch, e *raftpb.Entry, ms *memberStat
 		}
 		return nil
 	}
-	_, err := a.applyRequest(w, &req, ms)
+	_, err := a.applyRequest(w, &req, ms, e.GetIndex())
 	return err
 }
 

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	jwt "github.com/golang-jwt/jwt/v5"
@@ -49,7 +48,6 @@ type TokenProvider interface {
 type SimpleTokens struct {
 	ttl time.Duration
 	now func() time.Time
-	seq atomic.Uint64
 
 	mu     sync.Mutex
 	tokens map[string]simpleToken // guarded by mu
@@ -75,8 +73,9 @@ func NewSimpleTokens(ttl time.Duration, now func() time.Time) *SimpleTokens {
 
 const tokenLetters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
-// NewSimpleToken implements TokenProvider: 16 random letters, a dot and a
-// sequence number, in etcd's shape.
+// NewSimpleToken implements TokenProvider: 16 random letters, the token's
+// prefix; the applier completes it with the Authenticate entry's index
+// (SimpleToken), in etcd's shape.
 func (t *SimpleTokens) NewSimpleToken() (string, error) {
 	var b strings.Builder
 	for range 16 {
@@ -86,7 +85,26 @@ func (t *SimpleTokens) NewSimpleToken() (string, error) {
 		}
 		b.WriteByte(tokenLetters[n.Int64()])
 	}
-	return b.String() + "." + strconv.FormatUint(t.seq.Add(1), 10), nil
+	return b.String(), nil
+}
+
+// SimpleToken is the simple token an Authenticate request issues: its
+// prefix (NewSimpleToken), a dot and the raft index of its entry, as etcd
+// shapes it. A member that does not know a token whose index it has not
+// applied yet waits for that index before it refuses the token (the client
+// logged in through a member ahead of it).
+func SimpleToken(prefix string, index uint64) string {
+	return prefix + "." + strconv.FormatUint(index, 10)
+}
+
+// SimpleTokenIndex returns the raft index a simple token ends with.
+func SimpleTokenIndex(token string) (uint64, bool) {
+	i := strings.LastIndexByte(token, '.')
+	if i < 0 || strings.Count(token, ".") != 1 {
+		return 0, false // a JWT has two dots; not a simple token
+	}
+	index, err := strconv.ParseUint(token[i+1:], 10, 64)
+	return index, err == nil
 }
 
 // Assign implements TokenProvider.

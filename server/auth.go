@@ -72,7 +72,19 @@ func (a *Auth) callerInfo(ctx context.Context) (*auth.Info, error) {
 		}
 		if len(ts) > 0 && ts[0] != "" {
 			// etcd takes the token with or without "Bearer " before it.
-			info, err := a.s.TokenInfo(strings.TrimPrefix(ts[0], "Bearer "))
+			token := strings.TrimPrefix(ts[0], "Bearer ")
+			info, err := a.s.TokenInfo(token)
+			if errors.Is(err, auth.ErrInvalidAuthToken) {
+				// A simple token issued at an index this member has not
+				// applied yet (the client logged in through a member
+				// ahead of it): wait for what is committed, as etcd waits
+				// for the token's index, and look again.
+				if index, ok := auth.SimpleTokenIndex(token); ok && index > a.b.Store().AppliedIndex() {
+					if berr := a.kv.barrier(ctx); berr == nil {
+						info, err = a.s.TokenInfo(token)
+					}
+				}
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -603,23 +615,33 @@ func (a *Auth) AuthStatus(ctx context.Context, r *pb.AuthStatusRequest) (*pb.Aut
 // does: a member that has not yet applied an AuthEnable, a user or a
 // password change committed before the call would answer from its old
 // state.
+//
+// An auth change applied between the password check and the token (the
+// password changed, the user deleted) makes it check again, as etcd does:
+// the token issued is not handed out, and expires unused.
 func (a *Auth) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
 	if err := a.kv.barrier(ctx); err != nil {
 		return nil, err
 	}
-	if !a.s.Enabled() {
-		return nil, rpctypes.ErrGRPCAuthNotEnabled
+	for {
+		if !a.s.Enabled() {
+			return nil, rpctypes.ErrGRPCAuthNotEnabled
+		}
+		checkedAt := a.s.Revision()
+		if err := a.s.CheckPassword(r.Name, r.Password); err != nil {
+			return nil, authError(err)
+		}
+		tok, err := a.s.NewSimpleToken()
+		if err != nil {
+			return nil, err
+		}
+		resp, err := call[*pb.AuthenticateResponse](a.write(ctx, &pb.InternalRaftRequest{
+			Authenticate: &pb.InternalAuthenticateRequest{Name: r.Name, SimpleToken: tok},
+		}))
+		if err != nil || a.s.Revision() == checkedAt {
+			return resp, err
+		}
 	}
-	if err := a.s.CheckPassword(r.Name, r.Password); err != nil {
-		return nil, authError(err)
-	}
-	tok, err := a.s.NewSimpleToken()
-	if err != nil {
-		return nil, err
-	}
-	return call[*pb.AuthenticateResponse](a.write(ctx, &pb.InternalRaftRequest{
-		Authenticate: &pb.InternalAuthenticateRequest{Name: r.Name, SimpleToken: tok},
-	}))
 }
 
 // UserAdd adds a user; its password is hashed before it is replicated.

@@ -20,6 +20,7 @@ import (
 	"github.com/strata-kv/strata/apply"
 	"github.com/strata-kv/strata/auth"
 	pebbleengine "github.com/strata-kv/strata/engine/pebble"
+	"github.com/strata-kv/strata/mvcc"
 )
 
 // newAuthStore returns an auth store with auth on, root, and alice with
@@ -253,5 +254,152 @@ func TestLinearizableReadCheckedAfterBarrier(t *testing.T) {
 			apply(&pb.InternalRaftRequest{Authenticate: &pb.InternalAuthenticateRequest{Name: "bob", SimpleToken: tok2}})
 			tok = tok2
 		})
+	}
+}
+
+// storeBackend is a member whose read barrier applies what was committed
+// before the read (catchUp) and whose store reports its applied index.
+type storeBackend struct {
+	Backend
+	store   *mvcc.Store
+	catchUp func()
+}
+
+func (b *storeBackend) Store() *mvcc.Store { return b.store }
+func (b *storeBackend) ReadBarrier(context.Context) error {
+	if b.catchUp != nil {
+		b.catchUp()
+		b.catchUp = nil
+	}
+	return nil
+}
+
+// TestTokenFromAMemberAhead: a simple token ends with the index of the
+// entry that issued it; a member that does not know the token and has not
+// applied that index waits for what is committed before it refuses the
+// token, as etcd waits for the token's index. A client that logged in
+// through one member and sent its next request (clientv3 opens each watch
+// with a fresh token) to a member behind got "invalid auth token" (found by
+// review).
+func TestTokenFromAMemberAhead(t *testing.T) {
+	s := newAuthStore(t)
+	e, err := pebbleengine.Open("engine", pebbleengine.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	store, err := mvcc.Open(e, mvcc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// bob, with a password, as only such a user logs in.
+	h, err := s.HashPassword("bpw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range []*pb.InternalRaftRequest{{AuthUserAdd: &pb.AuthUserAddRequest{Name: "bob", HashedPassword: h}},
+		{AuthUserGrantRole: &pb.AuthUserGrantRoleRequest{User: "bob", Role: "r"}}} {
+		tb := e.NewBatch()
+		if _, _, refused, err := s.Apply(tb, r); err != nil || refused != nil {
+			t.Fatalf("setup %d: %v %v", i, err, refused)
+		}
+		if err := tb.Commit(uint64(i + 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prefix, err := s.NewSimpleToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := auth.SimpleToken(prefix, 100) // issued at index 100, which this member has not applied
+	if idx, ok := auth.SimpleTokenIndex(token); !ok || idx != 100 {
+		t.Fatalf("SimpleTokenIndex(%q) = %d, %v", token, idx, ok)
+	}
+	b := &storeBackend{store: store, catchUp: func() {
+		tb := e.NewBatch()
+		defer tb.Close()
+		if _, _, refused, err := s.Apply(tb, &pb.InternalRaftRequest{Authenticate: &pb.InternalAuthenticateRequest{
+			Name: "bob", SimpleToken: token}}); err != nil || refused != nil {
+			t.Fatalf("apply the authentication: %v %v", err, refused)
+		}
+	}}
+	a := NewAuth(b, s, Limits{RequestTimeout: time.Second, MaxRequestBytes: 1 << 20}, false, nil)
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(rpctypes.TokenFieldNameGRPC, token))
+	ai, err := a.callerInfo(ctx)
+	if err != nil || ai == nil || ai.Username != "bob" {
+		t.Fatalf("the token of a member ahead: %v, %v; want bob", ai, err)
+	}
+	// A token this member has applied past and does not know (expired,
+	// forged) is refused at once, with no barrier.
+	b.catchUp = func() { t.Fatal("a read barrier for a token from the past") }
+	past := metadata.NewIncomingContext(context.Background(), metadata.Pairs(rpctypes.TokenFieldNameGRPC, auth.SimpleToken(prefix+"x", 0)))
+	if _, err := a.callerInfo(past); !errors.Is(err, auth.ErrInvalidAuthToken) {
+		t.Fatalf("an unknown token from the past: %v, want %v", err, auth.ErrInvalidAuthToken)
+	}
+}
+
+// raceBackend applies what it is asked to propose to an auth store, after
+// before() (an auth change committed ahead of the proposal).
+type raceBackend struct {
+	storeBackend
+	s      *auth.Store
+	e      *pebbleengine.Engine
+	before func()
+}
+
+func (b *raceBackend) ClusterID() uint64 { return 1 }
+func (b *raceBackend) MemberID() uint64  { return 1 }
+func (b *raceBackend) Term() uint64      { return 1 }
+func (b *raceBackend) Propose(_ context.Context, r *pb.InternalRaftRequest) (apply.Result, error) {
+	if b.before != nil {
+		b.before()
+		b.before = nil
+	}
+	tb := b.e.NewBatch()
+	defer tb.Close()
+	resp, _, refused, err := b.s.Apply(tb, r)
+	return apply.Result{Response: resp, Err: refused}, err
+}
+
+// TestAuthenticateChecksAgainAfterAChange: a password changed between
+// Authenticate's password check and the apply of its token makes it check
+// again, as etcd does, so the old password gets no token. The token was
+// issued at the new auth revision, after the user's tokens were revoked,
+// and so fully valid (found by review).
+func TestAuthenticateChecksAgainAfterAChange(t *testing.T) {
+	s := newAuthStore(t)
+	e, err := pebbleengine.Open("engine", pebbleengine.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	store, err := mvcc.Open(e, mvcc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyNow := func(r *pb.InternalRaftRequest) {
+		t.Helper()
+		tb := e.NewBatch()
+		defer tb.Close()
+		if _, _, refused, err := s.Apply(tb, r); err != nil || refused != nil {
+			t.Fatalf("apply %v: %v %v", r, err, refused)
+		}
+	}
+	old, err := s.HashPassword("bpw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed, err := s.HashPassword("new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyNow(&pb.InternalRaftRequest{AuthUserAdd: &pb.AuthUserAddRequest{Name: "bob", HashedPassword: old}})
+	b := &raceBackend{storeBackend: storeBackend{store: store}, s: s, e: e, before: func() {
+		applyNow(&pb.InternalRaftRequest{AuthUserChangePassword: &pb.AuthUserChangePasswordRequest{Name: "bob", HashedPassword: changed}})
+	}}
+	a := NewAuth(b, s, Limits{RequestTimeout: time.Second, MaxRequestBytes: 1 << 20}, false, nil)
+	resp, err := a.Authenticate(context.Background(), &pb.AuthenticateRequest{Name: "bob", Password: "bpw"})
+	if code, _ := status.FromError(err); code.Code() != codes.InvalidArgument || resp != nil {
+		t.Fatalf("Authenticate with the password changed meanwhile: %v, %v; want etcd's authentication failure", resp, err)
 	}
 }
