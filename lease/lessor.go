@@ -366,18 +366,20 @@ func (l *Lessor) Checkpoint(w *mvcc.WriteBatch, r *pb.LeaseCheckpointRequest) (*
 }
 
 // Renew keeps lease id alive: its deadline becomes now + TTL. Only the
-// primary renews (ErrNotPrimary otherwise). A lease past its deadline is
-// not renewed: its revoke is on the way, and the answer is
-// ErrLeaseNotFound, as etcd's.
+// primary renews (ErrNotPrimary otherwise), once it has confirmed it still
+// leads. A lease past its deadline is not renewed: its revoke is on the
+// way, and the answer is ErrLeaseNotFound, as etcd's. Leadership is
+// confirmed before the deadline is read, as etcd confirms it first: a
+// leader that stalled, or was cut off while its clients still reach it,
+// would otherwise answer TTL 0 (clientv3 then ends the keep-alive) for a
+// lease a newer leader has kept alive.
 func (l *Lessor) Renew(ctx context.Context, id int64) (ttl int64, err error) {
 	l.mu.Lock()
-	le, err := l.renewableLocked(id)
-	if err != nil {
-		l.mu.Unlock()
-		return 0, err
-	}
-	clear := le.remaining > 0
+	primary := l.mu.primary
 	l.mu.Unlock()
+	if !primary {
+		return 0, ErrNotPrimary
+	}
 	timeout := l.cfg.RequestTimeout
 	if timeout <= 0 {
 		timeout = DefaultRequestTimeout
@@ -391,6 +393,14 @@ func (l *Lessor) Renew(ctx context.Context, id int64) (ttl int64, err error) {
 			return 0, ErrNotPrimary
 		}
 	}
+	l.mu.Lock()
+	le, err := l.renewableLocked(id)
+	if err != nil {
+		l.mu.Unlock()
+		return 0, err
+	}
+	clear := le.remaining > 0
+	l.mu.Unlock()
 	if clear && l.cfg.Proposer != nil {
 		req := &pb.InternalRaftRequest{LeaseCheckpoint: &pb.LeaseCheckpointRequest{
 			Checkpoints: []*pb.LeaseCheckpoint{{ID: id, Remaining_TTL: 0}},

@@ -316,8 +316,21 @@ func TestRenewOnStalledLeaderRefused(t *testing.T) {
 	if left, _, err := v.l.TimeToLive(1); err != nil || left != 2 {
 		t.Fatalf("TimeToLive after the refused renewal = %d, %v; want 2 (not extended)", left, err)
 	}
+	// Past its deadline on this leader's clock (a newer leader may have
+	// renewed it meanwhile): still refused as not primary, not answered
+	// TTL 0, which would end the client's keep-alive (found by review).
+	v.clock.advance(5 * time.Second)
+	if ttl, err := v.l.Renew(context.Background(), 1); !errors.Is(err, ErrNotPrimary) {
+		t.Fatalf("renew of a lease expired on a stalled leader's clock: %d, %v; want ErrNotPrimary", ttl, err)
+	}
 	v.notLeader = false
-	if ttl, err := v.l.Renew(context.Background(), 1); err != nil || ttl != 10 {
+	if _, err := v.l.Renew(context.Background(), 1); !errors.Is(err, ErrLeaseNotFound) {
+		t.Fatalf("renew of an expired lease on the confirmed leader: %v, want ErrLeaseNotFound", err)
+	}
+	if err := v.grant(2, 10); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := v.l.Renew(context.Background(), 2); err != nil || ttl != 10 {
 		t.Fatalf("renew on the confirmed leader: %d, %v", ttl, err)
 	}
 }
