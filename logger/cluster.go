@@ -58,6 +58,10 @@ type ClusterRecord struct {
 	// Voters are the members whose Truncate requests count (the
 	// cluster's voters; the logger never is one).
 	Voters []uint64 `json:"voters"`
+	// Removed are the IDs of the members removed since the logger joined,
+	// sorted: the members refuse a change that adds one again, and so does
+	// the logger (followMembership).
+	Removed []uint64 `json:"removed,omitempty"`
 	// Published are the attributes (name, marked client URLs) the logger
 	// last saw committed for itself in the cluster's log (publish.go).
 	Published *Attributes `json:"published,omitempty"`

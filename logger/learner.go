@@ -1,11 +1,14 @@
 package logger
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +18,8 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.uber.org/zap"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/strata-kv/strata/membership/memberlist"
 )
 
 // Log is what a learner needs of its raft log: raft's reads, the durable
@@ -222,6 +226,9 @@ type learner struct {
 	// trimmedTo is the last truncation done.
 	trimmedTo uint64
 	peers     map[uint64][]string
+	// removed are the member IDs the cluster removed (cluster.json's),
+	// sorted.
+	removed []uint64
 	// publishedAttrs are the attributes last seen committed for the
 	// logger (cluster.json's); published says they are cfg.Attributes.
 	// lastPublish and publishID are the last proposal's time and request
@@ -297,6 +304,7 @@ func newLearner(cfg learnerConfig) (*learner, error) {
 		persistedCommit: hs.GetCommit(),
 		delivered:       applied,
 		peers:           maps.Clone(cfg.Record.Peers),
+		removed:         slices.Clone(cfg.Record.Removed),
 		trimc:           make(chan struct{}, 1),
 		publishedAttrs:  cfg.Record.Published,
 		published:       cfg.Attributes.equal(cfg.Record.Published),
@@ -528,29 +536,30 @@ func (l *learner) persistCommit() error {
 // step with a committed membership change (the pb.Member it carries).
 // raft's own configuration is left alone (docs/logger.md).
 func (l *learner) followMembership(e *raftpb.Entry) error {
-	var changes []*raftpb.ConfChangeSingle
-	var context []byte
-	if e.GetType() == raftpb.EntryConfChange {
-		var cc raftpb.ConfChange
-		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
-			return err
-		}
-		changes, context = cc.AsV2().GetChanges(), cc.GetContext()
-	} else {
-		var cc raftpb.ConfChangeV2
-		if err := proto.Unmarshal(e.GetData(), &cc); err != nil {
-			return err
-		}
-		changes, context = cc.GetChanges(), cc.GetContext()
+	c, err := memberlist.DecodeChange(e)
+	if err != nil {
+		return err
 	}
-	var m pb.Member
-	if len(context) > 0 {
-		if err := proto.Unmarshal(context, &m); err != nil {
-			return fmt.Errorf("decode the member in a conf change: %w", err)
-		}
+	// The members check each change again as it applies and hand raft no
+	// change for a refused one (memberlist); the logger follows their
+	// decision as far as what it keeps tells it: the peers, the voters and
+	// the removed IDs. It cannot tell a change refused for the learner
+	// limit (each member's flag), and follows it: a learner more among its
+	// peers. Without this it counted, say, a retried addition that reused a
+	// peer URL as a voter whose Truncate never comes, and never truncated.
+	// A change whose effect its record already holds is followed, not
+	// checked: a logger that joined late reads the cluster's history from
+	// the start against a record of the cluster as it joined it.
+	if refused := l.memberList().Check(c, math.MaxInt); refused != nil && !l.holds(c) {
+		l.lg.Info("not following a membership change the members refuse", zap.Uint64("index", e.GetIndex()), zap.Error(refused))
+		return nil
+	}
+	var urls []string
+	if c.Member != nil {
+		urls = c.Member.PeerURLs
 	}
 	changed := false
-	for _, ch := range changes {
+	for _, ch := range c.Changes {
 		id := ch.GetNodeId()
 		if id == l.cfg.Record.MemberID {
 			if ch.GetType() == raftpb.ConfChangeRemoveNode {
@@ -568,19 +577,22 @@ func (l *learner) followMembership(e *raftpb.Entry) error {
 			changed = true
 		case raftpb.ConfChangeRemoveNode:
 			l.setVoter(id, false)
+			if i, found := slices.BinarySearch(l.removed, id); !found {
+				l.removed = slices.Insert(l.removed, i, id)
+			}
 			changed = true
 		}
 		switch ch.GetType() {
 		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode, raftpb.ConfChangeUpdateNode:
-			if len(m.PeerURLs) == 0 {
+			if len(urls) == 0 {
 				continue
 			}
 			if _, known := l.peers[id]; known {
-				l.cfg.Peers.UpdatePeer(id, m.PeerURLs)
+				l.cfg.Peers.UpdatePeer(id, urls)
 			} else {
-				l.cfg.Peers.AddPeer(id, m.PeerURLs)
+				l.cfg.Peers.AddPeer(id, urls)
 			}
-			l.peers[id] = m.PeerURLs
+			l.peers[id] = urls
 			changed = true
 		case raftpb.ConfChangeRemoveNode:
 			if _, known := l.peers[id]; known {
@@ -596,6 +608,47 @@ func (l *learner) followMembership(e *raftpb.Entry) error {
 	return writeRecord(l.cfg.FS, l.cfg.Dir, l.record())
 }
 
+// holds says whether the learner's record already reflects c: a voter
+// added that is a voter, a learner added that is a peer and not a voter.
+//
+// REQUIRES: the learner's goroutine.
+func (l *learner) holds(c memberlist.Change) bool {
+	if len(c.Changes) != 1 {
+		return false
+	}
+	id := c.Changes[0].GetNodeId()
+	_, peer := l.peers[id]
+	voter := slices.Contains(l.voters(), id)
+	switch c.Changes[0].GetType() {
+	case raftpb.ConfChangeAddNode:
+		return voter
+	case raftpb.ConfChangeAddLearnerNode:
+		return peer && !voter
+	}
+	return false
+}
+
+// memberList is the cluster's member list as far as the learner keeps it:
+// its peers (learners unless voters) and itself, with their peer URLs, and
+// the removed IDs.
+//
+// REQUIRES: the learner's goroutine.
+func (l *learner) memberList() *memberlist.List {
+	voters := l.voters()
+	list := &memberlist.List{Removed: l.removed,
+		Members: []*pb.Member{{ID: l.cfg.Record.MemberID, PeerURLs: l.cfg.Record.PeerURLs, IsLearner: true}}}
+	for id, urls := range l.peers {
+		list.Members = append(list.Members, &pb.Member{ID: id, PeerURLs: urls, IsLearner: !slices.Contains(voters, id)})
+	}
+	for _, id := range voters {
+		if _, ok := l.peers[id]; !ok {
+			list.Members = append(list.Members, &pb.Member{ID: id})
+		}
+	}
+	slices.SortFunc(list.Members, func(a, b *pb.Member) int { return cmp.Compare(a.ID, b.ID) })
+	return list
+}
+
 // record is the cluster record as the learner knows it now: the peers and
 // voters of the membership changes it saw, the attributes it published.
 //
@@ -604,6 +657,7 @@ func (l *learner) record() *ClusterRecord {
 	rec := *l.cfg.Record
 	rec.Peers = maps.Clone(l.peers)
 	rec.Voters = l.voters()
+	rec.Removed = slices.Clone(l.removed)
 	rec.Published = l.publishedAttrs
 	return &rec
 }

@@ -419,6 +419,9 @@ func (env *learnerEnv) handle(t *testing.T, td *datadriven.TestData) string {
 		env.record("L: voters %v", env.ln.voters())
 		if rec, err := readRecord(env.fs, "/c"); err == nil {
 			env.record("L: cluster.json: peers %v voters %v", rec.Peers, rec.Voters)
+			if len(rec.Removed) > 0 {
+				env.record("L: cluster.json: removed %v", rec.Removed)
+			}
 			if rec.Published != nil {
 				env.record("L: cluster.json: published %+v", *rec.Published)
 			}
