@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,15 +80,15 @@ type learnerEnv struct {
 }
 
 // recordFailFS is the learner's file system, failing the next write of
-// the cluster record on demand.
+// the cluster record on demand. The raft log creates its spare segments on
+// a goroutine of its own, through Create too: failNext is atomic.
 type recordFailFS struct {
 	vfs.FS
-	failNext bool
+	failNext atomic.Bool
 }
 
 func (fs *recordFailFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
-	if fs.failNext && strings.Contains(name, recordFile) {
-		fs.failNext = false
+	if strings.Contains(name, recordFile) && fs.failNext.CompareAndSwap(true, false) {
 		return nil, errors.New("injected failure to write the cluster record")
 	}
 	return fs.FS.Create(name, category)
@@ -375,7 +376,7 @@ func (env *learnerEnv) handle(t *testing.T, td *datadriven.TestData) string {
 	case "fail-append":
 		env.log.failNext = true
 	case "fail-record":
-		env.fs.failNext = true
+		env.fs.failNext.Store(true)
 	case "compact-leader":
 		idx, err := strconv.ParseUint(td.CmdArgs[0].Key, 10, 64)
 		if err != nil {
