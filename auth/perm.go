@@ -52,6 +52,9 @@ func (s *Store) IsAdminPermitted(info *Info) error {
 	if !s.enabled {
 		return nil
 	}
+	if info != nil && info.Username != "" && s.users[info.Username] == nil {
+		return ErrUserNotFound // etcd's IsAdminPermitted names the missing user
+	}
 	p, err := s.userPermsLocked(info)
 	if err != nil {
 		return err
@@ -246,10 +249,12 @@ func merge(ivs []interval) []interval {
 }
 
 // covered reports whether one of the merged intervals holds all of want.
-// An empty range (end at or before begin) touches no key and is permitted.
+// A range whose end is at or before its key is not a valid permission
+// range, and is refused to a user other than root, as etcd's
+// checkKeyInterval refuses it (isValidPermissionRange).
 func covered(merged []interval, want interval) bool {
 	if want.end != nil && bytes.Compare(want.end, want.begin) <= 0 {
-		return true
+		return false
 	}
 	for _, iv := range merged {
 		if bytes.Compare(iv.begin, want.begin) <= 0 && !endLess(iv.end, want.end) {

@@ -113,8 +113,14 @@ func New(opts Options) *Store {
 	return &Store{
 		cost: opts.BcryptCost, tokens: opts.Tokens, logger: opts.Logger,
 		users: map[string]*authpb.User{}, roles: map[string]*authpb.Role{},
+		revision: initialRevision,
 	}
 }
+
+// initialRevision is the auth revision of a store that has applied no auth
+// change, as etcd's new auth store commits it: every revision etcd reports
+// (auth status, a JWT's) is then the same number in strata.
+const initialRevision = 1
 
 // ValidateBcryptCost checks a --bcrypt-cost value as etcd does.
 func ValidateBcryptCost(cost int) error {
@@ -136,7 +142,7 @@ type State struct {
 
 // ReadState reads the auth state r holds.
 func ReadState(r engine.Reader) (State, error) {
-	var st State
+	st := State{Revision: initialRevision}
 	raw, err := r.Get([]byte(keyEnabled))
 	switch {
 	case errors.Is(err, engine.ErrNotFound):
@@ -314,6 +320,8 @@ func (s *Store) Apply(b engine.Batch, r *pb.InternalRaftRequest) (resp proto.Mes
 	}
 	if tx.changed {
 		s.revision++
+	}
+	if tx.changed || tx.flagOnly {
 		tx.writeState()
 	}
 	if tx.writeErr != nil {
@@ -338,6 +346,7 @@ type change struct {
 	s             *Store
 	b             engine.Batch
 	changed       bool
+	flagOnly      bool // only the enabled flag changed: no new revision
 	writeErr      error
 	authenticated string
 	simpleToken   string
@@ -411,7 +420,9 @@ func (c *change) apply(r *pb.InternalRaftRequest) (proto.Message, error) {
 			return nil, ErrRootRoleNotExist
 		}
 		s.enabled = true
-		c.changed = true
+		// etcd writes the flag without a new auth revision (its
+		// AuthDisable does count one).
+		c.flagOnly = true
 		return &pb.AuthEnableResponse{}, nil
 	case r.AuthDisable != nil:
 		if s.enabled {

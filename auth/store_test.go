@@ -201,6 +201,10 @@ func TestPermissions(t *testing.T) {
 		{"read past the end", v.s.IsRangePermitted(u, []byte("a"), []byte("f")), ErrPermissionDenied},
 		{"read open range from x", v.s.IsRangePermitted(u, []byte("xyz"), []byte{0}), nil},
 		{"read open range from w", v.s.IsRangePermitted(u, []byte("w"), []byte{0}), ErrPermissionDenied},
+		// etcd refuses a range ending at or before its key to a user, even
+		// inside the user's ranges (checkKeyInterval).
+		{"read a range ending before its key", v.s.IsRangePermitted(u, []byte("c"), []byte("b")), ErrPermissionDenied},
+		{"root reads a range ending before its key", v.s.IsRangePermitted(root, []byte("c"), []byte("b")), nil},
 		{"write in read-only range", v.s.IsPutPermitted(u, []byte("b")), ErrPermissionDenied},
 		{"write in readwrite range", v.s.IsPutPermitted(u, []byte("d")), nil},
 		{"write single key", v.s.IsPutPermitted(u, []byte("k")), nil},
@@ -212,6 +216,8 @@ func TestPermissions(t *testing.T) {
 		{"root reads anything", v.s.IsRangePermitted(root, []byte{0}, []byte{0}), nil},
 		{"no user", v.s.IsRangePermitted(nil, []byte("b"), nil), ErrUserEmpty},
 		{"unknown user", v.s.IsRangePermitted(&Info{Username: "z", Revision: v.s.Revision()}, []byte("b"), nil), ErrPermissionDenied},
+		// etcd's IsAdminPermitted names the missing user.
+		{"admin as unknown user", v.s.IsAdminPermitted(&Info{Username: "z", Revision: v.s.Revision()}), ErrUserNotFound},
 		{"old revision", v.s.IsRangePermitted(&Info{Username: "u", Revision: 1}, []byte("b"), nil), ErrAuthOldRevision},
 		{"txn with a denied put", v.s.IsTxnPermitted(u, &pb.TxnRequest{
 			Compare: []*pb.Compare{{Key: []byte("b")}},

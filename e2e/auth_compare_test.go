@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/strata-kv/strata/internal/testutil"
@@ -66,6 +68,27 @@ func authOutcomes(t *testing.T, f flavor) []string {
 		}
 		return stream.Recv()
 	}
+
+	st, err := authc.AuthStatus(root, &pb.AuthStatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, fmt.Sprintf("auth revision after setupAuth: %d", st.AuthRevision))
+	// A hash sent with the password: etcd hashes the password and ignores
+	// it when adding a user, and prefers the password when changing one.
+	otherHash, err := bcrypt.GenerateFromPassword([]byte("other"), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashed := base64.StdEncoding.EncodeToString(otherHash)
+	_, err = authc.UserAdd(root, &pb.AuthUserAddRequest{Name: "carol", Password: "cpw", HashedPassword: hashed})
+	note("add carol with a password and another hash", nil, err)
+	_, err = authc.Authenticate(ctx, &pb.AuthenticateRequest{Name: "carol", Password: "cpw"})
+	note("carol logs in with her password", nil, err)
+	_, err = authc.UserChangePassword(root, &pb.AuthUserChangePasswordRequest{Name: "carol", Password: "cpw2", HashedPassword: hashed})
+	note("change carol's password with a password and another hash", nil, err)
+	_, err = authc.Authenticate(ctx, &pb.AuthenticateRequest{Name: "carol", Password: "cpw2"})
+	note("carol logs in with her new password", nil, err)
 
 	// Without a token.
 	r1, err := leases.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 60})

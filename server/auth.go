@@ -649,8 +649,10 @@ func (a *Auth) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb.AuthU
 	if r.Name == "" {
 		return nil, rpctypes.ErrGRPCUserEmpty
 	}
-	q := &pb.AuthUserAddRequest{Name: r.Name, Options: r.Options, HashedPassword: r.HashedPassword}
-	if (r.Options == nil || !r.Options.NoPassword) && q.HashedPassword == "" {
+	// As etcd: the password is hashed here, and a hash the client sent
+	// instead is ignored (a user with a password gets the hash of Password).
+	q := &pb.AuthUserAddRequest{Name: r.Name, Options: r.Options}
+	if r.Options == nil || !r.Options.NoPassword {
 		h, err := a.s.HashPassword(r.Password)
 		if err != nil {
 			return nil, err
@@ -678,8 +680,9 @@ func (a *Auth) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest) (*pb
 // UserChangePassword sets a user's password, hashed before it is
 // replicated.
 func (a *Auth) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
+	// As etcd: Password, when given, wins over a hash the client sent.
 	q := &pb.AuthUserChangePasswordRequest{Name: r.Name, HashedPassword: r.HashedPassword}
-	if q.HashedPassword == "" {
+	if r.Password != "" {
 		h, err := a.s.HashPassword(r.Password)
 		if err != nil {
 			return nil, err
