@@ -239,43 +239,18 @@ func (a *Auth) checkUnary(method string, req any, ai *auth.Info) error {
 // checkLeaseTimeToLive permits TimeToLive with keys to a user who may read
 // every key attached to the lease, as etcd does.
 func (a *Auth) checkLeaseTimeToLive(ai *auth.Info, id int64) error {
-	if err := a.s.IsAdminPermitted(ai); err == nil {
-		return nil
-	} else if !errors.Is(err, auth.ErrPermissionDenied) {
-		return err
-	}
-	keys, err := a.b.Store().LeaseKeys(id)
-	if err != nil {
-		return err
-	}
-	for _, k := range keys {
-		if err := a.s.IsRangePermitted(ai, k, nil); err != nil {
-			return err
-		}
-	}
-	return nil
+	return a.leaseKeysPermitted(ai, id, a.readKey)
 }
 
 // checkLeaseLeases permits listing the leases to a user who may read every
 // key attached to any of them, as etcd's checkLeaseLeases.
 func (a *Auth) checkLeaseLeases(ai *auth.Info) error {
-	if err := a.s.IsAdminPermitted(ai); err == nil {
-		return nil
-	} else if !errors.Is(err, auth.ErrPermissionDenied) {
-		return err
-	}
 	if a.leases == nil {
 		return nil
 	}
 	for _, id := range a.leases.Leases() {
-		keys, err := a.b.Store().LeaseKeys(id)
-		if err != nil {
+		if err := a.leaseKeysPermitted(ai, id, a.readKey); err != nil {
 			return err
-		}
-		for _, k := range keys {
-			if err := a.s.IsRangePermitted(ai, k, nil); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
@@ -295,43 +270,37 @@ func (a *Auth) keepAlivePermitted(ctx context.Context, id int64) error {
 	if err := a.requireUser(ai); err != nil {
 		return err
 	}
+	return a.leaseKeysPermitted(ai, id, a.s.IsPutPermitted)
+}
+
+// checkLeaseRevoke permits a revoke, which deletes every key attached to
+// the lease, to a user who may write each of them, as etcd's auth applier
+// does (checkLeasePuts). The applier checks the revoke again.
+func (a *Auth) checkLeaseRevoke(ai *auth.Info, id int64) error {
+	return a.leaseKeysPermitted(ai, id, a.s.IsPutPermitted)
+}
+
+// leaseKeysPermitted permits root, and a user whom permitted allows every
+// key attached to lease id, as etcd's lease checks do.
+func (a *Auth) leaseKeysPermitted(ai *auth.Info, id int64, permitted func(*auth.Info, []byte) error) error {
 	if err := a.s.IsAdminPermitted(ai); err == nil {
 		return nil
-	} else if !errors.Is(err, auth.ErrPermissionDenied) {
-		return err
 	}
 	keys, err := a.b.Store().LeaseKeys(id)
 	if err != nil {
 		return err
 	}
 	for _, k := range keys {
-		if err := a.s.IsPutPermitted(ai, k); err != nil {
+		if err := permitted(ai, k); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// checkLeaseRevoke permits a revoke, which deletes every key attached to
-// the lease, to a user who may write each of them, as etcd's auth applier
-// does (checkLeasePuts): a caller without a token may revoke only a lease
-// with no keys. The applier checks a named user's revoke again; a request
-// with no user in its header is the member's own there (lease expiry), so
-// this check is the one that stops a caller without a token.
-func (a *Auth) checkLeaseRevoke(ai *auth.Info, id int64) error {
-	if err := a.s.IsAdminPermitted(ai); err == nil {
-		return nil
-	}
-	keys, err := a.b.Store().LeaseKeys(id)
-	if err != nil {
-		return err
-	}
-	for _, k := range keys {
-		if err := a.s.IsPutPermitted(ai, k); err != nil {
-			return err
-		}
-	}
-	return nil
+// readKey checks read access to one key.
+func (a *Auth) readKey(ai *auth.Info, key []byte) error {
+	return a.s.IsRangePermitted(ai, key, nil)
 }
 
 // ForwardToken copies the caller's token into the outgoing metadata of a
