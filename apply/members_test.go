@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/strata-kv/strata/auth"
 	"github.com/strata-kv/strata/membership/memberlist"
 	"github.com/strata-kv/strata/node"
 )
@@ -153,5 +155,30 @@ func TestRebuiltListKeepsDecisions(t *testing.T) {
 	}
 	if !slices.Equal(ms.list.Removed, []uint64{5}) || !slices.Equal(ms.refused, []uint64{3}) || ms.changedRefused {
 		t.Fatalf("removed %v, refused %v (changed %v)", ms.list.Removed, ms.refused, ms.changedRefused)
+	}
+}
+
+// A simple token ends with the raft index of the Authenticate entry that
+// issued it, as etcd's, so that a member that has not applied that index
+// knows to wait for it (server.Auth.callerInfo).
+func TestSimpleTokenEndsWithItsIndex(t *testing.T) {
+	m := newAuthMember(t)
+	h, err := m.auth.HashPassword("bpw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.apply(t, []*raftpb.Entry{
+		normal(t, 1, &pb.InternalRaftRequest{AuthUserAdd: &pb.AuthUserAddRequest{Name: "root", Options: &authpb.UserAddOptions{NoPassword: true}}}),
+		normal(t, 2, &pb.InternalRaftRequest{AuthUserGrantRole: &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"}}),
+		normal(t, 3, &pb.InternalRaftRequest{AuthEnable: &pb.AuthEnableRequest{}}),
+		normal(t, 4, &pb.InternalRaftRequest{AuthUserAdd: &pb.AuthUserAddRequest{Name: "bob", HashedPassword: h}}),
+		normal(t, 5, &pb.InternalRaftRequest{Authenticate: &pb.InternalAuthenticateRequest{Name: "bob", SimpleToken: "prefix"}}),
+	})
+	info, err := m.auth.TokenInfo(auth.SimpleToken("prefix", 5))
+	if err != nil || info.Username != "bob" {
+		t.Fatalf("the token of entry 5: %v, %v", info, err)
+	}
+	if _, err := m.auth.TokenInfo("prefix"); err == nil {
+		t.Fatal("the bare prefix is a token")
 	}
 }
