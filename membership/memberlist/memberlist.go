@@ -16,8 +16,9 @@
 // node 0 instead, which raft ignores (etcd does the same); the member that
 // proposed it answers its caller with the refusal.
 //
-// The second check is deterministic: it reads only the list, and every
-// member applies the same entries to the same list. The one exception is
+// The second check is deterministic: it reads only the list and raft's
+// configuration where the list stands (List.Config), and every member
+// applies the same entries to both. The one exception is
 // the learner limit, which is each member's own flag (--max-learners), as
 // in etcd: members started with different limits can decide a learner's
 // addition differently.
@@ -37,6 +38,9 @@
 //
 // Version-2 conf changes (ConfChangeV2) are applied as raft applies them
 // and never refused: neither etcd nor strata proposes one.
+//
+// The package also holds the mark that tells a strata logger from an
+// ordinary learner in the list (logger.go), which rules 4 and 5 need.
 package memberlist
 
 import (
